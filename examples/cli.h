@@ -1,0 +1,44 @@
+// Shared helpers of the `clade` command-line tool.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "clade/clade.h"
+
+namespace cli {
+
+// Argument cursor: flags with values, positionals.
+struct Args {
+  std::vector<std::string> v;
+  size_t i = 0;
+  bool done() const { return i >= v.size(); }
+  const std::string& peek() const { return v[i]; }
+  std::string next(const std::string& flag) {
+    if (i >= v.size()) die("missing value after " + flag);
+    return v[i++];
+  }
+  [[noreturn]] static void die(const std::string& msg) {
+    std::fprintf(stderr, "clade: %s\n", msg.c_str());
+    std::exit(2);
+  }
+};
+
+long to_long(const std::string& s, const std::string& flag);
+double to_double(const std::string& s, const std::string& flag);
+std::vector<std::string> split(const std::string& s, char sep);
+
+// Exit with the library's message when st is an error.
+void check(clade_status st, const char* what);
+
+int cmd_model_random(Args& a);
+// Writes a random model; used by `model random` and `demo`.
+void write_random_model(const std::string& path, int layers, int dim, int heads, int kv_heads, int ff, int vocab,
+                        int ctx, const std::string& type, uint64_t seed, const std::string& vocab_from,
+                        const std::string& arch);
+int cmd_bench(Args& a);
+
+}  // namespace cli

@@ -1,0 +1,217 @@
+// `clade bench decode` and `clade bench machine`.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "cli.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::vector<long> long_list(const std::string& s, const std::string& flag) {
+  std::vector<long> v;
+  for (const std::string& x : split(s, ',')) v.push_back(to_long(x, flag));
+  return v;
+}
+
+// STREAM triad a = b + s*c over arrays far larger than the caches, one
+// slice per thread; best of several runs.
+double measure_bandwidth(int threads) {
+  const size_t n = (size_t)64 << 20;  // 3 arrays of 256 MiB
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  double best = 0;
+  for (int rep = 0; rep < 6; rep++) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; t++)
+      ts.emplace_back([&, t] {
+        size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        float* pa = a.data();
+        const float* pb = b.data();
+        const float* pc = c.data();
+        for (size_t i = lo; i < hi; i++) pa[i] = pb[i] + 3.0f * pc[i];
+      });
+    for (auto& t : ts) t.join();
+    double s = secs(t0, Clock::now());
+    if (rep > 0) best = std::max(best, 3.0 * n * sizeof(float) / s);
+  }
+  return best;
+}
+
+double measure_gemm(int threads, int m, int n, int k) {
+  openblas_set_num_threads(threads);
+  std::vector<float> A((size_t)m * k, 0.5f), B((size_t)k * n, 0.25f), C((size_t)m * n);
+  double best = 0;
+  for (int rep = 0; rep < 5; rep++) {
+    auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A.data(), k, B.data(), k, 0.0f, C.data(), n);
+    double s = secs(t0, Clock::now());
+    if (rep > 0) best = std::max(best, 2.0 * m * n * k / s);
+  }
+  openblas_set_num_threads(1);
+  return best;
+}
+
+int bench_machine(Args& a) {
+  int threads = (int)std::thread::hardware_concurrency();
+  bool csv = false;
+  while (!a.done()) {
+    std::string f = a.next("");
+    if (f == "--threads") threads = (int)to_long(a.next(f), f);
+    else if (f == "--csv") csv = true;
+    else Args::die("bench machine: unknown option " + f);
+  }
+  double bw = measure_bandwidth(threads);
+  double peak = measure_gemm(threads, 2048, 2048, 2048);
+  double dec = measure_gemm(threads, 64, 2816, 1024);
+  if (csv) {
+    std::printf("threads,bandwidth_gb_s,gemm_gflop_s,gemm_64x2816x1024_gflop_s\n%d,%.1f,%.1f,%.1f\n", threads, bw / 1e9,
+                peak / 1e9, dec / 1e9);
+  } else {
+    std::printf("threads                         %d\n", threads);
+    std::printf("memory bandwidth (triad)        %.1f GB/s\n", bw / 1e9);
+    std::printf("F32 GEMM 2048^3 (OpenBLAS)      %.1f GFLOP/s\n", peak / 1e9);
+    std::printf("F32 GEMM 64x2816x1024           %.1f GFLOP/s\n", dec / 1e9);
+    std::printf("FLOP per byte                   %.1f\n", peak / bw);
+  }
+  return 0;
+}
+
+struct Point {
+  std::string mode;
+  long batch, prefix;
+};
+
+int bench_decode(Args& a) {
+  std::string model;
+  std::vector<long> batches{1}, prefixes{512};
+  std::vector<std::string> modes{"flat"};
+  long suffix = 0, gen = 32;
+  int threads = 0;
+  bool csv = false;
+  std::string kv = "f16";
+  while (!a.done()) {
+    std::string f = a.next("");
+    if (f == "-m") model = a.next(f);
+    else if (f == "--batch") batches = long_list(a.next(f), f);
+    else if (f == "--prefix") prefixes = long_list(a.next(f), f);
+    else if (f == "--mode") modes = split(a.next(f), ',');
+    else if (f == "--suffix") suffix = to_long(a.next(f), f);
+    else if (f == "--gen") gen = to_long(a.next(f), f);
+    else if (f == "--threads") threads = (int)to_long(a.next(f), f);
+    else if (f == "--kv") kv = a.next(f);
+    else if (f == "--csv") csv = true;
+    else Args::die("bench decode: unknown option " + f);
+  }
+  if (model.empty()) Args::die("bench decode: -m FILE is required");
+  for (const std::string& m : modes)
+    if (m != "shared" && m != "flat" && m != "noattn") Args::die("bench decode: --mode takes shared, flat, noattn");
+  if (gen < 1 || suffix < 0) Args::die("bench decode: --gen >= 1, --suffix >= 0");
+  clade_model_params mp;
+  clade_model_params_init(&mp);
+  mp.n_threads = threads;
+  clade_model* m = nullptr;
+  check(clade_model_load(model.c_str(), &mp, &m), "load");
+  clade_model_info info;
+  info.size = sizeof info;
+  check(clade_model_describe(m, &info), "describe");
+  if (threads == 0) threads = (int)std::thread::hardware_concurrency();
+  clade_kv_type kvt = kv == "f32" ? CLADE_KV_F32 : kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
+  const size_t kv_bytes_per_token = (size_t)info.n_layers * 2 * info.n_kv_heads * info.head_dim * (kvt == CLADE_KV_F32 ? 4 : 2);
+  const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+
+  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step\n");
+  std::fflush(stdout);
+  uint64_t rng = 12345;
+  auto rand_tok = [&]() {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (clade_token)((rng >> 33) % (uint64_t)info.n_vocab);
+  };
+  for (long prefix : prefixes) {
+    clade_tree_params tp;
+    clade_tree_params_init(&tp);
+    tp.kv_type = kvt;
+    clade_tree* tree = nullptr;
+    check(clade_tree_create(m, &tp, &tree), "tree");
+    std::vector<clade_token> ptoks((size_t)prefix);
+    for (auto& t : ptoks) t = rand_tok();
+    clade_node_id node = 0;
+    auto tp0 = Clock::now();
+    if (prefix > 0) check(clade_tree_append(tree, 0, ptoks.data(), ptoks.size(), nullptr, &node), "prefill");
+    double prefill_s = secs(tp0, Clock::now());
+    if (!csv) std::fprintf(stderr, "prefix %ld: prefill %.2f s (%.0f tokens/s)\n", prefix, prefill_s, prefix / prefill_s);
+    for (long batch : batches) {
+      for (const std::string& mode : modes) {
+        bool flat = mode == "flat";
+        double need = (double)kv_bytes_per_token * batch * ((flat ? prefix : 0) + suffix + gen + 16);
+        if (need > 0.8 * mem_total) {
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x\n", mode.c_str(), batch, prefix, suffix, gen, threads);
+          std::fflush(stdout);
+          continue;
+        }
+        clade_cache_params cp;
+        clade_cache_params_init(&cp);
+        cp.max_seqs = (int32_t)batch;
+        cp.max_tokens = (int32_t)(suffix + gen + 1);
+        cp.attention = mode == "noattn" ? CLADE_ATTENTION_NONE : flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_AUTO;
+        clade_cache* cache = nullptr;
+        check(clade_cache_create(tree, &cp, &cache), "cache");
+        std::vector<clade_seq_id> ids((size_t)batch);
+        std::vector<int32_t> ones((size_t)batch, 1);
+        std::vector<clade_token> toks((size_t)batch);
+        for (long b = 0; b < batch; b++) {
+          std::vector<clade_token> own((size_t)suffix);
+          for (auto& t : own) t = rand_tok();
+          check(clade_cache_add(cache, node, own.data(), own.size(), flat ? CLADE_SEQ_PRIVATE : 0, &ids[(size_t)b]),
+                "add");
+        }
+        clade_batch bt;
+        clade_batch_init(&bt);
+        bt.n_seqs = (size_t)batch;
+        bt.seq_ids = ids.data();
+        bt.n_tokens = ones.data();
+        bt.tokens = toks.data();
+        // One warm-up step (it also evaluates the suffixes), then gen-1 timed.
+        for (auto& t : toks) t = rand_tok();
+        check(clade_decode(cache, &bt), "decode");
+        auto t0 = Clock::now();
+        long steps = std::max(1L, gen - 1);
+        for (long s = 0; s < steps; s++) {
+          for (auto& t : toks) t = rand_tok();
+          check(clade_decode(cache, &bt), "decode");
+        }
+        double el = secs(t0, Clock::now());
+        std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f\n", mode.c_str(), batch, prefix, suffix, gen, threads,
+                    batch * steps / el, el / steps * 1e3);
+        std::fflush(stdout);
+        clade_cache_free(cache);
+      }
+    }
+    if (node) clade_tree_release(tree, node);
+    clade_tree_free(tree);
+  }
+  clade_model_free(m);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(Args& a) {
+  std::string sub = a.done() ? "" : a.next("bench");
+  if (sub == "decode") return bench_decode(a);
+  if (sub == "machine") return bench_machine(a);
+  Args::die("bench decode|machine");
+}
+
+}  // namespace cli

@@ -1,0 +1,420 @@
+/*
+ * clade: high-throughput inference of Llama-family models for many
+ * sequences that share prefixes.
+ *
+ * The whole public API. Plain C99; every symbol is prefixed clade_ / CLADE_.
+ *
+ * Conventions
+ * - Every call that can fail returns a clade_status: 0 is success, negative
+ *   values are errors (their numbers are fixed forever), positive values are
+ *   recoverable states (a cache is full, a generation was stopped).
+ * - On failure, clade_last_error() gives a message for the calling thread.
+ * - Handles come back through out-parameters; *_free functions accept NULL.
+ * - Parameter structs start with their own size and are filled by their
+ *   *_init function before the caller changes fields, so they can grow
+ *   without breaking callers.
+ * - Threads: a clade_model is immutable once loaded and may be used from any
+ *   number of threads at once. A clade_tree, and every clade_cache made from
+ *   it, form one unit: calls on them must not overlap (use one thread, or a
+ *   lock). Two trees of the same model may be used from two threads at once.
+ *   A clade_sampler may be used by one thread at a time. Functions without
+ *   a handle (version, status strings, the param inits) are always safe.
+ * - No C++ exception ever crosses this boundary.
+ */
+#ifndef CLADE_CLADE_H
+#define CLADE_CLADE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- visibility ------------------------------------------------------- */
+
+#if defined(_WIN32)
+#  if defined(CLADE_BUILDING)
+#    define CLADE_API __declspec(dllexport)
+#  else
+#    define CLADE_API
+#  endif
+#elif defined(__GNUC__)
+#  define CLADE_API __attribute__((visibility("default")))
+#else
+#  define CLADE_API
+#endif
+
+/* ---- version ---------------------------------------------------------- */
+
+#define CLADE_VERSION_MAJOR 0
+#define CLADE_VERSION_MINOR 1
+#define CLADE_VERSION_PATCH 0
+#define CLADE_VERSION_NUMBER \
+  (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
+#define CLADE_VERSION_STRING "0.1.0"
+/* The shared library's soname carries this number. */
+#define CLADE_ABI_MAJOR 0
+
+/* Run-time version of the library actually linked (CLADE_VERSION_NUMBER). */
+CLADE_API int clade_version_number(void);
+/* Static string, e.g. "0.1.0". */
+CLADE_API const char *clade_version_string(void);
+
+/* ---- opaque handles --------------------------------------------------- */
+
+typedef struct clade_model clade_model;     /* weights, config, tokenizer */
+typedef struct clade_tree clade_tree;       /* shared-cache tree of a model */
+typedef struct clade_cache clade_cache;     /* unique caches of sequences */
+typedef struct clade_sampler clade_sampler; /* sampling settings + state */
+/* clade_detokenizer (streaming text) is declared with the tokenizer. */
+
+/* A node of a clade_tree. The root is 0. */
+typedef int32_t clade_node_id;
+/* A sequence of a clade_cache. */
+typedef int32_t clade_seq_id;
+typedef int32_t clade_token;
+
+/* ---- status codes ----------------------------------------------------- */
+
+typedef enum clade_status {
+  CLADE_OK = 0,
+  /* recoverable states */
+  CLADE_CACHE_FULL = 1,   /* no room for the step's tokens; nothing changed */
+  CLADE_STOPPED = 2,      /* a callback asked to stop */
+  CLADE_BUFFER_SMALL = 3, /* output buffer too small; the count needed is
+                             reported and nothing else changed */
+  /* errors */
+  CLADE_E_INVALID_ARG = -1, /* a NULL handle, wrong size, bad value */
+  CLADE_E_NOMEM = -2,       /* an allocation failed */
+  CLADE_E_IO = -3,          /* a file could not be opened, read or written */
+  CLADE_E_FORMAT = -4,      /* a file is not valid GGUF, or is corrupt */
+  CLADE_E_UNSUPPORTED = -5, /* valid, but not supported (architecture,
+                               tensor type, backend) */
+  CLADE_E_TOKEN = -6,       /* a token id outside the vocabulary */
+  CLADE_E_STATE = -7,       /* the call does not fit the handle's state (an
+                               unknown sequence, a released node) */
+  CLADE_E_BACKEND = -8,     /* the compute backend failed or is absent */
+  CLADE_E_UTF8 = -9,        /* text is not valid UTF-8 */
+  CLADE_E_INTERNAL = -100   /* a bug in clade */
+} clade_status;
+
+/* Static English name of a status; never NULL. */
+CLADE_API const char *clade_status_string(clade_status status);
+/* Message of the last failure on the calling thread ("" if none). The
+   pointer stays valid until the next clade call on this thread. */
+CLADE_API const char *clade_last_error(void);
+
+/* ---- enums ------------------------------------------------------------ */
+
+typedef enum clade_backend {
+  CLADE_BACKEND_CPU = 0,
+  CLADE_BACKEND_CUDA = 1
+} clade_backend;
+
+/* Element type of stored keys and values. */
+typedef enum clade_kv_type {
+  CLADE_KV_F32 = 0,
+  CLADE_KV_F16 = 1,
+  CLADE_KV_BF16 = 2
+} clade_kv_type;
+
+/* Weight types (GGML numbering). */
+typedef enum clade_weight_type {
+  CLADE_WEIGHT_F32 = 0,
+  CLADE_WEIGHT_F16 = 1,
+  CLADE_WEIGHT_Q4_0 = 2,
+  CLADE_WEIGHT_Q8_0 = 8,
+  CLADE_WEIGHT_BF16 = 30
+} clade_weight_type;
+
+typedef enum clade_rope_scaling {
+  CLADE_ROPE_SCALING_NONE = 0,
+  CLADE_ROPE_SCALING_LINEAR = 1,
+  CLADE_ROPE_SCALING_LLAMA3 = 2
+} clade_rope_scaling;
+
+/* How a step attends to tree nodes shared by several sequences. */
+typedef enum clade_attention {
+  CLADE_ATTENTION_AUTO = 0,   /* per node, by the cost model */
+  CLADE_ATTENTION_SHARED = 1, /* always batched over the node's rows */
+  CLADE_ATTENTION_FLAT = 2,   /* each sequence reads each node itself */
+  CLADE_ATTENTION_NONE = 3    /* skip attention (a speed ceiling; the
+                                 results are meaningless) */
+} clade_attention;
+
+/* ---- model ------------------------------------------------------------ */
+
+typedef struct clade_model_params {
+  size_t size;           /* sizeof(clade_model_params) */
+  clade_backend backend; /* default CPU */
+  int32_t n_threads;     /* 0: all cores */
+  int32_t vocab_only;    /* load the tokenizer only (no tensors needed) */
+  int32_t use_mmap;      /* default 1 */
+} clade_model_params;
+
+CLADE_API void clade_model_params_init(clade_model_params *params);
+
+/* Load a GGUF file (v2 or v3). On success *out owns the model; free it with
+   clade_model_free after every tree made from it is freed. Architectures:
+   "llama", "qwen2". params may be NULL for the defaults. */
+CLADE_API clade_status clade_model_load(const char *path,
+                                        const clade_model_params *params,
+                                        clade_model **out);
+/* Accepts NULL. */
+CLADE_API void clade_model_free(clade_model *model);
+
+typedef struct clade_model_info {
+  size_t size; /* sizeof(clade_model_info), set by the caller */
+  char architecture[32];
+  char name[96];
+  int32_t n_layers;
+  int32_t n_embd;
+  int32_t n_heads;
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int32_t n_ff;
+  int32_t n_vocab;
+  int32_t n_ctx;
+  float rope_freq_base;
+  float rope_freq_scale;   /* 1 / linear factor */
+  clade_rope_scaling rope_scaling;
+  float norm_eps;
+  clade_weight_type weight_type; /* type of the largest matrices */
+  int32_t has_qkv_bias;
+  int32_t tied_output;
+  int32_t vocab_only;
+  uint64_t n_params;
+  uint64_t weight_bytes; /* bytes of tensor data */
+} clade_model_info;
+
+/* Fill *info (info->size must be set). Thread-safe. */
+CLADE_API clade_status clade_model_describe(const clade_model *model,
+                                            clade_model_info *info);
+
+/* ---- tokenizer (on the model; thread-safe) ---------------------------- */
+
+/* Flags for clade_tokenize. */
+#define CLADE_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model asks */
+#define CLADE_TOKENIZE_PARSE_SPECIAL 2u /* match control and user-defined
+                                           token texts in the input */
+
+/* Encode text[0..len) into tokens[0..capacity). *n_tokens receives the
+   count. When capacity is too small, returns CLADE_BUFFER_SMALL with
+   *n_tokens set to the count needed and tokens untouched (as snprintf).
+   Text must be valid UTF-8: anything else is CLADE_E_UTF8, naming the byte
+   offset. tokens may be NULL when capacity is 0. */
+CLADE_API clade_status clade_tokenize(const clade_model *model,
+                                      const char *text, size_t len,
+                                      uint32_t flags, clade_token *tokens,
+                                      size_t capacity, size_t *n_tokens);
+
+/* Decode tokens into buf[0..capacity) (not NUL-terminated; *n_bytes gets
+   the length). CLADE_BUFFER_SMALL as above. special: render control tokens
+   as their text (otherwise they render as nothing). */
+CLADE_API clade_status clade_detokenize(const clade_model *model,
+                                        const clade_token *tokens,
+                                        size_t n_tokens, int32_t special,
+                                        char *buf, size_t capacity,
+                                        size_t *n_bytes);
+
+/* The bytes of one token, as clade_detokenize would emit them in the
+   middle of a text. */
+CLADE_API clade_status clade_token_to_piece(const clade_model *model,
+                                            clade_token token,
+                                            int32_t special, char *buf,
+                                            size_t capacity, size_t *n_bytes);
+
+typedef struct clade_special_tokens {
+  size_t size; /* sizeof(clade_special_tokens), set by the caller */
+  clade_token bos, eos, eot, pad, unk; /* -1 where the model has none */
+  int32_t add_bos, add_eos;
+} clade_special_tokens;
+
+CLADE_API clade_status clade_model_special_tokens(const clade_model *model,
+                                                  clade_special_tokens *out);
+/* 1 if the token ends a generation (EOS, EOT, ...), else 0. */
+CLADE_API int32_t clade_token_is_eog(const clade_model *model,
+                                     clade_token token);
+
+/* Streaming detokenizer: feed generated tokens one at a time and get the
+   bytes that are complete: it never splits a UTF-8 character. With
+   first_in_text set, the SentencePiece leading space of the first token is
+   dropped (as clade_detokenize does); leave it 0 when continuing a prompt.
+   Borrows the model, which must outlive it. One thread at a time. */
+typedef struct clade_detokenizer clade_detokenizer;
+
+CLADE_API clade_status clade_detokenizer_create(const clade_model *model,
+                                                int32_t special,
+                                                int32_t first_in_text,
+                                                clade_detokenizer **out);
+/* *text / *len: the newly complete bytes (not NUL-terminated), owned by the
+   detokenizer and valid until its next call. */
+CLADE_API clade_status clade_detokenizer_push(clade_detokenizer *detok,
+                                              clade_token token,
+                                              const char **text, size_t *len);
+/* Whatever is left (an incomplete character at the end of a generation). */
+CLADE_API clade_status clade_detokenizer_flush(clade_detokenizer *detok,
+                                               const char **text, size_t *len);
+CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
+
+/* ---- shared-cache tree ------------------------------------------------ */
+
+typedef struct clade_tree_params {
+  size_t size;            /* sizeof(clade_tree_params) */
+  clade_kv_type kv_type;  /* default F16 */
+  int32_t prefill_chunk;  /* tokens per forward pass in prefill; 0: 512 */
+} clade_tree_params;
+
+CLADE_API void clade_tree_params_init(clade_tree_params *params);
+
+/* Create an empty tree (just the root, node 0, of length 0). The tree
+   borrows the model, which must outlive it. */
+CLADE_API clade_status clade_tree_create(clade_model *model,
+                                         const clade_tree_params *params,
+                                         clade_tree **out);
+/* Frees the tree and every node. Caches made from it must be freed first.
+   Accepts NULL. */
+CLADE_API void clade_tree_free(clade_tree *tree);
+
+/* Append a node of n_tokens tokens under parent. Its tokens are evaluated
+   now (prefill, attending to the whole path above it) and its KV is kept,
+   read-only. The caller holds one reference to the new node (release it
+   with clade_tree_release); sequences and child nodes hold their own.
+   If logits is not NULL it receives the n_vocab logits of the node's last
+   token (the distribution of the token after it). n_tokens may be 0. */
+CLADE_API clade_status clade_tree_append(clade_tree *tree,
+                                         clade_node_id parent,
+                                         const clade_token *tokens,
+                                         size_t n_tokens, float *logits,
+                                         clade_node_id *out);
+
+/* Drop the caller's reference. The node's memory is freed once no child,
+   sequence or caller holds it. Releasing the root or a node already
+   released by the caller is CLADE_E_STATE. */
+CLADE_API clade_status clade_tree_release(clade_tree *tree,
+                                          clade_node_id node);
+
+typedef struct clade_node_info {
+  size_t size;            /* sizeof(clade_node_info), set by the caller */
+  clade_node_id parent;   /* -1 for the root */
+  int32_t length;         /* tokens in the node */
+  int32_t path_length;    /* tokens above it: its first token's position */
+  int32_t n_children;
+  int32_t n_refs;         /* children + sequences + caller */
+} clade_node_info;
+
+CLADE_API clade_status clade_tree_node_info(const clade_tree *tree,
+                                            clade_node_id node,
+                                            clade_node_info *info);
+/* Copy the node's tokens; CLADE_BUFFER_SMALL with *n_tokens = length when
+   capacity is too small. */
+CLADE_API clade_status clade_tree_node_tokens(const clade_tree *tree,
+                                              clade_node_id node,
+                                              clade_token *tokens,
+                                              size_t capacity,
+                                              size_t *n_tokens);
+/* Bytes of KV held by all live nodes of the tree. */
+CLADE_API size_t clade_tree_kv_bytes(const clade_tree *tree);
+
+/* ---- unique caches and decode steps ----------------------------------- */
+
+typedef struct clade_cache_params {
+  size_t size;              /* sizeof(clade_cache_params) */
+  int32_t max_seqs;         /* live sequences at most; default 64 */
+  int32_t max_tokens;       /* unique tokens per sequence; default 1024 */
+  clade_kv_type kv_type;    /* default: the tree's */
+  clade_attention attention;/* default AUTO */
+} clade_cache_params;
+
+CLADE_API void clade_cache_params_init(clade_cache_params *params);
+
+/* Create unique caches for up to max_seqs sequences of the tree. Memory is
+   allocated as sequences grow, up to max_tokens each. */
+CLADE_API clade_status clade_cache_create(clade_tree *tree,
+                                          const clade_cache_params *params,
+                                          clade_cache **out);
+/* Releases every sequence's node reference. Accepts NULL. */
+CLADE_API void clade_cache_free(clade_cache *cache);
+
+/* Flags for clade_cache_add. */
+#define CLADE_SEQ_PRIVATE 1u /* copy the node path's KV into the sequence's
+                                own cache (the flat baseline: nothing is
+                                shared); needs max_tokens >= path length */
+
+/* Add a sequence attached to node (the sequence holds a reference to it).
+   tokens[0..n_tokens) are its own first tokens: they are queued and
+   evaluated by the next step, before that step's tokens. */
+CLADE_API clade_status clade_cache_add(clade_cache *cache, clade_node_id node,
+                                       const clade_token *tokens,
+                                       size_t n_tokens, uint32_t flags,
+                                       clade_seq_id *out);
+/* Remove a sequence and release its node. */
+CLADE_API clade_status clade_cache_remove(clade_cache *cache,
+                                          clade_seq_id seq);
+/* Cut a sequence's unique tokens back to length (<= its length); this is
+   how rejected drafts are rolled back. */
+CLADE_API clade_status clade_cache_truncate(clade_cache *cache,
+                                            clade_seq_id seq, int32_t length);
+/* Unique tokens evaluated so far (not counting queued ones). */
+CLADE_API clade_status clade_cache_seq_length(const clade_cache *cache,
+                                              clade_seq_id seq,
+                                              int32_t *length);
+/* Bytes of KV allocated by the cache. */
+CLADE_API size_t clade_cache_kv_bytes(const clade_cache *cache);
+
+/* One decode step. For each i < n_seqs, sequence seq_ids[i] brings
+   n_tokens[i] >= 0 new tokens (taken in order from tokens); its queued
+   tokens, if any, come first. Their positions continue the sequence:
+   path length + unique length. logits receives n_vocab floats per row,
+   one row per sequence (the distribution after its last token; a sequence
+   with no tokens at all gives no row) unless all_logits is set, in which
+   case one row per evaluated token, in order. logits_rows is the capacity
+   in rows. If there is no room for a sequence's tokens, returns
+   CLADE_CACHE_FULL and changes nothing. logits may be NULL. */
+typedef struct clade_batch {
+  size_t size;              /* sizeof(clade_batch) */
+  size_t n_seqs;
+  const clade_seq_id *seq_ids;
+  const int32_t *n_tokens;
+  const clade_token *tokens;
+  int32_t all_logits;
+  float *logits;
+  size_t logits_rows;
+} clade_batch;
+
+CLADE_API void clade_batch_init(clade_batch *batch);
+CLADE_API clade_status clade_decode(clade_cache *cache,
+                                    const clade_batch *batch);
+
+/* ---- sampler ---------------------------------------------------------- */
+
+typedef struct clade_sampler_params {
+  size_t size;        /* sizeof(clade_sampler_params) */
+  float temperature;  /* 0: greedy (default 0.8) */
+  int32_t top_k;      /* 0: off (default 40) */
+  float top_p;        /* 1: off (default 0.95) */
+  float min_p;        /* 0: off (default 0.05) */
+  float repeat_penalty; /* 1: off */
+  uint64_t seed;
+} clade_sampler_params;
+
+CLADE_API void clade_sampler_params_init(clade_sampler_params *params);
+CLADE_API clade_status clade_sampler_create(const clade_sampler_params *p,
+                                            clade_sampler **out);
+CLADE_API void clade_sampler_free(clade_sampler *sampler);
+
+/* Sample a token from n_vocab logits for stream `stream` (each stream has
+   its own random state, derived from the seed and the stream number, so
+   results do not depend on the order sequences are sampled in). history
+   (may be NULL) feeds the repetition penalty. */
+CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
+                                    const float *logits, int32_t n_vocab,
+                                    const clade_token *history,
+                                    size_t n_history, clade_token *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLADE_CLADE_H */

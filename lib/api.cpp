@@ -1,0 +1,517 @@
+// The C boundary: the only file that defines exported functions. Every entry
+// point checks its arguments, runs the C++ core inside a try block, and turns
+// exceptions into a status plus a per-thread message.
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "clade/clade.h"
+#include "error.h"
+#include "model.h"
+#include "sampler.h"
+#include "tree.h"
+
+struct clade_model {
+  std::unique_ptr<clade::Model> m;
+};
+struct clade_tree {
+  std::unique_ptr<clade::Tree> t;
+};
+struct clade_cache {
+  std::unique_ptr<clade::Cache> c;
+};
+struct clade_sampler {
+  std::unique_ptr<clade::Sampler> s;
+};
+struct clade_detokenizer {
+  std::unique_ptr<clade::DetokenizeStream> d;
+  std::string out;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+clade_status set_error(clade_status st, const std::string& msg) {
+  g_last_error = msg;
+  return st;
+}
+
+template <typename F>
+clade_status guard(F&& f) {
+  try {
+    g_last_error.clear();
+    return f();
+  } catch (const clade::Error& e) {
+    return set_error(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(CLADE_E_NOMEM, "out of memory");
+  } catch (const std::exception& e) {
+    return set_error(CLADE_E_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return set_error(CLADE_E_INTERNAL, "internal error");
+  }
+}
+
+#define CLADE_CHECK_ARG(cond, msg) \
+  do {                             \
+    if (!(cond)) return set_error(CLADE_E_INVALID_ARG, msg); \
+  } while (0)
+
+// A caller-sized struct must be at least as large as its first version.
+template <typename T>
+bool size_ok(const T* p, size_t min) {
+  return p && p->size >= min;
+}
+
+void copy_cstr(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  std::memcpy(dst, s.data(), n);
+  dst[n] = 0;
+}
+
+clade_status copy_out(const std::string& s, char* buf, size_t cap, size_t* n_bytes) {
+  CLADE_CHECK_ARG(n_bytes, "n_bytes is NULL");
+  *n_bytes = s.size();
+  if (s.size() > cap) return CLADE_BUFFER_SMALL;
+  CLADE_CHECK_ARG(buf || s.empty(), "buf is NULL");
+  if (!s.empty()) std::memcpy(buf, s.data(), s.size());
+  return CLADE_OK;
+}
+
+const clade::Tokenizer* tokenizer_of(const clade_model* model) {
+  if (!model) clade::fail(CLADE_E_INVALID_ARG, "model is NULL");
+  if (!model->m->tokenizer) clade::fail(CLADE_E_UNSUPPORTED, "the model has no tokenizer metadata");
+  return model->m->tokenizer.get();
+}
+
+}  // namespace
+
+extern "C" {
+
+int clade_version_number(void) { return CLADE_VERSION_NUMBER; }
+const char* clade_version_string(void) { return CLADE_VERSION_STRING; }
+
+const char* clade_status_string(clade_status s) {
+  switch (s) {
+    case CLADE_OK: return "ok";
+    case CLADE_CACHE_FULL: return "cache full";
+    case CLADE_STOPPED: return "stopped";
+    case CLADE_BUFFER_SMALL: return "buffer too small";
+    case CLADE_E_INVALID_ARG: return "invalid argument";
+    case CLADE_E_NOMEM: return "out of memory";
+    case CLADE_E_IO: return "i/o error";
+    case CLADE_E_FORMAT: return "bad file format";
+    case CLADE_E_UNSUPPORTED: return "unsupported";
+    case CLADE_E_TOKEN: return "token outside the vocabulary";
+    case CLADE_E_STATE: return "invalid state";
+    case CLADE_E_BACKEND: return "backend error";
+    case CLADE_E_UTF8: return "invalid UTF-8";
+    case CLADE_E_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* clade_last_error(void) { return g_last_error.c_str(); }
+
+/* ---- model ---- */
+
+void clade_model_params_init(clade_model_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->backend = CLADE_BACKEND_CPU;
+  p->n_threads = 0;
+  p->vocab_only = 0;
+  p->use_mmap = 1;
+}
+
+clade_status clade_model_load(const char* path, const clade_model_params* params, clade_model** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    CLADE_CHECK_ARG(path, "path is NULL");
+    clade_model_params p;
+    clade_model_params_init(&p);
+    if (params) {
+      CLADE_CHECK_ARG(params->size >= sizeof(clade_model_params), "params->size is wrong: call clade_model_params_init");
+      p = *params;
+    }
+    CLADE_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 1024, "n_threads out of range");
+    std::unique_ptr<clade::Backend> be;
+    if (!p.vocab_only) {
+      if (p.backend == CLADE_BACKEND_CPU) {
+        int n = p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+        be = clade::make_cpu_backend(n);
+      } else if (p.backend == CLADE_BACKEND_CUDA) {
+        be = clade::make_cuda_backend();
+        if (!be) return set_error(CLADE_E_UNSUPPORTED, "this build of clade has no CUDA backend");
+      } else {
+        return set_error(CLADE_E_INVALID_ARG, "unknown backend");
+      }
+    }
+    std::unique_ptr<clade_model> m(new clade_model());
+    m->m = clade::Model::load(path, std::move(be), p.vocab_only != 0);
+    *out = m.release();
+    return CLADE_OK;
+  });
+}
+
+void clade_model_free(clade_model* model) { delete model; }
+
+clade_status clade_model_describe(const clade_model* model, clade_model_info* info) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(model, "model is NULL");
+    CLADE_CHECK_ARG(size_ok(info, sizeof(clade_model_info)), "info is NULL or info->size is wrong");
+    const clade::Model& m = *model->m;
+    const clade::ModelConfig& c = m.cfg;
+    size_t sz = info->size;
+    std::memset(info, 0, sizeof *info);
+    info->size = sz;
+    copy_cstr(info->architecture, sizeof info->architecture, c.arch);
+    copy_cstr(info->name, sizeof info->name, c.name);
+    info->n_layers = c.n_layers;
+    info->n_embd = c.n_embd;
+    info->n_heads = c.n_heads;
+    info->n_kv_heads = c.n_kv_heads;
+    info->head_dim = c.head_dim;
+    info->n_ff = c.n_ff;
+    info->n_vocab = c.n_vocab;
+    info->n_ctx = c.n_ctx;
+    info->rope_freq_base = c.rope_freq_base;
+    info->rope_freq_scale = c.rope_freq_scale;
+    info->rope_scaling = c.rope_scaling;
+    info->norm_eps = c.norm_eps;
+    info->weight_type = (clade_weight_type)m.main_type;
+    info->has_qkv_bias = m.has_qkv_bias;
+    info->tied_output = m.tied_output;
+    info->vocab_only = m.vocab_only;
+    info->n_params = m.n_params;
+    info->weight_bytes = m.weight_bytes;
+    return CLADE_OK;
+  });
+}
+
+/* ---- tokenizer ---- */
+
+clade_status clade_tokenize(const clade_model* model, const char* text, size_t len, uint32_t flags,
+                            clade_token* tokens, size_t capacity, size_t* n_tokens) {
+  return guard([&]() -> clade_status {
+    const clade::Tokenizer* tok = tokenizer_of(model);
+    CLADE_CHECK_ARG(text || len == 0, "text is NULL");
+    CLADE_CHECK_ARG(n_tokens, "n_tokens is NULL");
+    CLADE_CHECK_ARG(!(flags & ~3u), "unknown tokenize flags");
+    std::vector<int32_t> ids = tok->encode(std::string_view(text ? text : "", len),
+                                           flags & CLADE_TOKENIZE_ADD_SPECIAL, flags & CLADE_TOKENIZE_PARSE_SPECIAL);
+    *n_tokens = ids.size();
+    if (ids.size() > capacity) return CLADE_BUFFER_SMALL;
+    CLADE_CHECK_ARG(tokens || ids.empty(), "tokens is NULL");
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_detokenize(const clade_model* model, const clade_token* tokens, size_t n_tokens, int32_t special,
+                              char* buf, size_t capacity, size_t* n_bytes) {
+  return guard([&]() -> clade_status {
+    const clade::Tokenizer* tok = tokenizer_of(model);
+    CLADE_CHECK_ARG(tokens || n_tokens == 0, "tokens is NULL");
+    return copy_out(tok->decode(tokens, n_tokens, special != 0), buf, capacity, n_bytes);
+  });
+}
+
+clade_status clade_token_to_piece(const clade_model* model, clade_token token, int32_t special, char* buf,
+                                  size_t capacity, size_t* n_bytes) {
+  return guard([&]() -> clade_status {
+    const clade::Tokenizer* tok = tokenizer_of(model);
+    return copy_out(tok->token_to_piece(token, special != 0), buf, capacity, n_bytes);
+  });
+}
+
+clade_status clade_model_special_tokens(const clade_model* model, clade_special_tokens* out) {
+  return guard([&]() -> clade_status {
+    const clade::Tokenizer* tok = tokenizer_of(model);
+    CLADE_CHECK_ARG(size_ok(out, sizeof(clade_special_tokens)), "out is NULL or out->size is wrong");
+    out->bos = tok->bos;
+    out->eos = tok->eos;
+    out->eot = tok->eot;
+    out->pad = tok->pad;
+    out->unk = tok->unk;
+    out->add_bos = tok->add_bos;
+    out->add_eos = tok->add_eos;
+    return CLADE_OK;
+  });
+}
+
+int32_t clade_token_is_eog(const clade_model* model, clade_token token) {
+  if (!model || !model->m->tokenizer) return 0;
+  try {
+    return model->m->tokenizer->is_eog(token) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+clade_status clade_detokenizer_create(const clade_model* model, int32_t special, int32_t first_in_text,
+                                      clade_detokenizer** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    const clade::Tokenizer* tok = tokenizer_of(model);
+    std::unique_ptr<clade_detokenizer> d(new clade_detokenizer());
+    d->d.reset(new clade::DetokenizeStream(*tok, special != 0, first_in_text != 0));
+    *out = d.release();
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_detokenizer_push(clade_detokenizer* detok, clade_token token, const char** text, size_t* len) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(detok && text && len, "detok, text or len is NULL");
+    detok->out = detok->d->push(token);
+    *text = detok->out.data();
+    *len = detok->out.size();
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_detokenizer_flush(clade_detokenizer* detok, const char** text, size_t* len) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(detok && text && len, "detok, text or len is NULL");
+    detok->out = detok->d->flush();
+    *text = detok->out.data();
+    *len = detok->out.size();
+    return CLADE_OK;
+  });
+}
+
+void clade_detokenizer_free(clade_detokenizer* detok) { delete detok; }
+
+/* ---- tree ---- */
+
+void clade_tree_params_init(clade_tree_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->kv_type = CLADE_KV_F16;
+  p->prefill_chunk = 0;
+}
+
+static bool kv_type_ok(clade_kv_type t) { return t == CLADE_KV_F32 || t == CLADE_KV_F16 || t == CLADE_KV_BF16; }
+
+clade_status clade_tree_create(clade_model* model, const clade_tree_params* params, clade_tree** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    CLADE_CHECK_ARG(model, "model is NULL");
+    if (model->m->vocab_only) return set_error(CLADE_E_STATE, "the model was loaded for its vocabulary only");
+    clade_tree_params p;
+    clade_tree_params_init(&p);
+    if (params) {
+      CLADE_CHECK_ARG(params->size >= sizeof(clade_tree_params), "params->size is wrong: call clade_tree_params_init");
+      p = *params;
+    }
+    CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
+    CLADE_CHECK_ARG(p.prefill_chunk >= 0 && p.prefill_chunk <= (1 << 20), "prefill_chunk out of range");
+    std::unique_ptr<clade_tree> t(new clade_tree());
+    t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024));
+    *out = t.release();
+    return CLADE_OK;
+  });
+}
+
+void clade_tree_free(clade_tree* tree) {
+  if (!tree) return;
+  // Caches must be freed first; freeing the tree under them would leave
+  // them dangling, so refuse (leak) rather than crash later.
+  if (tree->t->live_caches > 0) {
+    set_error(CLADE_E_STATE, "clade_tree_free: caches of this tree are still alive; free them first");
+    return;
+  }
+  delete tree;
+}
+
+clade_status clade_tree_append(clade_tree* tree, clade_node_id parent, const clade_token* tokens, size_t n_tokens,
+                               float* logits, clade_node_id* out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && out, "tree or out is NULL");
+    CLADE_CHECK_ARG(tokens || n_tokens == 0, "tokens is NULL");
+    *out = -1;
+    *out = tree->t->append(parent, tokens, n_tokens, logits);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_release(clade_tree* tree, clade_node_id node) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    tree->t->release(node);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_node_info(const clade_tree* tree, clade_node_id node, clade_node_info* info) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    CLADE_CHECK_ARG(size_ok(info, sizeof(clade_node_info)), "info is NULL or info->size is wrong");
+    const clade::Node* n = tree->t->get(node);
+    info->parent = n->parent ? n->parent->id : -1;
+    info->length = n->length;
+    info->path_length = n->path_length;
+    info->n_children = n->n_children;
+    info->n_refs = n->refs;
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_node_tokens(const clade_tree* tree, clade_node_id node, clade_token* tokens, size_t capacity,
+                                    size_t* n_tokens) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && n_tokens, "tree or n_tokens is NULL");
+    const clade::Node* n = tree->t->get(node);
+    *n_tokens = n->tokens.size();
+    if (n->tokens.size() > capacity) return CLADE_BUFFER_SMALL;
+    CLADE_CHECK_ARG(tokens || n->tokens.empty(), "tokens is NULL");
+    if (!n->tokens.empty()) std::memcpy(tokens, n->tokens.data(), n->tokens.size() * sizeof(int32_t));
+    return CLADE_OK;
+  });
+}
+
+size_t clade_tree_kv_bytes(const clade_tree* tree) { return tree ? tree->t->kv_bytes() : 0; }
+
+/* ---- cache ---- */
+
+void clade_cache_params_init(clade_cache_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->max_seqs = 64;
+  p->max_tokens = 1024;
+  p->kv_type = (clade_kv_type)-1;  // the tree's
+  p->attention = CLADE_ATTENTION_AUTO;
+}
+
+clade_status clade_cache_create(clade_tree* tree, const clade_cache_params* params, clade_cache** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    clade_cache_params p;
+    clade_cache_params_init(&p);
+    if (params) {
+      CLADE_CHECK_ARG(params->size >= sizeof(clade_cache_params), "params->size is wrong: call clade_cache_params_init");
+      p = *params;
+    }
+    if ((int)p.kv_type == -1) p.kv_type = tree->t->kv_type;
+    CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
+    CLADE_CHECK_ARG(p.max_seqs > 0 && p.max_seqs <= (1 << 20), "max_seqs out of range");
+    CLADE_CHECK_ARG(p.max_tokens > 0 && p.max_tokens <= (1 << 28), "max_tokens out of range");
+    CLADE_CHECK_ARG(p.attention >= CLADE_ATTENTION_AUTO && p.attention <= CLADE_ATTENTION_NONE, "unknown attention mode");
+    std::unique_ptr<clade_cache> c(new clade_cache());
+    c->c.reset(new clade::Cache(*tree->t, p.max_seqs, p.max_tokens, p.kv_type, p.attention));
+    *out = c.release();
+    return CLADE_OK;
+  });
+}
+
+void clade_cache_free(clade_cache* cache) { delete cache; }
+
+clade_status clade_cache_add(clade_cache* cache, clade_node_id node, const clade_token* tokens, size_t n_tokens,
+                             uint32_t flags, clade_seq_id* out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && out, "cache or out is NULL");
+    CLADE_CHECK_ARG(tokens || n_tokens == 0, "tokens is NULL");
+    *out = -1;
+    return cache->c->add(node, tokens, n_tokens, flags, out);
+  });
+}
+
+clade_status clade_cache_remove(clade_cache* cache, clade_seq_id seq) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    cache->c->remove(seq);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_truncate(clade_cache* cache, clade_seq_id seq, int32_t length) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    cache->c->truncate(seq, length);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_seq_length(const clade_cache* cache, clade_seq_id seq, int32_t* length) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && length, "cache or length is NULL");
+    *length = cache->c->length(seq);
+    return CLADE_OK;
+  });
+}
+
+size_t clade_cache_kv_bytes(const clade_cache* cache) { return cache ? cache->c->kv_bytes() : 0; }
+
+void clade_batch_init(clade_batch* b) {
+  if (!b) return;
+  std::memset(b, 0, sizeof *b);
+  b->size = sizeof *b;
+}
+
+clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    CLADE_CHECK_ARG(size_ok(batch, sizeof(clade_batch)), "batch is NULL or batch->size is wrong: call clade_batch_init");
+    return cache->c->decode(*batch);
+  });
+}
+
+/* ---- sampler ---- */
+
+void clade_sampler_params_init(clade_sampler_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->temperature = 0.8f;
+  p->top_k = 40;
+  p->top_p = 0.95f;
+  p->min_p = 0.05f;
+  p->repeat_penalty = 1.0f;
+  p->seed = 0;
+}
+
+clade_status clade_sampler_create(const clade_sampler_params* params, clade_sampler** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    clade_sampler_params p;
+    clade_sampler_params_init(&p);
+    if (params) {
+      CLADE_CHECK_ARG(params->size >= sizeof(clade_sampler_params), "params->size is wrong");
+      p = *params;
+    }
+    CLADE_CHECK_ARG(p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 &&
+                        p.min_p <= 1 && p.repeat_penalty > 0,
+                    "sampler parameter out of range");
+    std::unique_ptr<clade_sampler> s(new clade_sampler());
+    s->s.reset(new clade::Sampler(p));
+    *out = s.release();
+    return CLADE_OK;
+  });
+}
+
+void clade_sampler_free(clade_sampler* sampler) { delete sampler; }
+
+clade_status clade_sample(clade_sampler* sampler, uint64_t stream, const float* logits, int32_t n_vocab,
+                          const clade_token* history, size_t n_history, clade_token* out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(sampler && logits && out, "sampler, logits or out is NULL");
+    CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
+    CLADE_CHECK_ARG(history || n_history == 0, "history is NULL");
+    *out = sampler->s->sample(stream, logits, n_vocab, history, n_history);
+    return CLADE_OK;
+  });
+}
+
+}  // extern "C"

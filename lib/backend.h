@@ -1,0 +1,116 @@
+// The operations every compute backend provides. The forward pass
+// (lib/forward.cpp) is written once against this interface; the CPU backend
+// (lib/cpu/) is always built, the CUDA backend (cuda/) when enabled.
+//
+// Pointers passed to these operations are in the backend's memory (host
+// memory for the CPU backend, device memory for CUDA), obtained from
+// alloc(). Weights are uploaded once at load time with upload_weight().
+// Layouts: activations are row-major [rows][width] float32. A KV span of one
+// layer is K and V, each [kv_heads][capacity][head_dim] of the span's
+// clade_kv_type, keys stored after RoPE.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "clade/clade.h"
+#include "gguf.h"
+
+namespace clade {
+
+// A weight matrix [n_out][n_in] (GGUF ne0 = n_in), rows contiguous, in its
+// file type.
+struct Weight {
+  TensorType type = TensorType::F32;
+  const void* data = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+};
+
+struct RopeParams {
+  int32_t head_dim = 0;
+  bool neox = false;            // pairs (i, i + d/2) instead of (2i, 2i+1)
+  float pos_scale = 1.0f;       // linear scaling: position * pos_scale
+  const float* inv_freq = nullptr;  // [head_dim/2] host memory, scaling applied
+};
+
+size_t kv_type_size(clade_kv_type t);
+
+// One attention problem: query rows against one contiguous KV span of one
+// KV head. Row r is q[rows[r]] (each a head_dim vector). Row r sees the
+// first limit[r] keys of the span (limit == nullptr: all len keys); a row
+// that sees none gives lse = -inf and o = 0. Outputs: o [n_rows][head_dim]
+// (the softmax-weighted values) and lse [n_rows] (natural-log
+// log-sum-exp of the scaled scores).
+struct AttnProblem {
+  const int32_t* rows = nullptr;
+  int32_t n_rows = 0;
+  const void* k = nullptr;  // [len][head_dim]
+  const void* v = nullptr;  // [len][head_dim]
+  int32_t len = 0;
+  const int32_t* limit = nullptr;
+  float* o = nullptr;
+  float* lse = nullptr;
+};
+
+// Merge list: output row i combines the partial rows
+// part_rows[part_begin[i] .. part_begin[i+1]) of (part_o [.][head_dim],
+// part_lse [.]): out[i] = sum_j exp(lse_j - L) * o_j with
+// L = logsumexp_j lse_j, in fp32. A row with no visible key gets 0.
+struct MergeList {
+  int64_t n_out_rows = 0;
+  const int32_t* part_begin = nullptr;  // [n_out_rows + 1]
+  const int32_t* part_rows = nullptr;
+  const float* part_o = nullptr;
+  const float* part_lse = nullptr;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual int n_threads() const = 0;
+
+  virtual void* alloc(size_t bytes) = 0;  // throws Error(CLADE_E_NOMEM)
+  virtual void release(void* p) = 0;
+  virtual void copy_to(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_from(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Make a weight usable by matmul; returns the backend's view (the CPU
+  // backend uses the mapping in place).
+  virtual Weight upload_weight(const Weight& host) = 0;
+
+  // y[n][n_out] = x[n][n_in] * W^T
+  virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
+  // out[i] = table row tokens[i], as f32
+  virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) = 0;
+  // y = x / sqrt(mean(x^2) + eps) * weight, per row of dim
+  virtual void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                       float* y) = 0;
+  // y[r] += bias, per row of dim
+  virtual void add_bias(float* y, const float* bias, int64_t n, int64_t dim) = 0;
+  // y += x, n elements
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  // gate = silu(gate) * up, n elements
+  virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+  // rotate x [n][n_heads][head_dim] in place; pos [n] (host memory)
+  virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;
+  // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span at
+  // positions start .. start+n-1; k_dst/v_dst point at head 0, position 0.
+  virtual void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity,
+                        int32_t kv_heads, int32_t head_dim, int32_t start, const float* k,
+                        const float* v, int64_t n) = 0;
+  // Solve independent attention problems (scores scaled by `scale`).
+  virtual void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
+                         const AttnProblem* problems, size_t n_problems) = 0;
+  // out [n_out_rows][head_dim]
+  virtual void merge(const MergeList& list, int32_t head_dim, float* out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+// nullptr if the library was built without CUDA; throws
+// Error(CLADE_E_BACKEND) when built with it but no device is usable.
+std::unique_ptr<Backend> make_cuda_backend();
+
+}  // namespace clade

@@ -1,0 +1,416 @@
+// The CPU backend: one thread pool owns the cores; OpenBLAS (single-threaded,
+// called from the pool's workers) for F32 products; own kernels
+// (lib/cpu/kernels.cpp) for widening half, bf16 and quantized weights.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "../backend.h"
+#include "../error.h"
+#include "kernels.h"
+#include "threadpool.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace clade {
+
+namespace {
+
+// Output rows of W per matmul work item.
+constexpr int64_t kTile = 64;
+// Up to this many input rows, matmul reads each weight row once and does
+// the dot products directly (bandwidth-bound decode); above it, tiles of W
+// are widened to f32 and multiplied with OpenBLAS (compute-bound).
+constexpr int kDirectRows = 4;
+// Query rows per attention work item, and keys per inner block.
+constexpr int kAttnRows = 64;
+constexpr int kAttnBlock = 128;
+constexpr int kMaxHeadDim = 256;
+// Below this many query rows, attention uses its own loops, not sgemm.
+constexpr int kAttnGemmRows = 8;
+
+struct ThreadScratch {
+  std::vector<float> tile;   // kTile * n_in widened weights
+  std::vector<float> row;    // one widened row
+  std::vector<float> q, s, acc, kb, vb, m, l;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : k_(cpu_kernels()), pool_(n_threads), scratch_((size_t)pool_.size()) {
+    openblas_set_num_threads(1);
+  }
+  const char* name() const override { return "cpu"; }
+  int n_threads() const override { return pool_.size(); }
+
+  void* alloc(size_t bytes) override {
+    size_t n = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, n ? n : 64);
+    if (!p) fail(CLADE_E_NOMEM, "cpu: cannot allocate " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void copy_to(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  Weight upload_weight(const Weight& host) override { return host; }
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
+  void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
+  void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void swiglu(float* gate, const float* up, int64_t n) override;
+  void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
+  void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
+                int32_t start, const float* k, const float* v, int64_t n) override;
+  void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
+                 size_t n_problems) override;
+  void merge(const MergeList& list, int32_t head_dim, float* out) override;
+
+ private:
+  // Split n elementwise items into chunks for the pool.
+  template <typename F>
+  void parallel_rows(int64_t n, int64_t min_per_item, F&& f) {
+    int64_t items = std::min<int64_t>((int64_t)pool_.size() * 4, std::max<int64_t>(1, n / min_per_item));
+    int64_t per = (n + items - 1) / items;
+    pool_.run(items, [&](int64_t it, int) {
+      int64_t a = it * per, b = std::min(n, a + per);
+      if (a < b) f(a, b);
+    });
+  }
+  void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0, int r1,
+                   int c0, int c1, float* o, float* lse);
+
+  const CpuKernels& k_;
+  ThreadPool pool_;
+  std::vector<ThreadScratch> scratch_;
+  std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
+  std::vector<float> part_;  // attention split-K partials
+};
+
+TensorType kv_tensor_type(clade_kv_type t) {
+  return t == CLADE_KV_F16 ? TensorType::F16 : t == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F32;
+}
+
+void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t K = w.n_in, N = w.n_out;
+  const uint64_t row_bytes = tensor_row_bytes(w.type, K);
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  int64_t tiles = (N + kTile - 1) / kTile;
+  pool_.run(tiles, [&](int64_t t, int tid) {
+    ThreadScratch& s = scratch_[(size_t)tid];
+    int64_t o0 = t * kTile, o1 = std::min(N, o0 + kTile), rows = o1 - o0;
+    if (n <= kDirectRows) {
+      if (s.row.size() < (size_t)K) s.row.resize((size_t)K);
+      for (int64_t o = o0; o < o1; o++) k_.row_dots(w.type, base + o * row_bytes, x, K, (int)n, K, y + o, N, s.row.data());
+      return;
+    }
+    const float* wt;
+    if (w.type == TensorType::F32) {
+      wt = reinterpret_cast<const float*>(base) + o0 * K;
+    } else {
+      if (s.tile.size() < (size_t)(kTile * K)) s.tile.resize((size_t)(kTile * K));
+      for (int64_t o = o0; o < o1; o++) k_.to_f32(w.type, base + o * row_bytes, s.tile.data() + (o - o0) * K, K);
+      wt = s.tile.data();
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)K, 1.0f, x, (int)K, wt, (int)K, 0.0f,
+                y + o0, (int)N);
+  });
+}
+
+void CpuBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t row_bytes = tensor_row_bytes(table.type, table.n_in);
+  for (int64_t i = 0; i < n; i++)
+    k_.to_f32(table.type, static_cast<const uint8_t*>(table.data) + (uint64_t)tokens[i] * row_bytes,
+              out + i * table.n_in, table.n_in);
+}
+
+void CpuBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+  std::lock_guard<std::mutex> lock(mu_);
+  parallel_rows(n, 16, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; r++) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      float ss = k_.dot(xr, xr, dim);
+      float inv = 1.0f / std::sqrt(ss / (float)dim + eps);
+      for (int64_t i = 0; i < dim; i++) yr[i] = xr[i] * inv * weight[i];
+    }
+  });
+}
+
+void CpuBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
+  for (int64_t r = 0; r < n; r++) k_.axpy(y + r * dim, bias, 1.0f, dim);
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t n) { k_.axpy(y, x, 1.0f, n); }
+
+void CpuBackend::swiglu(float* gate, const float* up, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  parallel_rows(n, 4096, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; i++) {
+      float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int hd = p.head_dim, half = hd / 2;
+  parallel_rows(n, 8, [&](int64_t a, int64_t b) {
+    float cs[kMaxHeadDim], sn[kMaxHeadDim];
+    for (int64_t t = a; t < b; t++) {
+      float fp = (float)pos[t] * p.pos_scale;
+      for (int i = 0; i < half; i++) {
+        float th = fp * p.inv_freq[i];
+        cs[i] = std::cos(th);
+        sn[i] = std::sin(th);
+      }
+      for (int h = 0; h < n_heads; h++) {
+        float* v = x + (t * n_heads + h) * hd;
+        for (int i = 0; i < half; i++) {
+          int i0 = p.neox ? i : 2 * i, i1 = p.neox ? i + half : 2 * i + 1;
+          float a0 = v[i0], a1 = v[i1];
+          v[i0] = a0 * cs[i] - a1 * sn[i];
+          v[i1] = a0 * sn[i] + a1 * cs[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
+                          int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TensorType tt = kv_tensor_type(type);
+  size_t es = kv_type_size(type);
+  for (int64_t t = 0; t < n; t++)
+    for (int h = 0; h < kv_heads; h++) {
+      size_t off = ((size_t)h * capacity + (size_t)(start + t)) * head_dim * es;
+      k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, static_cast<uint8_t*>(k_dst) + off, head_dim);
+      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, static_cast<uint8_t*>(v_dst) + off, head_dim);
+    }
+}
+
+// Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1).
+void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
+                             int r1, int c0, int c1, float* o, float* lse) {
+  ThreadScratch& s = scratch_[(size_t)tid];
+  const int R = r1 - r0;
+  s.q.resize((size_t)kAttnRows * hd);
+  s.s.resize((size_t)kAttnRows * kAttnBlock);
+  s.acc.assign((size_t)R * hd, 0.0f);
+  s.kb.resize((size_t)kAttnBlock * hd);
+  s.vb.resize((size_t)kAttnBlock * hd);
+  s.m.assign((size_t)R, -std::numeric_limits<float>::infinity());
+  s.l.assign((size_t)R, 0.0f);
+  int max_limit = 0;
+  for (int r = 0; r < R; r++) {
+    const float* src = q + (size_t)p.rows[r0 + r] * hd;
+    for (int i = 0; i < hd; i++) s.q[(size_t)r * hd + i] = src[i] * scale;
+    max_limit = std::max(max_limit, p.limit ? p.limit[r0 + r] : p.len);
+  }
+  const size_t es = kt == TensorType::F32 ? 4 : 2;
+  const int end = std::min(c1, max_limit);
+  for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
+    const int jb = std::min(kAttnBlock, end - j0);
+    const float* K;
+    const float* V;
+    const uint8_t* kp = static_cast<const uint8_t*>(p.k) + (size_t)j0 * hd * es;
+    const uint8_t* vp = static_cast<const uint8_t*>(p.v) + (size_t)j0 * hd * es;
+    if (kt == TensorType::F32) {
+      K = reinterpret_cast<const float*>(kp);
+      V = reinterpret_cast<const float*>(vp);
+    } else {
+      k_.to_f32(kt, kp, s.kb.data(), (int64_t)jb * hd);
+      k_.to_f32(kt, vp, s.vb.data(), (int64_t)jb * hd);
+      K = s.kb.data();
+      V = s.vb.data();
+    }
+    float* S = s.s.data();
+    if (R >= kAttnGemmRows) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, jb, hd, 1.0f, s.q.data(), hd, K, hd, 0.0f, S, jb);
+    } else {
+      for (int r = 0; r < R; r++)
+        for (int j = 0; j < jb; j++) S[r * jb + j] = k_.dot(s.q.data() + (size_t)r * hd, K + (size_t)j * hd, hd);
+    }
+    for (int r = 0; r < R; r++) {
+      float* Sr = S + (size_t)r * jb;
+      int lim = p.limit ? p.limit[r0 + r] : p.len;
+      int vis = std::min(jb, lim - j0);
+      if (vis <= 0) {
+        std::fill(Sr, Sr + jb, 0.0f);
+        continue;
+      }
+      float mx = *std::max_element(Sr, Sr + vis);
+      float nm = std::max(s.m[(size_t)r], mx);
+      float corr = std::exp(s.m[(size_t)r] - nm);  // exp(-inf) = 0 on the first block
+      if (corr != 1.0f) {
+        float* a = s.acc.data() + (size_t)r * hd;
+        for (int i = 0; i < hd; i++) a[i] *= corr;
+      }
+      float sum = k_.exp_sum(Sr, nm, vis);
+      std::fill(Sr + vis, Sr + jb, 0.0f);
+      s.l[(size_t)r] = s.l[(size_t)r] * corr + sum;
+      s.m[(size_t)r] = nm;
+    }
+    if (R >= kAttnGemmRows) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, hd, jb, 1.0f, S, jb, V, hd, 1.0f, s.acc.data(), hd);
+    } else {
+      for (int r = 0; r < R; r++)
+        for (int j = 0; j < jb; j++) {
+          float w = S[(size_t)r * jb + j];
+          if (w != 0.0f) k_.axpy(s.acc.data() + (size_t)r * hd, V + (size_t)j * hd, w, hd);
+        }
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    float* orow = o + (size_t)r * hd;
+    float l = s.l[(size_t)r];
+    if (l > 0) {
+      float inv = 1.0f / l;
+      for (int i = 0; i < hd; i++) orow[i] = s.acc[(size_t)r * hd + i] * inv;
+      lse[r] = s.m[(size_t)r] + std::log(l);
+    } else {
+      std::fill(orow, orow + hd, 0.0f);
+      lse[r] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
+                           const AttnProblem* problems, size_t n_problems) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (head_dim > kMaxHeadDim) fail(CLADE_E_UNSUPPORTED, "cpu: head dimension above 256");
+  const TensorType kt = kv_tensor_type(type);
+  struct Item {
+    int p, r0, r1, c0, c1;
+    float* o;
+    float* lse;
+  };
+  // Row blocks first; if they give too few items for the cores, split the
+  // keys too (each split gives partial (o, lse) pairs merged below).
+  int64_t row_items = 0;
+  for (size_t i = 0; i < n_problems; i++)
+    if (problems[i].len > 0) row_items += (problems[i].n_rows + kAttnRows - 1) / kAttnRows;
+  const int64_t want = 4 * (int64_t)pool_.size();
+  std::vector<Item> items;
+  std::vector<int> splits(n_problems, 1);
+  size_t part_floats = 0;
+  for (size_t i = 0; i < n_problems; i++) {
+    const AttnProblem& p = problems[i];
+    if (p.len <= 0 || p.n_rows <= 0) continue;
+    int split = 1;
+    if (row_items < want) {
+      split = (int)std::min<int64_t>((want + row_items - 1) / row_items, (p.len + 511) / 512);
+      split = std::max(split, 1);
+    }
+    splits[i] = split;
+    if (split > 1) part_floats += (size_t)split * p.n_rows * (head_dim + 1);
+  }
+  if (part_.size() < part_floats) part_.resize(part_floats);
+  std::vector<size_t> part_at(n_problems, 0);
+  size_t at = 0;
+  for (size_t i = 0; i < n_problems; i++) {
+    const AttnProblem& p = problems[i];
+    if (p.n_rows <= 0) continue;
+    if (p.len <= 0) {  // nothing to see
+      for (int r = 0; r < p.n_rows; r++) {
+        std::fill(p.o + (size_t)r * head_dim, p.o + (size_t)(r + 1) * head_dim, 0.0f);
+        p.lse[r] = -std::numeric_limits<float>::infinity();
+      }
+      continue;
+    }
+    int split = splits[i];
+    int chunk = (p.len + split - 1) / split;
+    part_at[i] = at;
+    for (int r0 = 0; r0 < p.n_rows; r0 += kAttnRows) {
+      int r1 = std::min(p.n_rows, r0 + kAttnRows);
+      for (int c = 0; c < split; c++) {
+        int c0 = c * chunk, c1 = std::min(p.len, c0 + chunk);
+        if (split == 1) {
+          items.push_back({(int)i, r0, r1, c0, c1, p.o + (size_t)r0 * head_dim, p.lse + r0});
+        } else {
+          // partial layout per problem: [split][n_rows][head_dim], then lse [split][n_rows]
+          float* po = part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
+          float* pl = part_.data() + at + (size_t)split * p.n_rows * head_dim + (size_t)c * p.n_rows + r0;
+          items.push_back({(int)i, r0, r1, c0, c1, po, pl});
+        }
+      }
+    }
+    if (split > 1) at += (size_t)split * p.n_rows * (head_dim + 1);
+  }
+  pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
+    const Item& w = items[(size_t)it];
+    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.o, w.lse);
+  });
+  // Merge the key splits.
+  for (size_t i = 0; i < n_problems; i++) {
+    const AttnProblem& p = problems[i];
+    int split = splits[i];
+    if (split <= 1 || p.len <= 0 || p.n_rows <= 0) continue;
+    const float* po = part_.data() + part_at[i];
+    const float* pl = po + (size_t)split * p.n_rows * head_dim;
+    for (int r = 0; r < p.n_rows; r++) {
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int c = 0; c < split; c++) mx = std::max(mx, pl[(size_t)c * p.n_rows + r]);
+      float* orow = p.o + (size_t)r * head_dim;
+      std::fill(orow, orow + head_dim, 0.0f);
+      if (mx == -std::numeric_limits<float>::infinity()) {
+        p.lse[r] = mx;
+        continue;
+      }
+      float sum = 0;
+      for (int c = 0; c < split; c++) {
+        float w = std::exp(pl[(size_t)c * p.n_rows + r] - mx);
+        sum += w;
+        if (w > 0) k_.axpy(orow, po + ((size_t)c * p.n_rows + r) * head_dim, w, head_dim);
+      }
+      float inv = 1.0f / sum;
+      for (int d = 0; d < head_dim; d++) orow[d] *= inv;
+      p.lse[r] = mx + std::log(sum);
+    }
+  }
+}
+
+void CpuBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  parallel_rows(list.n_out_rows, 64, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; r++) {
+      float* orow = out + r * head_dim;
+      std::fill(orow, orow + head_dim, 0.0f);
+      int32_t j0 = list.part_begin[r], j1 = list.part_begin[r + 1];
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int32_t j = j0; j < j1; j++) mx = std::max(mx, list.part_lse[list.part_rows[j]]);
+      if (mx == -std::numeric_limits<float>::infinity()) continue;
+      float sum = 0;
+      for (int32_t j = j0; j < j1; j++) {
+        int32_t pr = list.part_rows[j];
+        float w = std::exp(list.part_lse[pr] - mx);
+        sum += w;
+        if (w > 0) k_.axpy(orow, list.part_o + (size_t)pr * head_dim, w, head_dim);
+      }
+      float inv = 1.0f / sum;
+      for (int d = 0; d < head_dim; d++) orow[d] *= inv;
+    }
+  });
+}
+
+}  // namespace
+
+size_t kv_type_size(clade_kv_type t) { return t == CLADE_KV_F32 ? 4 : 2; }
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+  return std::unique_ptr<Backend>(new CpuBackend(n_threads));
+}
+
+}  // namespace clade

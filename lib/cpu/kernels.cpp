@@ -1,0 +1,225 @@
+#include "kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "../half.h"
+#include "../quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace clade {
+
+namespace {
+
+// ---- portable ---------------------------------------------------------------
+
+float dot_plain(const float* a, const float* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+  float t = 0;
+  for (; i < n; i++) t += a[i] * b[i];
+  return t + ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+void axpy_plain(float* y, const float* x, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void to_f32_plain(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
+void from_f32_plain(TensorType t, const float* src, void* dst, int64_t n) { quantize_row(t, src, dst, n); }
+
+float exp_sum_plain(float* x, float m, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  return s;
+}
+
+template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
+void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in, float* out,
+                      int64_t ldo, float* scratch) {
+  const float* row;
+  if (t == TensorType::F32) {
+    row = static_cast<const float*>(w);
+  } else {
+    ToF32(t, w, scratch, n_in);
+    row = scratch;
+  }
+  for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
+}
+
+const CpuKernels kPortable = {
+    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, exp_sum_plain,
+    row_dots_generic<dot_plain, to_f32_plain>,
+};
+
+#if defined(__x86_64__)
+// ---- AVX2 + FMA + F16C --------------------------------------------------------
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float t = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  for (; i < n; i++) t += a[i] * b[i];
+  return t;
+}
+
+AVX2 void axpy_avx2(float* y, const float* x, float alpha, int64_t n) {
+  __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += alpha * x[i];
+}
+
+AVX2 void to_f32_avx2(TensorType t, const void* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  if (t == TensorType::F16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + i))));
+    for (; i < n; i++) dst[i] = half_to_float(s[i]);
+  } else if (t == TensorType::BF16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (; i + 8 <= n; i += 8) {
+      __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(s + i)));
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    for (; i < n; i++) dst[i] = bf16_to_float(s[i]);
+  } else if (t == TensorType::Q8_0) {
+    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+    for (int64_t k = 0; k < n / 32; k++) {
+      __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
+      for (int j = 0; j < 32; j += 8) {
+        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b[k].qs + j)));
+        _mm256_storeu_ps(dst + k * 32 + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+      }
+    }
+  } else if (t == TensorType::Q4_0) {
+    const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+    const __m256i eight = _mm256_set1_epi32(8), mask = _mm256_set1_epi32(0x0f);
+    for (int64_t k = 0; k < n / 32; k++) {
+      __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
+      for (int j = 0; j < 16; j += 8) {
+        __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(b[k].qs + j)));
+        __m256i lo = _mm256_sub_epi32(_mm256_and_si256(q, mask), eight);
+        __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight);
+        _mm256_storeu_ps(dst + k * 32 + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
+        _mm256_storeu_ps(dst + k * 32 + j + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(hi)));
+      }
+    }
+  } else {
+    std::memcpy(dst, src, (size_t)n * 4);
+  }
+}
+
+AVX2 void from_f32_avx2(TensorType t, const float* src, void* dst, int64_t n) {
+  int64_t i = 0;
+  if (t == TensorType::F16) {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = float_to_half(src[i]);
+  } else {
+    quantize_row(t, src, dst, n);
+  }
+}
+
+// exp(x) for x <= 0 (softmax after subtracting the max): range reduction
+// x = k ln2 + r, |r| <= ln2/2, a degree-6 polynomial for e^r (relative error
+// about 2e-7), then scaling by 2^k through the exponent bits.
+AVX2 inline __m256 exp_avx2(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  x = _mm256_max_ps(x, lo);
+  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  __m256 r2 = _mm256_mul_ps(r, r);
+  p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 float exp_sum_avx2(float* x, float m, int64_t n) {
+  __m256 vm = _mm256_set1_ps(m), s = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    s = _mm256_add_ps(s, e);
+  }
+  float t = hsum(s);
+  for (; i < n; i++) {
+    x[i] = std::exp(x[i] - m);
+    t += x[i];
+  }
+  return t;
+}
+
+// F16/BF16 rows are widened in registers (no scratch pass); other types go
+// through the scratch row.
+AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in, float* out,
+                        int64_t ldo, float* scratch) {
+  if ((t == TensorType::F16 || t == TensorType::BF16) && n_in % 8 == 0 && n_x <= 4) {
+    const uint16_t* s = static_cast<const uint16_t*>(w);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n_in; i += 8) {
+      __m128i h = _mm_loadu_si128((const __m128i*)(s + i));
+      __m256 wv = t == TensorType::F16 ? _mm256_cvtph_ps(h)
+                                       : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      for (int r = 0; r < n_x; r++) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * ldx + i), acc[r]);
+    }
+    for (int r = 0; r < n_x; r++) out[r * ldo] = hsum(acc[r]);
+    return;
+  }
+  row_dots_generic<dot_avx2, to_f32_avx2>(t, w, x, ldx, n_x, n_in, out, ldo, scratch);
+}
+
+const CpuKernels kAvx2 = {
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, exp_sum_avx2, row_dots_avx2,
+};
+#endif
+
+}  // namespace
+
+const CpuKernels& cpu_kernels_portable() { return kPortable; }
+
+const CpuKernels& cpu_kernels() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  if (avx2) return kAvx2;
+#endif
+  return kPortable;
+}
+
+}  // namespace clade

@@ -1,0 +1,32 @@
+// Vector primitives of the CPU backend: a portable version of each, and an
+// x86-64 AVX2/FMA/F16C version picked at run time when the CPU has it.
+#pragma once
+
+#include <cstdint>
+
+#include "../gguf.h"
+
+namespace clade {
+
+struct CpuKernels {
+  const char* name;
+  // sum a[i]*b[i]
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y += alpha * x
+  void (*axpy)(float* y, const float* x, float alpha, int64_t n);
+  // widen n elements of a row of type t (whole blocks) to f32
+  void (*to_f32)(TensorType t, const void* src, float* dst, int64_t n);
+  // narrow n f32 to type t (F32, F16 or BF16)
+  void (*from_f32)(TensorType t, const float* src, void* dst, int64_t n);
+  // x[i] = exp(x[i] - m), returns the sum
+  float (*exp_sum)(float* x, float m, int64_t n);
+  // out[r] = dot(W row, x_r) for r < n_x rows of x (stride ldx); W row of
+  // type t, n_in elements. For small batches: reads the row once.
+  void (*row_dots)(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in,
+                   float* out, int64_t ldo, float* scratch);
+};
+
+const CpuKernels& cpu_kernels();           // the best for this CPU
+const CpuKernels& cpu_kernels_portable();  // the plain path, for tests
+
+}  // namespace clade

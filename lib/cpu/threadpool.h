@@ -1,0 +1,42 @@
+// One pool of worker threads owns the cores for the CPU backend. OpenBLAS
+// is used single-threaded from inside these workers, so the two never
+// compete for cores (see DESIGN.md: spinning BLAS and OpenMP threads
+// together halved throughput in a measurement).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace clade {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  int size() const { return (int)workers_.size() + 1; }
+  // fn(item, thread) for every item in [0, n_items); the calling thread
+  // takes part as thread 0. Items are handed out dynamically. Blocks until
+  // all are done. Not reentrant; callers serialise (the backend's lock).
+  void run(int64_t n_items, const std::function<void(int64_t, int)>& fn);
+
+ private:
+  void worker(int id);
+  void work(int id);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> next_{0};
+  std::atomic<int> active_{0};
+  int64_t n_items_ = 0;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  bool stop_ = false;
+};
+
+}  // namespace clade

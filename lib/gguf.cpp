@@ -1,0 +1,484 @@
+#include "gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unordered_set>
+
+namespace clade {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+// Bounds that keep a hostile file from making us allocate absurd amounts
+// before the size checks against the file catch it.
+constexpr uint64_t kMaxStringBytes = 1ull << 30;
+constexpr uint64_t kMaxDims = 4;
+
+struct Reader {
+  const uint8_t* base;
+  size_t size;
+  size_t pos = 0;
+
+  [[noreturn]] void bad(const std::string& what) const {
+    fail(CLADE_E_FORMAT, "GGUF: " + what + " (at byte " + std::to_string(pos) + " of " +
+                             std::to_string(size) + ")");
+  }
+  void need(uint64_t n, const char* what) const {
+    if (n > size - pos) bad(std::string("truncated while reading ") + what);
+  }
+  template <typename T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string str(const char* what) {
+    uint64_t n = get<uint64_t>(what);
+    if (n > kMaxStringBytes) bad(std::string("string length overflows in ") + what);
+    need(n, what);
+    std::string s(reinterpret_cast<const char*>(base + pos), n);
+    pos += n;
+    return s;
+  }
+};
+
+size_t scalar_size(GGUFType t) {
+  switch (t) {
+    case GGUFType::UINT8: case GGUFType::INT8: case GGUFType::BOOL: return 1;
+    case GGUFType::UINT16: case GGUFType::INT16: return 2;
+    case GGUFType::UINT32: case GGUFType::INT32: case GGUFType::FLOAT32: return 4;
+    case GGUFType::UINT64: case GGUFType::INT64: case GGUFType::FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+// Read one scalar of type t into v's numeric fields.
+void read_scalar(Reader& r, GGUFType t, GGUFValue& v) {
+  switch (t) {
+    case GGUFType::UINT8: v.u = r.get<uint8_t>("u8"); v.i = (int64_t)v.u; break;
+    case GGUFType::INT8: v.i = r.get<int8_t>("i8"); v.u = (uint64_t)v.i; break;
+    case GGUFType::UINT16: v.u = r.get<uint16_t>("u16"); v.i = (int64_t)v.u; break;
+    case GGUFType::INT16: v.i = r.get<int16_t>("i16"); v.u = (uint64_t)v.i; break;
+    case GGUFType::UINT32: v.u = r.get<uint32_t>("u32"); v.i = (int64_t)v.u; break;
+    case GGUFType::INT32: v.i = r.get<int32_t>("i32"); v.u = (uint64_t)v.i; break;
+    case GGUFType::UINT64: v.u = r.get<uint64_t>("u64"); v.i = (int64_t)v.u; break;
+    case GGUFType::INT64: v.i = r.get<int64_t>("i64"); v.u = (uint64_t)v.i; break;
+    case GGUFType::FLOAT32: v.f = r.get<float>("f32"); break;
+    case GGUFType::FLOAT64: v.f = r.get<double>("f64"); break;
+    case GGUFType::BOOL: {
+      uint8_t b = r.get<uint8_t>("bool");
+      if (b > 1) r.bad("bool value is neither 0 nor 1");
+      v.b = b != 0;
+      v.u = b;
+      v.i = b;
+      break;
+    }
+    default: r.bad("unknown value type " + std::to_string((uint32_t)t));
+  }
+  if (t != GGUFType::FLOAT32 && t != GGUFType::FLOAT64) v.f = (double)v.i;
+}
+
+bool valid_value_type(uint32_t t) { return t <= (uint32_t)GGUFType::FLOAT64; }
+
+void read_value(Reader& r, GGUFType t, GGUFValue& v, const std::string& key) {
+  v.type = t;
+  if (t == GGUFType::STRING) {
+    v.str = r.str(key.c_str());
+  } else if (t == GGUFType::ARRAY) {
+    uint32_t et = r.get<uint32_t>("array type");
+    if (!valid_value_type(et)) r.bad("key '" + key + "': unknown array element type " + std::to_string(et));
+    if (et == (uint32_t)GGUFType::ARRAY) r.bad("key '" + key + "': nested arrays are not supported");
+    v.elem_type = (GGUFType)et;
+    uint64_t n = r.get<uint64_t>("array count");
+    if (v.elem_type == GGUFType::STRING) {
+      // every string takes at least its 8-byte length
+      if (n > (r.size - r.pos) / 8) r.bad("key '" + key + "': array count " + std::to_string(n) + " exceeds the file");
+      v.strs.reserve(n);
+      for (uint64_t k = 0; k < n; k++) v.strs.push_back(r.str(key.c_str()));
+    } else {
+      size_t es = scalar_size(v.elem_type);
+      if (n > (r.size - r.pos) / es) r.bad("key '" + key + "': array count " + std::to_string(n) + " exceeds the file");
+      v.nums.reserve(n);
+      v.ints.reserve(n);
+      GGUFValue tmp;
+      for (uint64_t k = 0; k < n; k++) {
+        read_scalar(r, v.elem_type, tmp);
+        v.nums.push_back(tmp.f);
+        v.ints.push_back(tmp.i);
+      }
+    }
+  } else {
+    read_scalar(r, t, v);
+  }
+}
+
+}  // namespace
+
+const char* tensor_type_name(TensorType t) {
+  switch (t) {
+    case TensorType::F32: return "f32";
+    case TensorType::F16: return "f16";
+    case TensorType::BF16: return "bf16";
+    case TensorType::Q8_0: return "q8_0";
+    case TensorType::Q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+bool tensor_type_known(uint32_t t) {
+  return t == 0 || t == 1 || t == 2 || t == 8 || t == 30;
+}
+
+int64_t tensor_block_elems(TensorType t) {
+  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) ? 32 : 1;
+}
+
+int64_t tensor_block_bytes(TensorType t) {
+  switch (t) {
+    case TensorType::F32: return 4;
+    case TensorType::F16: case TensorType::BF16: return 2;
+    case TensorType::Q8_0: return 34;
+    case TensorType::Q4_0: return 18;
+  }
+  return 0;
+}
+
+uint64_t tensor_row_bytes(TensorType t, int64_t n) {
+  return (uint64_t)(n / tensor_block_elems(t)) * (uint64_t)tensor_block_bytes(t);
+}
+
+bool GGUFValue::is_int() const {
+  switch (type) {
+    case GGUFType::UINT8: case GGUFType::INT8: case GGUFType::UINT16: case GGUFType::INT16:
+    case GGUFType::UINT32: case GGUFType::INT32: case GGUFType::UINT64: case GGUFType::INT64:
+      return true;
+    default: return false;
+  }
+}
+bool GGUFValue::is_float() const { return type == GGUFType::FLOAT32 || type == GGUFType::FLOAT64; }
+size_t GGUFValue::array_size() const {
+  return elem_type == GGUFType::STRING ? strs.size() : nums.size();
+}
+
+std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(CLADE_E_IO, "cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(CLADE_E_IO, "'" + path + "' is not a regular file");
+  }
+  size_t size = (size_t)st.st_size;
+  void* map = nullptr;
+  if (size > 0) {
+    map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      fail(CLADE_E_IO, "cannot map '" + path + "': " + std::strerror(e));
+    }
+  }
+  ::close(fd);
+  std::unique_ptr<GGUFFile> f(new GGUFFile());
+  f->map_ = map;
+  f->map_size_ = size;
+  try {
+    f->parse(static_cast<const uint8_t*>(map), size);
+  } catch (const Error& e) {
+    fail(e.status(), std::string(e.what()) + " in '" + path + "'");
+  }
+  return f;
+}
+
+std::unique_ptr<GGUFFile> GGUFFile::from_memory(const uint8_t* data, size_t size) {
+  std::unique_ptr<GGUFFile> f(new GGUFFile());
+  f->parse(data, size);
+  return f;
+}
+
+GGUFFile::~GGUFFile() {
+  if (map_) munmap(map_, map_size_);
+}
+
+void GGUFFile::parse(const uint8_t* base, size_t size) {
+  Reader r{base, size};
+  if (size < 4 || r.get<uint32_t>("magic") != kMagic) {
+    r.pos = 0;
+    r.bad("bad magic: not a GGUF file");
+  }
+  version_ = r.get<uint32_t>("version");
+  if (version_ != 2 && version_ != 3) {
+    fail(CLADE_E_FORMAT, "GGUF: version " + std::to_string(version_) + " is not supported (2 and 3 are)");
+  }
+  uint64_t n_tensors = r.get<uint64_t>("tensor count");
+  uint64_t n_kv = r.get<uint64_t>("metadata count");
+  // Each KV takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor
+  // info at least 8 + 4 + 4 + 8.
+  if (n_kv > size / 13) r.bad("metadata count " + std::to_string(n_kv) + " exceeds the file");
+  if (n_tensors > size / 24) r.bad("tensor count " + std::to_string(n_tensors) + " exceeds the file");
+
+  std::unordered_set<std::string> seen;
+  kvs_.reserve(n_kv);
+  for (uint64_t k = 0; k < n_kv; k++) {
+    GGUFKV kv;
+    kv.key = r.str("metadata key");
+    if (!seen.insert(kv.key).second) r.bad("duplicate metadata key '" + kv.key + "'");
+    uint32_t t = r.get<uint32_t>("value type");
+    if (!valid_value_type(t)) r.bad("key '" + kv.key + "': unknown value type " + std::to_string(t));
+    read_value(r, (GGUFType)t, kv.value, kv.key);
+    kvs_.push_back(std::move(kv));
+  }
+
+  if (const GGUFValue* a = find("general.alignment")) {
+    if (!a->is_int() || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
+      fail(CLADE_E_FORMAT, "GGUF: general.alignment must be a power of two up to 65536");
+    alignment_ = a->u;
+  }
+
+  seen.clear();
+  tensors_.reserve(n_tensors);
+  for (uint64_t k = 0; k < n_tensors; k++) {
+    GGUFTensor t;
+    t.name = r.str("tensor name");
+    if (!seen.insert(t.name).second) r.bad("duplicate tensor name '" + t.name + "'");
+    t.n_dims = r.get<uint32_t>("tensor dims");
+    if (t.n_dims == 0 || t.n_dims > kMaxDims)
+      r.bad("tensor '" + t.name + "': " + std::to_string(t.n_dims) + " dimensions (1 to 4 allowed)");
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t.n_dims; d++) {
+      t.ne[d] = r.get<uint64_t>("tensor dim");
+      if (t.ne[d] == 0 || t.ne[d] > (1ull << 40))
+        r.bad("tensor '" + t.name + "': dimension " + std::to_string(d) + " is " + std::to_string(t.ne[d]));
+      if (n > (1ull << 50) / t.ne[d]) r.bad("tensor '" + t.name + "': element count overflows");
+      n *= t.ne[d];
+    }
+    uint32_t type = r.get<uint32_t>("tensor type");
+    if (!tensor_type_known(type))
+      fail(CLADE_E_UNSUPPORTED, "GGUF: tensor '" + t.name + "' has unsupported type " + std::to_string(type));
+    t.type = (TensorType)type;
+    if (t.ne[0] % tensor_block_elems(t.type) != 0)
+      r.bad("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+            tensor_type_name(t.type) + " block");
+    t.nbytes = tensor_row_bytes(t.type, (int64_t)t.ne[0]) * (n / t.ne[0]);
+    t.offset = r.get<uint64_t>("tensor offset");
+    if (t.offset % alignment_ != 0) r.bad("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not aligned");
+    tensors_.push_back(std::move(t));
+  }
+
+  uint64_t data_start = (r.pos + alignment_ - 1) / alignment_ * alignment_;
+  if (n_tensors == 0) {
+    data_size_ = 0;
+    return;
+  }
+  if (data_start > size) {
+    r.pos = size;
+    r.bad("truncated before the tensor data");
+  }
+  data_size_ = size - data_start;
+  for (GGUFTensor& t : tensors_) {
+    if (t.offset > data_size_ || t.nbytes > data_size_ - t.offset)
+      fail(CLADE_E_FORMAT, "GGUF: tensor '" + t.name + "' data [" + std::to_string(t.offset) + ", +" +
+                               std::to_string(t.nbytes) + ") lies past the end of the file (data section is " +
+                               std::to_string(data_size_) + " bytes)");
+    t.data = base + data_start + t.offset;
+  }
+}
+
+const GGUFValue* GGUFFile::find(std::string_view key) const {
+  for (const GGUFKV& kv : kvs_)
+    if (kv.key == key) return &kv.value;
+  return nullptr;
+}
+
+const GGUFTensor* GGUFFile::find_tensor(std::string_view name) const {
+  for (const GGUFTensor& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::string GGUFFile::get_str(std::string_view key, const std::string& def) const {
+  const GGUFValue* v = find(key);
+  if (!v) return def;
+  if (v->type != GGUFType::STRING) fail(CLADE_E_FORMAT, "GGUF: key '" + std::string(key) + "' is not a string");
+  return v->str;
+}
+
+int64_t GGUFFile::get_int(std::string_view key, int64_t def) const {
+  const GGUFValue* v = find(key);
+  if (!v) return def;
+  if (!v->is_int()) fail(CLADE_E_FORMAT, "GGUF: key '" + std::string(key) + "' is not an integer");
+  return v->i;
+}
+
+double GGUFFile::get_float(std::string_view key, double def) const {
+  const GGUFValue* v = find(key);
+  if (!v) return def;
+  if (!v->is_float() && !v->is_int()) fail(CLADE_E_FORMAT, "GGUF: key '" + std::string(key) + "' is not a number");
+  return v->f;
+}
+
+bool GGUFFile::get_bool(std::string_view key, bool def) const {
+  const GGUFValue* v = find(key);
+  if (!v) return def;
+  if (v->type != GGUFType::BOOL) fail(CLADE_E_FORMAT, "GGUF: key '" + std::string(key) + "' is not a bool");
+  return v->b;
+}
+
+// ---- writer ----------------------------------------------------------------
+
+void GGUFWriter::put(const std::string& key, GGUFValue v) {
+  for (KV& kv : kvs_)
+    if (kv.key == key) {
+      kv.value = std::move(v);
+      return;
+    }
+  kvs_.push_back({key, std::move(v)});
+}
+
+void GGUFWriter::set_u32(const std::string& key, uint32_t x) {
+  GGUFValue v; v.type = GGUFType::UINT32; v.u = x; v.i = x; put(key, v);
+}
+void GGUFWriter::set_i32(const std::string& key, int32_t x) {
+  GGUFValue v; v.type = GGUFType::INT32; v.i = x; v.u = (uint64_t)x; put(key, v);
+}
+void GGUFWriter::set_u64(const std::string& key, uint64_t x) {
+  GGUFValue v; v.type = GGUFType::UINT64; v.u = x; v.i = (int64_t)x; put(key, v);
+}
+void GGUFWriter::set_f32(const std::string& key, float x) {
+  GGUFValue v; v.type = GGUFType::FLOAT32; v.f = x; put(key, v);
+}
+void GGUFWriter::set_bool(const std::string& key, bool x) {
+  GGUFValue v; v.type = GGUFType::BOOL; v.b = x; put(key, v);
+}
+void GGUFWriter::set_str(const std::string& key, const std::string& x) {
+  GGUFValue v; v.type = GGUFType::STRING; v.str = x; put(key, v);
+}
+void GGUFWriter::set_arr_str(const std::string& key, const std::vector<std::string>& x) {
+  GGUFValue v; v.type = GGUFType::ARRAY; v.elem_type = GGUFType::STRING; v.strs = x; put(key, v);
+}
+void GGUFWriter::set_arr_f32(const std::string& key, const std::vector<float>& x) {
+  GGUFValue v; v.type = GGUFType::ARRAY; v.elem_type = GGUFType::FLOAT32;
+  for (float f : x) { v.nums.push_back(f); v.ints.push_back((int64_t)f); }
+  put(key, v);
+}
+void GGUFWriter::set_arr_i32(const std::string& key, const std::vector<int32_t>& x) {
+  GGUFValue v; v.type = GGUFType::ARRAY; v.elem_type = GGUFType::INT32;
+  for (int32_t i : x) { v.nums.push_back(i); v.ints.push_back(i); }
+  put(key, v);
+}
+void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) { put(key, v); }
+
+void GGUFWriter::add_tensor(const std::string& name, TensorType type, const std::vector<uint64_t>& dims,
+                            const void* data, size_t nbytes) {
+  Tensor t{name, type, dims, {}};
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  t.data.assign(p, p + nbytes);
+  tensors_.push_back(std::move(t));
+}
+
+namespace {
+
+struct Out {
+  std::vector<uint8_t> b;
+  template <typename T>
+  void put(T v) {
+    size_t n = b.size();
+    b.resize(n + sizeof(T));
+    std::memcpy(b.data() + n, &v, sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  void pad(uint64_t a) {
+    while (b.size() % a) b.push_back(0);
+  }
+};
+
+void write_scalar(Out& o, GGUFType t, double f, int64_t i, bool bl) {
+  switch (t) {
+    case GGUFType::UINT8: o.put<uint8_t>((uint8_t)i); break;
+    case GGUFType::INT8: o.put<int8_t>((int8_t)i); break;
+    case GGUFType::UINT16: o.put<uint16_t>((uint16_t)i); break;
+    case GGUFType::INT16: o.put<int16_t>((int16_t)i); break;
+    case GGUFType::UINT32: o.put<uint32_t>((uint32_t)i); break;
+    case GGUFType::INT32: o.put<int32_t>((int32_t)i); break;
+    case GGUFType::UINT64: o.put<uint64_t>((uint64_t)i); break;
+    case GGUFType::INT64: o.put<int64_t>(i); break;
+    case GGUFType::FLOAT32: o.put<float>((float)f); break;
+    case GGUFType::FLOAT64: o.put<double>(f); break;
+    case GGUFType::BOOL: o.put<uint8_t>(bl ? 1 : 0); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> GGUFWriter::to_bytes() const {
+  Out o;
+  o.put<uint32_t>(kMagic);
+  o.put<uint32_t>(3);
+  o.put<uint64_t>(tensors_.size());
+  bool has_align = false;
+  for (const KV& kv : kvs_) has_align |= kv.key == "general.alignment";
+  o.put<uint64_t>(kvs_.size() + (alignment_ != 32 && !has_align ? 1 : 0));
+  if (alignment_ != 32 && !has_align) {
+    o.str("general.alignment");
+    o.put<uint32_t>((uint32_t)GGUFType::UINT32);
+    o.put<uint32_t>(alignment_);
+  }
+  for (const KV& kv : kvs_) {
+    const GGUFValue& v = kv.value;
+    o.str(kv.key);
+    o.put<uint32_t>((uint32_t)v.type);
+    if (v.type == GGUFType::STRING) {
+      o.str(v.str);
+    } else if (v.type == GGUFType::ARRAY) {
+      o.put<uint32_t>((uint32_t)v.elem_type);
+      if (v.elem_type == GGUFType::STRING) {
+        o.put<uint64_t>(v.strs.size());
+        for (const std::string& s : v.strs) o.str(s);
+      } else {
+        o.put<uint64_t>(v.nums.size());
+        for (size_t k = 0; k < v.nums.size(); k++)
+          write_scalar(o, v.elem_type, v.nums[k], v.ints[k], v.ints[k] != 0);
+      }
+    } else {
+      write_scalar(o, v.type, v.f, v.is_int() ? v.i : 0, v.b);
+    }
+  }
+  uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    o.str(t.name);
+    o.put<uint32_t>((uint32_t)t.dims.size());
+    for (uint64_t d : t.dims) o.put<uint64_t>(d);
+    o.put<uint32_t>((uint32_t)t.type);
+    o.put<uint64_t>(offset);
+    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+  }
+  o.pad(alignment_);
+  for (const Tensor& t : tensors_) {
+    o.b.insert(o.b.end(), t.data.begin(), t.data.end());
+    o.pad(alignment_);
+  }
+  return o.b;
+}
+
+void GGUFWriter::write(const std::string& path) const {
+  std::vector<uint8_t> bytes = to_bytes();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail(CLADE_E_IO, "cannot create '" + path + "': " + std::strerror(errno));
+  size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  int rc = std::fclose(f);
+  if (n != bytes.size() || rc != 0) fail(CLADE_E_IO, "cannot write '" + path + "'");
+}
+
+}  // namespace clade

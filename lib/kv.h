@@ -1,0 +1,52 @@
+// KV storage of one span (a tree node or one sequence's unique tokens), all
+// layers, in backend memory. Layout: [layer][K|V][kv_heads][capacity][head_dim]
+// of the span's element type; keys stored after RoPE.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend.h"
+
+namespace clade {
+
+class KVStore {
+ public:
+  KVStore(Backend& be, clade_kv_type type, int32_t n_layers, int32_t kv_heads, int32_t head_dim)
+      : be_(&be), type_(type), n_layers_(n_layers), kv_heads_(kv_heads), head_dim_(head_dim) {}
+  ~KVStore() { reset(); }
+  KVStore(const KVStore&) = delete;
+  KVStore& operator=(const KVStore&) = delete;
+
+  clade_kv_type type() const { return type_; }
+  int32_t capacity() const { return capacity_; }
+  int32_t length = 0;  // tokens stored
+  size_t bytes() const { return bytes_for(capacity_); }
+  size_t bytes_per_token() const { return bytes_for(1); }
+
+  // Grow to hold at least cap tokens, keeping the stored ones. Throws
+  // Error(CLADE_E_NOMEM) and leaves the store as it was on failure.
+  void reserve(int32_t cap);
+  void reset();  // free everything
+
+  void* k(int layer) const { return at(layer, 0); }
+  void* v(int layer) const { return at(layer, 1); }
+  // Copy the first n tokens of src (same geometry) to positions [dst_at, +n).
+  void copy_from(const KVStore& src, int32_t n, int32_t dst_at);
+
+ private:
+  size_t bytes_for(int64_t cap) const {
+    return (size_t)n_layers_ * 2 * kv_heads_ * (size_t)cap * head_dim_ * kv_type_size(type_);
+  }
+  size_t plane() const { return (size_t)kv_heads_ * capacity_ * head_dim_ * kv_type_size(type_); }
+  void* at(int layer, int kv) const {
+    return static_cast<uint8_t*>(data_) + ((size_t)layer * 2 + kv) * plane();
+  }
+  Backend* be_;
+  clade_kv_type type_;
+  int32_t n_layers_, kv_heads_, head_dim_;
+  int32_t capacity_ = 0;
+  void* data_ = nullptr;
+};
+
+}  // namespace clade
