@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli.h"
+#include "random_model.h"
 
 namespace cli {
 
@@ -488,7 +489,10 @@ int cmd_demo(Args& a) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     std::fprintf(stderr, "demo: writing a small random model to %s\n", path.c_str());
-    write_random_model(path, 4, 512, 8, 2, 1408, 32000, 4096, "f16", 7, vocab, "llama");
+    RandomModelSpec sp;
+    sp.layers = 4; sp.dim = 512; sp.heads = 8; sp.kv_heads = 2; sp.ff = 1408; sp.vocab = 32000;
+    sp.type = "f16"; sp.seed = 7; sp.vocab_from = vocab;
+    write_random_model(path, sp);
   }
   std::printf("clade demo: the weights of %s are RANDOM, so the text is gibberish;\n"
               "the point is the machinery: one shared prompt, two branches, two samples each,\n"

@@ -35,10 +35,6 @@ std::vector<std::string> split(const std::string& s, char sep);
 void check(clade_status st, const char* what);
 
 int cmd_model_random(Args& a);
-// Writes a random model; used by `model random` and `demo`.
-void write_random_model(const std::string& path, int layers, int dim, int heads, int kv_heads, int ff, int vocab,
-                        int ctx, const std::string& type, uint64_t seed, const std::string& vocab_from,
-                        const std::string& arch);
 int cmd_bench(Args& a);
 
 }  // namespace cli

@@ -5,6 +5,35 @@
 
 namespace clade {
 
+void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer, const float* q, int hd, float scale,
+              std::vector<AttnProblem>& probs, float* out) {
+  for (const AttnPlan::Group& g : plan.groups) {
+    probs.clear();
+    const size_t es = kv_type_size(g.type);
+    for (const AttnPlan::Problem& p : g.problems) {
+      AttnProblem a;
+      size_t head_off = (size_t)p.kv_head * p.store->capacity() * hd * es;
+      a.k = static_cast<const uint8_t*>(p.store->k(layer)) + head_off;
+      a.v = static_cast<const uint8_t*>(p.store->v(layer)) + head_off;
+      a.len = p.len;
+      a.rows = b.rows + p.rows_at;
+      a.n_rows = p.n_rows;
+      a.limit = p.causal ? b.limits + p.rows_at : nullptr;
+      a.o = b.part_o + p.part_at * hd;
+      a.lse = b.part_lse + p.part_at;
+      probs.push_back(a);
+    }
+    be.attention(q, hd, scale, g.type, probs.data(), probs.size());
+  }
+  MergeList ml;
+  ml.n_out_rows = plan.n_out_rows;
+  ml.part_begin = b.part_begin;
+  ml.part_rows = b.part_rows;
+  ml.part_o = b.part_o;
+  ml.part_lse = b.part_lse;
+  be.merge(ml, hd, out);
+}
+
 Forward::Forward(const Model& model) : m_(model), be_(*model.backend) {}
 
 Forward::~Forward() {
@@ -74,6 +103,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
     std::vector<float> zero((size_t)(T * q_dim), 0.0f);
     be_.copy_to(attn, zero.data(), zero.size() * 4);
   }
+  const PlanBuffers pb{rows, limits, pbegin, prows, part_o, part_lse};
   const RopeParams rope = m_.rope();
   const float scale = 1.0f / std::sqrt((float)hd);
 
@@ -95,33 +125,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
       if (s.n_tokens)
         be_.kv_write(s.own->k(l), s.own->v(l), s.own->type(), s.own->capacity(), kvh, hd, s.own_before,
                      k + s.tok0 * kv_dim, v + s.tok0 * kv_dim, s.n_tokens);
-    if (mode != CLADE_ATTENTION_NONE) {
-      for (const AttnPlan::Group& g : plan_.groups) {
-        probs_.clear();
-        const size_t es = kv_type_size(g.type);
-        for (const AttnPlan::Problem& p : g.problems) {
-          AttnProblem a;
-          size_t head_off = (size_t)p.kv_head * p.store->capacity() * hd * es;
-          a.k = static_cast<const uint8_t*>(p.store->k(l)) + head_off;
-          a.v = static_cast<const uint8_t*>(p.store->v(l)) + head_off;
-          a.len = p.len;
-          a.rows = rows + p.rows_at;
-          a.n_rows = p.n_rows;
-          a.limit = p.causal ? limits + p.rows_at : nullptr;
-          a.o = part_o + p.part_at * hd;
-          a.lse = part_lse + p.part_at;
-          probs_.push_back(a);
-        }
-        be_.attention(q, hd, scale, g.type, probs_.data(), probs_.size());
-      }
-      MergeList ml;
-      ml.n_out_rows = T * nh;
-      ml.part_begin = pbegin;
-      ml.part_rows = prows;
-      ml.part_o = part_o;
-      ml.part_lse = part_lse;
-      be_.merge(ml, hd, attn);
-    }
+    if (mode != CLADE_ATTENTION_NONE) run_plan(be_, plan_, pb, l, q, hd, scale, probs_, attn);
     be_.matmul(L.wo, attn, T, xn);
     be_.add(x, xn, T * dim);
     be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);

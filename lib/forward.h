@@ -8,6 +8,21 @@
 
 namespace clade {
 
+// A plan's arrays in backend memory.
+struct PlanBuffers {
+  const int32_t* rows;
+  const int32_t* limits;
+  const int32_t* part_begin;
+  const int32_t* part_rows;
+  float* part_o;
+  float* part_lse;
+};
+
+// Attention of one layer as the plan says: every problem, then the merge
+// into out [n_out_rows][head_dim]. q: [tokens][n_heads][head_dim].
+void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer, const float* q, int head_dim,
+              float scale, std::vector<AttnProblem>& scratch, float* out);
+
 class Forward {
  public:
   explicit Forward(const Model& model);

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 #include "error.h"
@@ -151,6 +152,30 @@ struct U64Hash {
 };
 
 using TextMap = std::unordered_map<std::string_view, int32_t, SvHash>;
+
+// Ids of words already encoded in this call (words repeat; encoding a word
+// does not depend on its neighbours). Values index into the output vector.
+class WordCache {
+ public:
+  // Appends the cached ids of word to out; false when not cached.
+  bool emit(std::string_view word, std::vector<int32_t>& out) const {
+    if (word.size() > kMaxWord) return false;
+    auto it = map_.find(word);
+    if (it == map_.end()) return false;
+    const uint32_t off = it->second.first, cnt = it->second.second;
+    out.reserve(out.size() + cnt);  // no reallocation while copying from out itself
+    for (uint32_t k = 0; k < cnt; ++k) out.push_back(out[off + k]);
+    return true;
+  }
+  void store(std::string_view word, size_t off, size_t cnt) {
+    if (word.size() > kMaxWord || map_.size() >= kMaxEntries || off > 0xFFFFFFFFu || cnt > 0xFFFFFFFFu) return;
+    map_.emplace(word, std::make_pair(static_cast<uint32_t>(off), static_cast<uint32_t>(cnt)));
+  }
+
+ private:
+  static constexpr size_t kMaxWord = 64, kMaxEntries = 1 << 16;
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>, SvHash> map_;
+};
 
 // ---------------------------------------------------------------- metadata
 
@@ -454,14 +479,22 @@ void SpmTokenizer::encode_fragment(std::string_view text, bool at_start,
     encode_word(s, 0, s.size(), out, sym, heap);
     return;
   }
+  WordCache cache;
+  auto word = [&](size_t b, size_t e) {
+    const std::string_view w(s.data() + b, e - b);
+    if (cache.emit(w, out)) return;
+    const size_t off = out.size();
+    encode_word(s, b, e, out, sym, heap);
+    cache.store(w, off, out.size() - off);
+  };
   // Words start at a U+2581 that follows another character.
   size_t start = 0;
   for (size_t pos = s.find(kSpmSpace, 1); pos != std::string::npos; pos = s.find(kSpmSpace, pos + 3)) {
     if (pos >= 3 && s.compare(pos - 3, 3, kSpmSpace) == 0) continue;
-    encode_word(s, start, pos, out, sym, heap);
+    word(start, pos);
     start = pos;
   }
-  encode_word(s, start, s.size(), out, sym, heap);
+  word(start, s.size());
 }
 
 void SpmTokenizer::encode_word(const std::string& s, size_t begin, size_t end, std::vector<int32_t>& out,
@@ -632,12 +665,6 @@ class BpeTokenizer final : public TokenizerBase {
 
  private:
   struct Sym { int32_t id; uint32_t start, len; int32_t prev, next; };
-  struct Pair {
-    int32_t rank, left, right; uint32_t size;
-    bool operator<(const Pair& o) const {  // priority_queue: top is the lowest rank, then leftmost
-      return rank > o.rank || (rank == o.rank && left > o.left);
-    }
-  };
   struct Merge { int32_t rank, result; };
   static uint64_t key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -646,7 +673,7 @@ class BpeTokenizer final : public TokenizerBase {
   void build_byte_tables();
   void load_merges(const GGUFFile& f);
   void encode_word(const char* p, size_t n, std::vector<int32_t>& out, std::vector<Sym>& sym,
-                   std::vector<Pair>& heap, std::string& buf) const;
+                   std::vector<uint64_t>& heap, std::string& buf) const;
 
   std::vector<std::unique_ptr<Regex>> regexes_;
   bool ignore_merges_ = false;
@@ -709,7 +736,7 @@ void BpeTokenizer::load_merges(const GGUFFile& f) {
 }
 
 void BpeTokenizer::encode_word(const char* p, size_t n, std::vector<int32_t>& out,
-                               std::vector<Sym>& sym, std::vector<Pair>& heap,
+                               std::vector<Sym>& sym, std::vector<uint64_t>& heap,
                                std::string& buf) const {
   const int32_t nv = n_vocab();
   auto emit_bytes = [&](const char* q, size_t m) {
@@ -735,30 +762,36 @@ void BpeTokenizer::encode_word(const char* p, size_t n, std::vector<int32_t>& ou
   }
   sym.back().next = -1;
 
+  // Queue entries are (rank << 32 | left position), smallest first. An entry
+  // is stale when the pair now starting at that position has another rank
+  // (ranks are unique per pair, so an equal rank means the same pair).
   heap.clear();
   auto try_pair = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
     auto it = merges_.find(key(sym[l].id, sym[r].id));
     if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, l, r, sym[l].len + sym[r].len});
-    std::push_heap(heap.begin(), heap.end());
+    heap.push_back((static_cast<uint64_t>(it->second.rank) << 32) | static_cast<uint32_t>(l));
+    std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   };
   for (size_t k = 1; k < n; ++k) try_pair(static_cast<int32_t>(k - 1), static_cast<int32_t>(k));
 
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end());
-    const Pair q = heap.back();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    const uint64_t top = heap.back();
     heap.pop_back();
-    Sym& L = sym[q.left];
-    Sym& R = sym[q.right];
-    if (L.len == 0 || R.len == 0 || L.len + R.len != q.size) continue;  // stale
-    L.id = merges_.find(key(L.id, R.id))->second.result;
+    const int32_t l = static_cast<int32_t>(top & 0xFFFFFFFFu);
+    Sym& L = sym[l];
+    if (L.len == 0 || L.next < 0) continue;
+    Sym& R = sym[L.next];
+    auto it = merges_.find(key(L.id, R.id));
+    if (it == merges_.end() || static_cast<uint64_t>(it->second.rank) != (top >> 32)) continue;  // stale
+    L.id = it->second.result;
     L.len += R.len;
     R.len = 0;
     L.next = R.next;
-    if (R.next >= 0) sym[R.next].prev = q.left;
-    try_pair(L.prev, q.left);
-    try_pair(q.left, L.next);
+    if (R.next >= 0) sym[R.next].prev = l;
+    try_pair(L.prev, l);
+    try_pair(l, L.next);
   }
 
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
@@ -807,9 +840,16 @@ void BpeTokenizer::encode_fragment(std::string_view text, bool /*at_start*/,
     pieces.swap(next);
   }
   std::vector<Sym> sym;
-  std::vector<Pair> heap;
+  std::vector<uint64_t> heap;
   std::string buf;
-  for (const auto& pc : pieces) encode_word(text.data() + pc.first, pc.second, out, sym, heap, buf);
+  WordCache cache;
+  for (const auto& pc : pieces) {
+    const std::string_view w(text.data() + pc.first, pc.second);
+    if (cache.emit(w, out)) continue;
+    const size_t off = out.size();
+    encode_word(w.data(), w.size(), out, sym, heap, buf);
+    cache.store(w, off, out.size() - off);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,553 @@
+// The CUDA backend: one device, one stream, one cuBLAS handle, all owned
+// here. Products against weights go to cuBLAS (fp32 accumulation); the rest
+// are the plain kernels of kernels.cuh.
+//
+// Ordering: every operation is enqueued on the backend's stream, so
+// operations run in the order they are called. copy_to and copy_from wait
+// for the stream (copy_from returns data that is ready; copy_to lets the
+// caller reuse its buffer at once). A kernel fault surfaces at the next
+// wait as a CLADE_E_BACKEND error; set CLADE_CUDA_SYNC=1 in the environment
+// to wait after every operation so that the failing one is named.
+//
+// Weights: F32, F16 and BF16 stay in their type; cuBLAS multiplies F16/BF16
+// weights by the activations narrowed to the same type, accumulating in
+// fp32. Q8_0 and Q4_0 stay quantized in device memory (the file's size);
+// each matmul widens tiles of rows to f16 in a scratch buffer (at most
+// kDequantTileBytes, sized at upload time) and multiplies those.
+//
+// Threads: as the CPU backend, one operation at a time (a mutex), and the
+// backend's device is made current on the calling thread at each call.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "error.h"
+#include "kernels.cuh"
+
+namespace clade {
+
+namespace {
+
+using cuda::AttnDesc;
+
+// Threads per block of the elementwise and row kernels.
+constexpr int kThreads = 256;
+// Threads per block of the merge kernel.
+constexpr int kMergeThreads = 128;
+// Grid-stride kernels need no more blocks than this.
+constexpr int64_t kMaxBlocks = 1 << 20;
+// Scratch for widened quantized weight rows (f16).
+constexpr size_t kDequantTileBytes = size_t(64) << 20;
+
+unsigned blocks_for(int64_t work, int threads) {
+  int64_t b = (work + threads - 1) / threads;
+  return (unsigned)std::max<int64_t>(1, std::min(b, kMaxBlocks));
+}
+unsigned rows_grid(int64_t rows) { return (unsigned)std::max<int64_t>(1, std::min(rows, kMaxBlocks)); }
+
+[[noreturn]] void cuda_fail(cudaError_t e, const std::string& what) {
+  (void)cudaGetLastError();  // clear a non-sticky error, so later checks do not report it again
+  fail(e == cudaErrorMemoryAllocation ? CLADE_E_NOMEM : CLADE_E_BACKEND,
+       "cuda: " + what + ": " + cudaGetErrorString(e));
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) cuda_fail(e, what);
+}
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  (void)cudaGetLastError();
+  fail(s == CUBLAS_STATUS_ALLOC_FAILED ? CLADE_E_NOMEM : CLADE_E_BACKEND,
+       std::string("cuda: ") + what + ": " + cublasGetStatusString(s));
+}
+
+bool weight_type_supported(TensorType t) {
+  return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16 || t == TensorType::Q8_0 ||
+         t == TensorType::Q4_0;
+}
+bool quantized(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+
+// Bytes of a row of n elements (n a multiple of 32 for the quantized types).
+uint64_t row_bytes(TensorType t, int64_t n) {
+  switch (t) {
+    case TensorType::F32: return (uint64_t)n * 4;
+    case TensorType::F16:
+    case TensorType::BF16: return (uint64_t)n * 2;
+    case TensorType::Q8_0: return (uint64_t)(n / 32) * 34;
+    case TensorType::Q4_0: return (uint64_t)(n / 32) * 18;
+  }
+  return 0;
+}
+
+// Rows of a quantized weight widened per tile.
+int64_t dequant_tile_rows(int64_t n_in, int64_t n_out) {
+  int64_t rows = (int64_t)(kDequantTileBytes / 2) / std::max<int64_t>(1, n_in);
+  return std::max<int64_t>(1, std::min(rows, n_out));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override { destroy(); }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  int n_threads() const override { return 1; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void copy_to(void* dst, const void* host_src, size_t bytes) override;
+  void copy_from(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  Weight upload_weight(const Weight& host) override;
+
+  void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
+  void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
+  void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void swiglu(float* gate, const float* up, int64_t n) override;
+  void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
+  void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
+                int32_t start, const float* k, const float* v, int64_t n) override;
+  void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
+                 size_t n_problems) override;
+  void merge(const MergeList& list, int32_t head_dim, float* out) override;
+
+ private:
+  // A device buffer that only grows.
+  struct Scratch {
+    void* p = nullptr;
+    size_t cap = 0;
+  };
+
+  void destroy() noexcept;
+  // Make the backend's device current on this thread (callers hold mu_).
+  void enter();
+  // After a launch: report a bad launch now, and with CLADE_CUDA_SYNC a
+  // fault of the kernel too.
+  void launched(const char* what);
+  void* device_alloc(size_t bytes, const char* what);
+  void* scratch(Scratch& s, size_t bytes, const char* what);
+  // Enqueue a copy of host bytes owned by this backend (pageable: the copy
+  // is staged before the call returns, so the host buffer may be reused).
+  void upload_staged(void* dst, const void* host, size_t bytes, const char* what);
+  // Gemm of a 16-bit weight (column-major view [n_in][rows], op T) against
+  // x16 [n][n_in] of the same type, into y (ldc = ldy), fp32 accumulation.
+  void gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16, float* y,
+              int64_t ldy);
+  // x [count] f32 narrowed into the x16_ scratch as f16 or bf16.
+  const void* narrow_x(const float* x, int64_t count, bool bf16);
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  bool sync_each_op_ = false;
+  std::mutex mu_;
+  std::vector<void*> weights_;  // uploaded weights, freed with the backend
+  Scratch x16_;                 // activations narrowed for cuBLAS
+  Scratch w16_;                 // widened quantized weight rows
+  Scratch rope_;                // inv_freq, then positions
+  Scratch attn_;                // row_begin, then the problem descriptors
+  std::vector<uint8_t> staging_;  // host side of rope_ and attn_
+};
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  const char* env = std::getenv("CLADE_CUDA_SYNC");
+  sync_each_op_ = env && *env && std::strcmp(env, "0") != 0;
+  try {
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_blas(cublasCreate(&blas_), "cublasCreate");
+    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+    // Full fp32 products for F32 weights (no TF32).
+    check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+void CudaBackend::destroy() noexcept {
+  // Errors are ignored here: there is no one to report them to.
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (void* p : weights_) cudaFree(p);
+  weights_.clear();
+  for (Scratch* s : {&x16_, &w16_, &rope_, &attn_}) {
+    if (s->p) cudaFree(s->p);
+    s->p = nullptr;
+    s->cap = 0;
+  }
+  if (blas_) cublasDestroy(blas_);
+  blas_ = nullptr;
+  if (stream_) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+  (void)cudaGetLastError();
+}
+
+void CudaBackend::enter() { check(cudaSetDevice(device_), "cudaSetDevice"); }
+
+void CudaBackend::launched(const char* what) {
+  check(cudaGetLastError(), what);
+  if (sync_each_op_) check(cudaStreamSynchronize(stream_), what);
+}
+
+void* CudaBackend::device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(e == cudaErrorMemoryAllocation ? CLADE_E_NOMEM : CLADE_E_BACKEND,
+         std::string("cuda: ") + what + ": cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
+  if (bytes <= s.cap) return s.p;
+  size_t cap = std::max(bytes, s.cap + s.cap / 2);
+  if (s.p) {
+    check(cudaStreamSynchronize(stream_), what);  // nothing queued may still use the old buffer
+    check(cudaFree(s.p), what);
+    s.p = nullptr;
+    s.cap = 0;
+  }
+  s.p = device_alloc(cap, what);
+  s.cap = cap;
+  return s.p;
+}
+
+void CudaBackend::upload_staged(void* dst, const void* host, size_t bytes, const char* what) {
+  if (bytes) check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), what);
+}
+
+// ---- memory ----
+
+void* CudaBackend::alloc(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  return device_alloc(bytes, "alloc");
+}
+
+void CudaBackend::release(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  check(cudaStreamSynchronize(stream_), "release: waiting for queued work");
+  check(cudaFree(p), "release: cudaFree");
+}
+
+void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
+  if (!bytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy_to: cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream_), "copy_to: cudaStreamSynchronize");
+}
+
+void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_from: cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream_), "copy_from: cudaStreamSynchronize");
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy: cudaMemcpyAsync");
+  if (sync_each_op_) check(cudaStreamSynchronize(stream_), "copy");
+}
+
+Weight CudaBackend::upload_weight(const Weight& host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (!weight_type_supported(host.type))
+    fail(CLADE_E_UNSUPPORTED, "cuda: weight type " + std::to_string((unsigned)host.type) + " is not supported");
+  if (host.n_in <= 0 || host.n_out <= 0 || (quantized(host.type) && host.n_in % 32 != 0))
+    fail(CLADE_E_INVALID_ARG, "cuda: upload_weight: bad shape [" + std::to_string(host.n_out) + "][" +
+                                  std::to_string(host.n_in) + "]");
+  const size_t bytes = (size_t)(row_bytes(host.type, host.n_in) * (uint64_t)host.n_out);
+  void* d = device_alloc(bytes, "upload_weight");
+  weights_.push_back(d);
+  check(cudaMemcpyAsync(d, host.data, bytes, cudaMemcpyHostToDevice, stream_), "upload_weight: cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream_), "upload_weight: cudaStreamSynchronize");
+  // Size the dequantization scratch now, so that matmul does not allocate.
+  if (quantized(host.type))
+    scratch(w16_, (size_t)(dequant_tile_rows(host.n_in, host.n_out) * host.n_in) * 2, "upload_weight: scratch");
+  Weight w = host;
+  w.data = d;
+  return w;
+}
+
+// ---- products ----
+
+const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
+  void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
+  if (bf16)
+    cuda::f32_to_bf16_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream_>>>(
+        x, static_cast<__nv_bfloat16*>(x16), count);
+  else
+    cuda::f32_to_f16_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream_>>>(x, static_cast<__half*>(x16),
+                                                                                    count);
+  launched("matmul: narrowing activations");
+  return x16;
+}
+
+void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16,
+                         float* y, int64_t ldy) {
+  const float one = 1.0f, zero = 0.0f;
+  check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)n_in, &one, w, type, (int)n_in, x16,
+                          type, (int)n_in, &zero, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "matmul: cublasGemmEx");
+}
+
+// Row-major y [n][N] = x [n][K] W^T with W row-major [N][K]. cuBLAS is
+// column-major: it sees W as [K][N] (lda = K), x as [K][n] (ldb = K) and y as
+// [N][n] (ldc = N), so y^T = op_T(W) x^T.
+void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  const int64_t K = w.n_in, N = w.n_out;
+  if (n <= 0 || N <= 0) return;
+  if (K <= 0) {
+    check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
+    return;
+  }
+  if (K > INT_MAX || N > INT_MAX || n > INT_MAX)
+    fail(CLADE_E_UNSUPPORTED, "cuda: matmul dimensions beyond cuBLAS's 32-bit sizes");
+  switch (w.type) {
+    case TensorType::F32: {
+      const float one = 1.0f, zero = 0.0f;
+      check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)n, (int)K, &one,
+                             static_cast<const float*>(w.data), (int)K, x, (int)K, &zero, y, (int)N),
+                 "matmul: cublasSgemm");
+      break;
+    }
+    case TensorType::F16:
+    case TensorType::BF16: {
+      const bool bf16 = w.type == TensorType::BF16;
+      const void* x16 = narrow_x(x, n * K, bf16);
+      gemm16(w.data, bf16 ? CUDA_R_16BF : CUDA_R_16F, N, n, K, x16, y, N);
+      break;
+    }
+    case TensorType::Q8_0:
+    case TensorType::Q4_0: {
+      const void* x16 = narrow_x(x, n * K, false);
+      const int64_t tile = dequant_tile_rows(K, N);
+      __half* wt = static_cast<__half*>(scratch(w16_, (size_t)(tile * K) * 2, "matmul: weight scratch"));
+      const uint64_t rb = row_bytes(w.type, K);
+      for (int64_t o0 = 0; o0 < N; o0 += tile) {
+        const int64_t rows = std::min(tile, N - o0);
+        cuda::dequant_rows_f16_kernel<<<blocks_for(rows * K, kThreads), kThreads, 0, stream_>>>(
+            (int)w.type, static_cast<const uint8_t*>(w.data), rb, o0, rows, K, wt);
+        launched("matmul: widening quantized rows");
+        // The next tile's widening is queued after this product on the same
+        // stream, so reusing wt is safe.
+        gemm16(wt, CUDA_R_16F, rows, n, K, x16, y + o0, N);
+      }
+      break;
+    }
+    default:
+      fail(CLADE_E_UNSUPPORTED, "cuda: matmul: weight type " + std::to_string((unsigned)w.type));
+  }
+  if (sync_each_op_) check(cudaStreamSynchronize(stream_), "matmul");
+}
+
+// ---- elementwise ----
+
+void CudaBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0 || table.n_in <= 0) return;
+  if (!weight_type_supported(table.type)) fail(CLADE_E_UNSUPPORTED, "cuda: embed: weight type not supported");
+  cuda::embed_kernel<<<blocks_for(n * table.n_in, kThreads), kThreads, 0, stream_>>>(
+      (int)table.type, static_cast<const uint8_t*>(table.data), row_bytes(table.type, table.n_in), table.n_out,
+      table.n_in, tokens, n, out);
+  launched("embed");
+}
+
+void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0 || dim <= 0) return;
+  cuda::rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream_>>>(x, weight, n, dim, eps, y);
+  launched("rmsnorm");
+}
+
+void CudaBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0 || dim <= 0) return;
+  cuda::add_bias_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream_>>>(y, bias, n, dim);
+  launched("add_bias");
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0) return;
+  cuda::add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(y, x, n);
+  launched("add");
+}
+
+void CudaBackend::swiglu(float* gate, const float* up, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0) return;
+  cuda::swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(gate, up, n);
+  launched("swiglu");
+}
+
+void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  const int half = p.head_dim / 2;
+  if (n <= 0 || n_heads <= 0 || half <= 0) return;
+  if (!p.inv_freq || !pos) fail(CLADE_E_INVALID_ARG, "cuda: rope: positions or frequencies missing");
+  // Device copy of [inv_freq (half floats)][pos (n int32)], both host memory.
+  const size_t freq_bytes = (size_t)half * sizeof(float), pos_bytes = (size_t)n * sizeof(int32_t);
+  staging_.resize(freq_bytes + pos_bytes);
+  std::memcpy(staging_.data(), p.inv_freq, freq_bytes);
+  std::memcpy(staging_.data() + freq_bytes, pos, pos_bytes);
+  uint8_t* dev = static_cast<uint8_t*>(scratch(rope_, staging_.size(), "rope: scratch"));
+  upload_staged(dev, staging_.data(), staging_.size(), "rope: copying positions");
+  const float* inv_freq = reinterpret_cast<const float*>(dev);
+  const int32_t* dpos = reinterpret_cast<const int32_t*>(dev + freq_bytes);
+  cuda::rope_kernel<<<blocks_for(n * n_heads * (int64_t)half, kThreads), kThreads, 0, stream_>>>(
+      x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq);
+  launched("rope");
+}
+
+void CudaBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
+                           int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (n <= 0 || kv_heads <= 0 || head_dim <= 0) return;
+  if (start < 0 || (int64_t)start + n > capacity)
+    fail(CLADE_E_INTERNAL, "cuda: kv_write: positions " + std::to_string(start) + ".." +
+                               std::to_string((int64_t)start + n) + " beyond capacity " + std::to_string(capacity));
+  const unsigned grid = blocks_for(n * kv_heads * (int64_t)head_dim, kThreads);
+  switch (type) {
+    case CLADE_KV_F32:
+      cuda::kv_write_kernel<cuda::kKvF32>
+          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      break;
+    case CLADE_KV_F16:
+      cuda::kv_write_kernel<cuda::kKvF16>
+          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      break;
+    case CLADE_KV_BF16:
+      cuda::kv_write_kernel<cuda::kKvBF16>
+          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      break;
+    default:
+      fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
+  }
+  launched("kv_write");
+}
+
+// ---- attention ----
+
+void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
+                            const AttnProblem* problems, size_t n_problems) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (head_dim <= 0 || head_dim > cuda::kMaxHeadDim)
+    fail(CLADE_E_UNSUPPORTED, "cuda: attention: head dimension " + std::to_string(head_dim) + " outside 1..256");
+  if (type != CLADE_KV_F32 && type != CLADE_KV_F16 && type != CLADE_KV_BF16)
+    fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
+  // Problems with rows, and the prefix sum of their rows.
+  std::vector<int64_t> begin{0};
+  std::vector<AttnDesc> descs;
+  for (size_t i = 0; i < n_problems; i++) {
+    const AttnProblem& p = problems[i];
+    if (p.n_rows <= 0) continue;
+    AttnDesc d;
+    d.rows = p.rows;
+    d.limit = p.limit;
+    d.k = p.k;
+    d.v = p.v;
+    d.o = p.o;
+    d.lse = p.lse;
+    d.n_rows = p.n_rows;
+    d.len = std::max(p.len, 0);
+    descs.push_back(d);
+    begin.push_back(begin.back() + p.n_rows);
+  }
+  if (descs.empty()) return;
+  if (descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
+  const int64_t total_rows = begin.back();
+  // Device copy of [row_begin (n+1 int64)][descs]; the descriptors are
+  // 8-byte aligned since row_begin is int64.
+  const size_t begin_bytes = begin.size() * sizeof(int64_t), desc_bytes = descs.size() * sizeof(AttnDesc);
+  staging_.resize(begin_bytes + desc_bytes);
+  std::memcpy(staging_.data(), begin.data(), begin_bytes);
+  std::memcpy(staging_.data() + begin_bytes, descs.data(), desc_bytes);
+  uint8_t* dev = static_cast<uint8_t*>(scratch(attn_, staging_.size(), "attention: scratch"));
+  upload_staged(dev, staging_.data(), staging_.size(), "attention: copying problems");
+  const int64_t* d_begin = reinterpret_cast<const int64_t*>(dev);
+  const AttnDesc* d_descs = reinterpret_cast<const AttnDesc*>(dev + begin_bytes);
+  const int np = (int)descs.size();
+  const unsigned grid = rows_grid(total_rows);
+  switch (type) {
+    case CLADE_KV_F32:
+      cuda::attention_kernel<cuda::kKvF32>
+          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
+      break;
+    case CLADE_KV_F16:
+      cuda::attention_kernel<cuda::kKvF16>
+          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
+      break;
+    case CLADE_KV_BF16:
+      cuda::attention_kernel<cuda::kKvBF16>
+          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
+      break;
+  }
+  launched("attention");
+}
+
+void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  if (list.n_out_rows <= 0 || head_dim <= 0) return;
+  cuda::merge_kernel<<<rows_grid(list.n_out_rows), kMergeThreads, 0, stream_>>>(
+      list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim, out);
+  launched("merge");
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(CLADE_E_BACKEND, std::string("no CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (count <= 0) fail(CLADE_E_BACKEND, "no CUDA device: the driver reports none");
+  int dev = 0, major = 0, minor = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
+  // The build carries code for compute capability 8.0 and up (cuda/meson.build).
+  if (major < 8)
+    fail(CLADE_E_BACKEND, "no CUDA device: device " + std::to_string(dev) + " has compute capability " +
+                              std::to_string(major) + "." + std::to_string(minor) + ", clade needs 8.0 or newer");
+  return std::unique_ptr<Backend>(new CudaBackend(dev));
+}
+
+}  // namespace clade

@@ -1,0 +1,24 @@
+// Random Llama-family models written as GGUF (for the CLI, demo and tests).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cli {
+
+struct RandomModelSpec {
+  int layers = 2, dim = 256, heads = 8, kv_heads = 0 /* = heads */, ff = 512, vocab = 1024, ctx = 4096;
+  std::string type = "f16";  // f32 f16 bf16 q8_0 q4_0 (matrices; norms are f32)
+  uint64_t seed = 1;
+  std::string vocab_from;    // copy tokenizer.* metadata from this GGUF
+  std::string arch = "llama";
+  std::string rope_scaling = "none";  // none linear llama3
+  float rope_factor = 1.0f;
+  bool tied_output = false;
+  bool qkv_bias = false;     // always on for qwen2
+};
+
+// Throws clade::Error on bad sizes or I/O failure.
+void write_random_model(const std::string& path, const RandomModelSpec& spec);
+
+}  // namespace cli

@@ -1,0 +1,208 @@
+// Shared-node attention plus merge equals flat attention over the
+// concatenated KV (DESIGN.md, "How correctness is shown"): random trees of
+// depth 1 to 4, node lengths 0, 1 and long, GQA ratios 1, 4 and 8, head
+// dims 64 and 128, one and several queries per sequence, KV types f32, f16,
+// bf16. Rule (flash-attention's): the shared path's error against an fp64
+// reference is at most twice the flat path's error in the same precision.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend.h"
+#include "check.h"
+#include "forward.h"
+#include "half.h"
+#include "kv.h"
+#include "plan.h"
+
+using namespace clade;
+
+namespace {
+
+double stored(clade_kv_type t, const void* base, size_t i) {
+  if (t == CLADE_KV_F32) return static_cast<const float*>(base)[i];
+  uint16_t h = static_cast<const uint16_t*>(base)[i];
+  return t == CLADE_KV_F16 ? half_to_float(h) : bf16_to_float(h);
+}
+
+struct TreeNode {
+  int parent;
+  int len;
+  std::unique_ptr<KVStore> kv;
+};
+
+struct Case {
+  int depth, group, kvh, hd;
+  clade_kv_type type;
+  bool several_queries;
+};
+
+// Runs one plan's attention on the CPU backend; out [tokens*n_heads][hd].
+std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std::vector<float>& q, int nh, int kvh,
+                       int hd, clade_attention mode, clade_kv_type type) {
+  AttnPlan plan;
+  AttnCost cost;
+  plan.build(seqs, nh, kvh, hd, mode, type, cost);
+  std::vector<int32_t> rows = plan.rows, limits = plan.limits;
+  std::vector<float> part_o(std::max<size_t>(1, rows.size()) * hd), part_lse(std::max<size_t>(1, rows.size()));
+  PlanBuffers b{rows.data(), limits.data(), plan.part_begin.data(), plan.part_rows.data(), part_o.data(),
+                part_lse.data()};
+  std::vector<float> out((size_t)plan.n_out_rows * hd);
+  std::vector<AttnProblem> scratch;
+  run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, out.data());
+  if (mode == CLADE_ATTENTION_SHARED) CHECK(plan.n_flat == 0);
+  return out;
+}
+
+void fill_random(Backend& be, KVStore& kv, int kvh, int hd, int n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k((size_t)n * kvh * hd), v(k.size());
+  for (auto& x : k) x = nd(rng) * 1.5f;  // spread scores so softmax is not flat
+  for (auto& x : v) x = nd(rng);
+  kv.reserve(std::max(n, 1));
+  be.kv_write(kv.k(0), kv.v(0), kv.type(), kv.capacity(), kvh, hd, 0, k.data(), v.data(), n);
+  kv.length = n;
+}
+
+void run_case(Backend& be, const Case& c, std::mt19937& rng) {
+  const int nh = c.kvh * c.group, hd = c.hd;
+  // Random tree: node 0 is the root (length 0); each new node hangs under a
+  // random node of depth < c.depth. Lengths from {0, 1, 2..9, 40..300}.
+  std::vector<TreeNode> nodes;
+  std::vector<int> depth;
+  nodes.push_back({-1, 0, std::make_unique<KVStore>(be, c.type, 1, c.kvh, hd)});
+  depth.push_back(0);
+  auto pick_len = [&]() {
+    int r = (int)(rng() % 4);
+    return r == 0 ? 0 : r == 1 ? 1 : r == 2 ? 2 + (int)(rng() % 8) : 40 + (int)(rng() % 260);
+  };
+  int n_nodes = 2 + c.depth * 2;
+  for (int i = 1; i < n_nodes; i++) {
+    int parent;
+    do parent = (int)(rng() % nodes.size());
+    while (depth[(size_t)parent] >= c.depth);
+    TreeNode n{parent, pick_len(), std::make_unique<KVStore>(be, c.type, 1, c.kvh, hd)};
+    fill_random(be, *n.kv, c.kvh, hd, n.len, rng);
+    nodes.push_back(std::move(n));
+    depth.push_back(depth[(size_t)parent] + 1);
+  }
+  // Sequences: a random node each (several share nodes), own prior tokens
+  // and 1 or several new ones.
+  int n_seqs = 3 + (int)(rng() % 6);
+  std::vector<PassSeq> shared_seqs, flat_seqs;
+  std::vector<std::unique_ptr<KVStore>> owns, flats;
+  std::vector<std::vector<int>> paths;
+  int tok = 0;
+  for (int s = 0; s < n_seqs; s++) {
+    int node = (int)(rng() % nodes.size());
+    std::vector<int> path;
+    for (int x = node; x >= 0; x = nodes[(size_t)x].parent) path.insert(path.begin(), x);
+    int prior = (int)(rng() % 3 == 0 ? 0 : rng() % 20);
+    int m = c.several_queries ? 1 + (int)(rng() % 4) : 1;
+    auto own = std::make_unique<KVStore>(be, c.type, 1, c.kvh, hd);
+    fill_random(be, *own, c.kvh, hd, prior + m, rng);
+    PassSeq p;
+    int path_len = 0;
+    for (int x : path) {
+      if (nodes[(size_t)x].len == 0) continue;
+      p.span_keys.push_back(&nodes[(size_t)x]);
+      p.spans.push_back(nodes[(size_t)x].kv.get());
+      p.span_lens.push_back(nodes[(size_t)x].len);
+      path_len += nodes[(size_t)x].len;
+    }
+    p.own = own.get();
+    p.own_before = prior;
+    p.n_tokens = m;
+    p.tok0 = tok;
+    p.pos0 = path_len + prior;
+    // Flat: one store with the path's KV then the own KV, concatenated.
+    auto flat = std::make_unique<KVStore>(be, c.type, 1, c.kvh, hd);
+    flat->reserve(std::max(1, path_len + prior + m));
+    int at = 0;
+    for (size_t i = 0; i < p.spans.size(); i++) {
+      flat->copy_from(*p.spans[i], p.span_lens[i], at);
+      at += p.span_lens[i];
+    }
+    flat->copy_from(*own, prior + m, at);
+    flat->length = path_len + prior + m;
+    PassSeq f;
+    f.own = flat.get();
+    f.own_before = path_len + prior;
+    f.n_tokens = m;
+    f.tok0 = tok;
+    f.pos0 = p.pos0;
+    shared_seqs.push_back(p);
+    flat_seqs.push_back(f);
+    owns.push_back(std::move(own));
+    flats.push_back(std::move(flat));
+    tok += m;
+  }
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q((size_t)tok * nh * hd);
+  for (auto& x : q) x = nd(rng);
+
+  std::vector<float> got_shared = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_SHARED, c.type);
+  std::vector<float> got_auto = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_AUTO, c.type);
+  std::vector<float> got_flat = run(be, flat_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_FLAT, c.type);
+
+  // fp64 reference over the flat stores' stored values.
+  double err_shared = 0, err_flat = 0, err_auto = 0, scale = 1.0 / std::sqrt((double)hd);
+  for (const PassSeq& f : flat_seqs) {
+    const KVStore& kv = *f.own;
+    for (int t = 0; t < f.n_tokens; t++) {
+      int visible = f.own_before + t + 1;
+      for (int h = 0; h < nh; h++) {
+        int g = h / c.group;
+        size_t head = (size_t)g * kv.capacity() * hd;
+        std::vector<double> sc((size_t)visible);
+        double mx = -1e300;
+        const float* qr = q.data() + ((size_t)(f.tok0 + t) * nh + h) * hd;
+        for (int j = 0; j < visible; j++) {
+          double s = 0;
+          for (int d = 0; d < hd; d++) s += (double)qr[d] * stored(c.type, kv.k(0), head + (size_t)j * hd + d);
+          sc[(size_t)j] = s * scale;
+          mx = std::max(mx, sc[(size_t)j]);
+        }
+        double sum = 0;
+        for (double& s : sc) sum += (s = std::exp(s - mx));
+        size_t row = ((size_t)(f.tok0 + t) * nh + h) * hd;
+        for (int d = 0; d < hd; d++) {
+          double o = 0;
+          for (int j = 0; j < visible; j++) o += sc[(size_t)j] * stored(c.type, kv.v(0), head + (size_t)j * hd + d);
+          o /= sum;
+          err_shared = std::max(err_shared, std::fabs(got_shared[row + d] - o));
+          err_auto = std::max(err_auto, std::fabs(got_auto[row + d] - o));
+          err_flat = std::max(err_flat, std::fabs(got_flat[row + d] - o));
+        }
+      }
+    }
+  }
+  const double floor = 1e-6;  // both paths exact to float rounding: allow that much
+  CHECK_MSG(err_shared <= 2 * err_flat + floor, "depth %d group %d hd %d type %d: shared %.3g flat %.3g", c.depth,
+            c.group, hd, (int)c.type, err_shared, err_flat);
+  CHECK_MSG(err_auto <= 2 * err_flat + floor, "depth %d group %d hd %d type %d: auto %.3g flat %.3g", c.depth, c.group,
+            hd, (int)c.type, err_auto, err_flat);
+  std::printf("depth %d gqa %d hd %3d kv %-4s queries %-7s seqs %d tokens %3d: err shared %.2e auto %.2e flat %.2e\n",
+              c.depth, c.group, hd, c.type == CLADE_KV_F32 ? "f32" : c.type == CLADE_KV_F16 ? "f16" : "bf16",
+              c.several_queries ? "several" : "one", n_seqs, tok, err_shared, err_auto, err_flat);
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(1234);
+  for (int threads : {1, 2}) {
+    std::unique_ptr<Backend> be = make_cpu_backend(threads);
+    for (int depth = 1; depth <= 4; depth++)
+      for (int group : {1, 4, 8})
+        for (int hd : {64, 128})
+          for (clade_kv_type t : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
+            for (bool several : {false, true}) {
+              if (threads == 1 && (depth > 2 || hd == 128)) continue;  // keep the run short
+              run_case(*be, Case{depth, group, 2, hd, t, several}, rng);
+            }
+  }
+  return check_exit();
+}
