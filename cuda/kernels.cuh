@@ -1,8 +1,9 @@
-// Device kernels of the CUDA backend. Plain kernels, written for
+// Device kernels of the CUDA backend (included by kernels.cu only; their
+// launchers are declared in launch.h). Plain kernels, written for
 // correctness first: each is a short loop that can be read against the CPU
 // backend (lib/cpu/cpu_backend.cpp), whose semantics they follow. The heavy
-// products go to cuBLAS (cuda_backend.cu); what is here is elementwise work,
-// gathers, normalisation and attention.
+// products go to cuBLAS (cuda_backend.cpp); what is here is elementwise
+// work, gathers, normalisation and attention.
 //
 // Launch rules shared by every kernel here: blockDim.x is a multiple of 32
 // (warp reductions use full masks), and row or element loops are
@@ -14,22 +15,17 @@
 
 #include <cstdint>
 
+#include "launch.h"
+
 namespace clade {
 namespace cuda {
 
-// Largest head dimension the attention kernel handles (as the CPU backend).
-constexpr int kMaxHeadDim = 256;
 // Threads per attention block, and keys scored per inner step (<= threads).
 constexpr int kAttnThreads = 128;
 constexpr int kAttnTile = 64;
 static_assert(kAttnTile <= kAttnThreads, "one weight per thread per tile");
 static_assert(kMaxHeadDim % kAttnThreads == 0, "accumulator slots per thread");
 constexpr int kAttnSlots = kMaxHeadDim / kAttnThreads;
-
-// Weight type codes: TensorType's GGML numbers.
-constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeBF16 = 30;
-// KV type codes: clade_kv_type.
-constexpr int kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2;
 
 // ---- small helpers ----
 
@@ -208,19 +204,6 @@ __global__ void kv_write_kernel(void* k_dst, void* v_dst, int capacity, int kv_h
 }
 
 // ---- attention ----
-
-// One attention problem as the kernel sees it (AttnProblem with every
-// pointer in device memory).
-struct AttnDesc {
-  const int32_t* rows;   // [n_rows] query row indices into q
-  const int32_t* limit;  // [n_rows] keys visible per row, or nullptr: all
-  const void* k;         // [len][head_dim] of KV
-  const void* v;         // [len][head_dim] of KV
-  float* o;              // [n_rows][head_dim]
-  float* lse;            // [n_rows], natural log
-  int32_t n_rows;        // > 0
-  int32_t len;
-};
 
 // One block per (problem, row), grid-stride over all rows of all problems;
 // row_begin [n_probs + 1] is the prefix sum of n_rows (every n_rows > 0).

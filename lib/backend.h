@@ -42,7 +42,10 @@ size_t kv_type_size(clade_kv_type t);
 // first limit[r] keys of the span (limit == nullptr: all len keys); a row
 // that sees none gives lse = -inf and o = 0. Outputs: o [n_rows][head_dim]
 // (the softmax-weighted values) and lse [n_rows] (natural-log
-// log-sum-exp of the scaled scores).
+// log-sum-exp of the scaled scores, in fp64: an fp32 lse of magnitude ~10
+// carries an absolute error of ~5e-7, which the merge turns into a relative
+// error of the weights that doubles the attention error; measured in
+// tests/test_attention.cpp).
 struct AttnProblem {
   const int32_t* rows = nullptr;
   int32_t n_rows = 0;
@@ -51,7 +54,7 @@ struct AttnProblem {
   int32_t len = 0;
   const int32_t* limit = nullptr;
   float* o = nullptr;
-  float* lse = nullptr;
+  double* lse = nullptr;
 };
 
 // Merge list: output row i combines the partial rows
@@ -63,7 +66,7 @@ struct MergeList {
   const int32_t* part_begin = nullptr;  // [n_out_rows + 1]
   const int32_t* part_rows = nullptr;
   const float* part_o = nullptr;
-  const float* part_lse = nullptr;
+  const double* part_lse = nullptr;
 };
 
 class Backend {

@@ -54,6 +54,10 @@ float* Forward::f32(Buf& b, size_t n) {
   ensure(b, n * sizeof(float));
   return static_cast<float*>(b.p);
 }
+double* Forward::f64(Buf& b, size_t n) {
+  ensure(b, n * sizeof(double));
+  return static_cast<double*>(b.p);
+}
 int32_t* Forward::i32(Buf& b, size_t n) {
   ensure(b, n * sizeof(int32_t));
   return static_cast<int32_t*>(b.p);
@@ -83,7 +87,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
   int32_t* pbegin = i32(pbegin_, plan_.part_begin.size() + 1);
   int32_t* prows = i32(prows_, std::max<size_t>(plan_.part_rows.size(), 1));
   float* part_o = f32(part_o_, std::max<size_t>(n_part, 1) * hd);
-  float* part_lse = f32(part_lse_, std::max<size_t>(n_part, 1));
+  double* part_lse = f64(part_lse_, std::max<size_t>(n_part, 1));
   if (n_part) {
     be_.copy_to(rows, plan_.rows.data(), n_part * 4);
     be_.copy_to(limits, plan_.limits.data(), n_part * 4);

@@ -15,7 +15,7 @@ struct PlanBuffers {
   const int32_t* part_begin;
   const int32_t* part_rows;
   float* part_o;
-  float* part_lse;
+  double* part_lse;
 };
 
 // Attention of one layer as the plan says: every problem, then the merge
@@ -46,6 +46,7 @@ class Forward {
     size_t cap = 0;
   };
   float* f32(Buf& b, size_t n);
+  double* f64(Buf& b, size_t n);
   int32_t* i32(Buf& b, size_t n);
   void ensure(Buf& b, size_t bytes);
 

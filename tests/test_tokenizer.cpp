@@ -342,7 +342,7 @@ static void test_vocab_generic(const Tokenizer& tok, bool spm) {
       for (auto& c : s) c = static_cast<char>(rng() & 0xFF);
       if (valid_utf8(s)) {
         ++n_valid;
-        if (spm) continue;  // U+2581 may appear
+        if (spm && s.find("\xE2\x96\x81") != std::string::npos) continue;  // SPM reads U+2581 as a space
         auto v = tok.encode(s, false, false);
         CHECK(tok.decode(v.data(), v.size(), false) == s, "random valid bytes round trip");
       } else {

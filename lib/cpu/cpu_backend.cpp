@@ -32,7 +32,7 @@ constexpr int kDirectRows = 4;
 constexpr int kAttnRows = 64;
 constexpr int kAttnBlock = 128;
 constexpr int kMaxHeadDim = 256;
-// Below this many query rows, attention uses its own loops, not sgemm.
+// From this many query rows, P.V uses sgemm; below, axpy loops.
 constexpr int kAttnGemmRows = 8;
 
 struct ThreadScratch {
@@ -86,13 +86,29 @@ class CpuBackend final : public Backend {
     });
   }
   void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0, int r1,
-                   int c0, int c1, float* o, float* lse);
+                   int c0, int c1, float* o, double* lse);
+
+  // out = sum_j exp(lse_j - L) o_j over partial rows idx[0..n); returns L.
+  double merge_row(const int32_t* idx, int n, const float* part_o, const double* part_lse, int hd, float* out) const {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int j = 0; j < n; j++) mx = std::max(mx, part_lse[idx[j]]);
+    std::fill(out, out + hd, 0.0f);
+    if (mx == -std::numeric_limits<double>::infinity()) return mx;
+    double sum = 0;
+    for (int j = 0; j < n; j++) sum += std::exp(part_lse[idx[j]] - mx);
+    for (int j = 0; j < n; j++) {
+      float w = (float)(std::exp(part_lse[idx[j]] - mx) / sum);
+      if (w > 0) k_.axpy(out, part_o + (size_t)idx[j] * hd, w, hd);
+    }
+    return mx + std::log(sum);
+  }
 
   const CpuKernels& k_;
   ThreadPool pool_;
   std::vector<ThreadScratch> scratch_;
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
-  std::vector<float> part_;  // attention split-K partials
+  std::vector<float> part_;      // attention split-K partial outputs
+  std::vector<double> part_lse_;  // and their lse
 };
 
 TensorType kv_tensor_type(clade_kv_type t) {
@@ -203,7 +219,7 @@ void CpuBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t 
 
 // Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1).
 void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
-                             int r1, int c0, int c1, float* o, float* lse) {
+                             int r1, int c0, int c1, float* o, double* lse) {
   ThreadScratch& s = scratch_[(size_t)tid];
   const int R = r1 - r0;
   s.q.resize((size_t)kAttnRows * hd);
@@ -237,12 +253,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       V = s.vb.data();
     }
     float* S = s.s.data();
-    if (R >= kAttnGemmRows) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, jb, hd, 1.0f, s.q.data(), hd, K, hd, 0.0f, S, jb);
-    } else {
-      for (int r = 0; r < R; r++)
-        for (int j = 0; j < jb; j++) S[r * jb + j] = k_.dot(s.q.data() + (size_t)r * hd, K + (size_t)j * hd, hd);
-    }
+    k_.scores(s.q.data(), R, K, jb, hd, S);
     for (int r = 0; r < R; r++) {
       float* Sr = S + (size_t)r * jb;
       int lim = p.limit ? p.limit[r0 + r] : p.len;
@@ -279,10 +290,10 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     if (l > 0) {
       float inv = 1.0f / l;
       for (int i = 0; i < hd; i++) orow[i] = s.acc[(size_t)r * hd + i] * inv;
-      lse[r] = s.m[(size_t)r] + std::log(l);
+      lse[r] = (double)s.m[(size_t)r] + std::log((double)l);
     } else {
       std::fill(orow, orow + hd, 0.0f);
-      lse[r] = -std::numeric_limits<float>::infinity();
+      lse[r] = -std::numeric_limits<double>::infinity();
     }
   }
 }
@@ -295,7 +306,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   struct Item {
     int p, r0, r1, c0, c1;
     float* o;
-    float* lse;
+    double* lse;
   };
   // Row blocks first; if they give too few items for the cores, split the
   // keys too (each split gives partial (o, lse) pairs merged below).
@@ -305,7 +316,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   const int64_t want = 4 * (int64_t)pool_.size();
   std::vector<Item> items;
   std::vector<int> splits(n_problems, 1);
-  size_t part_floats = 0;
+  size_t part_floats = 0, part_rows = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.len <= 0 || p.n_rows <= 0) continue;
@@ -315,24 +326,29 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       split = std::max(split, 1);
     }
     splits[i] = split;
-    if (split > 1) part_floats += (size_t)split * p.n_rows * (head_dim + 1);
+    if (split > 1) {
+      part_floats += (size_t)split * p.n_rows * head_dim;
+      part_rows += (size_t)split * p.n_rows;
+    }
   }
   if (part_.size() < part_floats) part_.resize(part_floats);
-  std::vector<size_t> part_at(n_problems, 0);
-  size_t at = 0;
+  if (part_lse_.size() < part_rows) part_lse_.resize(part_rows);
+  std::vector<size_t> part_at(n_problems, 0), lse_at(n_problems, 0);
+  size_t at = 0, lat = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.n_rows <= 0) continue;
     if (p.len <= 0) {  // nothing to see
       for (int r = 0; r < p.n_rows; r++) {
         std::fill(p.o + (size_t)r * head_dim, p.o + (size_t)(r + 1) * head_dim, 0.0f);
-        p.lse[r] = -std::numeric_limits<float>::infinity();
+        p.lse[r] = -std::numeric_limits<double>::infinity();
       }
       continue;
     }
     int split = splits[i];
     int chunk = (p.len + split - 1) / split;
     part_at[i] = at;
+    lse_at[i] = lat;
     for (int r0 = 0; r0 < p.n_rows; r0 += kAttnRows) {
       int r1 = std::min(p.n_rows, r0 + kAttnRows);
       for (int c = 0; c < split; c++) {
@@ -340,14 +356,17 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
         if (split == 1) {
           items.push_back({(int)i, r0, r1, c0, c1, p.o + (size_t)r0 * head_dim, p.lse + r0});
         } else {
-          // partial layout per problem: [split][n_rows][head_dim], then lse [split][n_rows]
+          // partials per problem: o [split][n_rows][head_dim], lse [split][n_rows]
           float* po = part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
-          float* pl = part_.data() + at + (size_t)split * p.n_rows * head_dim + (size_t)c * p.n_rows + r0;
+          double* pl = part_lse_.data() + lat + (size_t)c * p.n_rows + r0;
           items.push_back({(int)i, r0, r1, c0, c1, po, pl});
         }
       }
     }
-    if (split > 1) at += (size_t)split * p.n_rows * (head_dim + 1);
+    if (split > 1) {
+      at += (size_t)split * p.n_rows * head_dim;
+      lat += (size_t)split * p.n_rows;
+    }
   }
   pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
     const Item& w = items[(size_t)it];
@@ -359,25 +378,11 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     int split = splits[i];
     if (split <= 1 || p.len <= 0 || p.n_rows <= 0) continue;
     const float* po = part_.data() + part_at[i];
-    const float* pl = po + (size_t)split * p.n_rows * head_dim;
+    const double* pl = part_lse_.data() + lse_at[i];
     for (int r = 0; r < p.n_rows; r++) {
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int c = 0; c < split; c++) mx = std::max(mx, pl[(size_t)c * p.n_rows + r]);
-      float* orow = p.o + (size_t)r * head_dim;
-      std::fill(orow, orow + head_dim, 0.0f);
-      if (mx == -std::numeric_limits<float>::infinity()) {
-        p.lse[r] = mx;
-        continue;
-      }
-      float sum = 0;
-      for (int c = 0; c < split; c++) {
-        float w = std::exp(pl[(size_t)c * p.n_rows + r] - mx);
-        sum += w;
-        if (w > 0) k_.axpy(orow, po + ((size_t)c * p.n_rows + r) * head_dim, w, head_dim);
-      }
-      float inv = 1.0f / sum;
-      for (int d = 0; d < head_dim; d++) orow[d] *= inv;
-      p.lse[r] = mx + std::log(sum);
+      std::vector<int32_t> idx((size_t)split);
+      for (int c = 0; c < split; c++) idx[(size_t)c] = c * p.n_rows + r;
+      p.lse[r] = merge_row(idx.data(), split, po, pl, head_dim, p.o + (size_t)r * head_dim);
     }
   }
 }
@@ -386,21 +391,8 @@ void CpuBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
   std::lock_guard<std::mutex> lock(mu_);
   parallel_rows(list.n_out_rows, 64, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) {
-      float* orow = out + r * head_dim;
-      std::fill(orow, orow + head_dim, 0.0f);
       int32_t j0 = list.part_begin[r], j1 = list.part_begin[r + 1];
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int32_t j = j0; j < j1; j++) mx = std::max(mx, list.part_lse[list.part_rows[j]]);
-      if (mx == -std::numeric_limits<float>::infinity()) continue;
-      float sum = 0;
-      for (int32_t j = j0; j < j1; j++) {
-        int32_t pr = list.part_rows[j];
-        float w = std::exp(list.part_lse[pr] - mx);
-        sum += w;
-        if (w > 0) k_.axpy(orow, list.part_o + (size_t)pr * head_dim, w, head_dim);
-      }
-      float inv = 1.0f / sum;
-      for (int d = 0; d < head_dim; d++) orow[d] *= inv;
+      merge_row(list.part_rows + j0, j1 - j0, list.part_o, list.part_lse, head_dim, out + r * head_dim);
     }
   });
 }

@@ -20,6 +20,11 @@ struct CpuKernels {
   void (*from_f32)(TensorType t, const float* src, void* dst, int64_t n);
   // x[i] = exp(x[i] - m), returns the sum
   float (*exp_sum)(float* x, float m, int64_t n);
+  // S[r][j] = dot(Q row r, K row j), Q [R][hd], K [jb][hd], S [R][jb].
+  // Each dot product keeps 8 short accumulation chains (hd/8 terms each):
+  // OpenBLAS's sgemm kernel for larger R uses one chain of hd terms, which
+  // doubled the attention error against fp64 (tests/test_attention.cpp).
+  void (*scores)(const float* q, int R, const float* k, int jb, int hd, float* s);
   // out[r] = dot(W row, x_r) for r < n_x rows of x (stride ldx); W row of
   // type t, n_in elements. For small batches: reads the row once.
   void (*row_dots)(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in,

@@ -1,0 +1,410 @@
+// The CUDA backend against the CPU backend, op by op, on random inputs.
+// Exits 77 (skipped) when no CUDA device is usable or the build has no CUDA.
+//
+// Tolerances, each against a scale stated per op:
+//   matmul: |gpu - cpu| <= tol * sum_i |w_i x_i| + 1e-6 per output, with
+//     tol = 1e-5 (F32), 1e-3 (F16: activations narrowed to f16, unit
+//     roundoff 2^-11), 8e-3 (BF16: narrowed to bf16, 2^-8), 2e-3 (Q8_0,
+//     Q4_0: activations and widened weights both rounded to f16);
+//   embed, kv_write: exact (both widen or narrow with round-to-nearest-even);
+//   rmsnorm, add_bias, add, swiglu, rope, merge: 1e-5 relative (+1e-6);
+//   attention: 1e-4 absolute on o and lse (values and scores are O(1)),
+//     -inf lse and zero o exactly where a row sees no key.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "check.h"
+#include "error.h"
+#include "quant.h"
+
+using clade::Backend;
+
+namespace {
+
+std::mt19937 rng(1234);
+
+std::vector<float> randn(size_t n, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Buffers in one backend's memory, released with the arena.
+struct Arena {
+  Backend& be;
+  std::vector<void*> ptrs;
+  explicit Arena(Backend& b) : be(b) {}
+  ~Arena() {
+    for (void* p : ptrs) be.release(p);
+  }
+  void* raw(size_t bytes) {
+    void* p = be.alloc(bytes);
+    ptrs.push_back(p);
+    return p;
+  }
+  template <class T>
+  T* put(const std::vector<T>& h) {
+    T* p = static_cast<T*>(raw(std::max<size_t>(h.size(), 1) * sizeof(T)));
+    be.copy_to(p, h.data(), h.size() * sizeof(T));
+    return p;
+  }
+  template <class T>
+  std::vector<T> get(const T* p, size_t n) {
+    std::vector<T> h(n);
+    be.copy_from(h.data(), p, n * sizeof(T));
+    return h;
+  }
+};
+
+// Compare got against want: |got - want| <= bound[i] (NaN fails). Prints the
+// worst element.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                  const std::vector<double>& bound) {
+  CHECK_MSG(got.size() == want.size(), "%s: sizes differ", what.c_str());
+  if (got.size() != want.size()) return;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    double err = std::fabs((double)got[i] - (double)want[i]);
+    bool ok = err <= bound[i];
+    if (std::isinf(want[i]) || std::isinf(got[i])) ok = got[i] == want[i];
+    if (!ok || std::isnan(err)) {
+      bad++;
+      double ratio = std::isnan(err) ? INFINITY : err / std::max(bound[i], 1e-30);
+      if (bad == 1 || ratio > worst_ratio) worst = i, worst_ratio = ratio;
+    }
+  }
+  CHECK_MSG(bad == 0, "%s: %zu of %zu elements off; worst [%zu]: got %.9g want %.9g bound %.3g", what.c_str(), bad,
+            got.size(), worst, (double)got[worst], (double)want[worst], bad ? bound[worst] : 0.0);
+}
+
+void expect_rel(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double rel,
+                double abs_tol) {
+  std::vector<double> bound(want.size());
+  for (size_t i = 0; i < want.size(); i++) bound[i] = rel * std::fabs((double)want[i]) + abs_tol;
+  expect_close(what, got, want, bound);
+}
+
+template <class T>
+void expect_equal(const std::string& what, const std::vector<T>& got, const std::vector<T>& want) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); i++)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && bad++ == 0) first = i;
+  CHECK_MSG(got.size() == want.size() && bad == 0, "%s: %zu elements differ, first at %zu", what.c_str(), bad, first);
+}
+
+const char* type_name(clade::TensorType t) {
+  switch (t) {
+    case clade::TensorType::F32: return "F32";
+    case clade::TensorType::F16: return "F16";
+    case clade::TensorType::BF16: return "BF16";
+    case clade::TensorType::Q8_0: return "Q8_0";
+    case clade::TensorType::Q4_0: return "Q4_0";
+  }
+  return "?";
+}
+
+uint64_t row_bytes(clade::TensorType t, int64_t n) {
+  switch (t) {
+    case clade::TensorType::F32: return (uint64_t)n * 4;
+    case clade::TensorType::F16:
+    case clade::TensorType::BF16: return (uint64_t)n * 2;
+    case clade::TensorType::Q8_0: return (uint64_t)(n / 32) * 34;
+    case clade::TensorType::Q4_0: return (uint64_t)(n / 32) * 18;
+  }
+  return 0;
+}
+
+// A random weight [n_out][n_in] in type t, and its exact f32 values.
+struct HostWeight {
+  clade::TensorType type;
+  int64_t n_in, n_out;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+  clade::Weight view() const { return clade::Weight{type, bytes.data(), n_in, n_out}; }
+};
+
+HostWeight make_weight(clade::TensorType t, int64_t n_in, int64_t n_out) {
+  HostWeight w{t, n_in, n_out, {}, {}};
+  const uint64_t rb = row_bytes(t, n_in);
+  w.bytes.resize(rb * (uint64_t)n_out);
+  w.values.resize((size_t)(n_in * n_out));
+  std::vector<float> src = randn((size_t)(n_in * n_out), 0.1f);
+  for (int64_t o = 0; o < n_out; o++) {
+    clade::quantize_row(t, src.data() + o * n_in, w.bytes.data() + (uint64_t)o * rb, n_in);
+    clade::dequantize_row(t, w.bytes.data() + (uint64_t)o * rb, w.values.data() + o * n_in, n_in);
+  }
+  return w;
+}
+
+void test_matmul(Backend& cpu, Backend& gpu, clade::TensorType t, int64_t n_in, int64_t n_out, int64_t n) {
+  const double tol = t == clade::TensorType::F32    ? 1e-5
+                     : t == clade::TensorType::F16  ? 1e-3
+                     : t == clade::TensorType::BF16 ? 8e-3
+                                                    : 2e-3;
+  HostWeight hw = make_weight(t, n_in, n_out);
+  std::vector<float> x = randn((size_t)(n * n_in));
+  std::vector<float> y[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Arena a(*bes[b]);
+    clade::Weight w = bes[b]->upload_weight(hw.view());
+    float* dx = a.put(x);
+    float* dy = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+    bes[b]->matmul(w, dx, n, dy);
+    y[b] = a.get(dy, (size_t)(n * n_out));
+  }
+  std::vector<double> bound((size_t)(n * n_out));
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t o = 0; o < n_out; o++) {
+      double s = 0;
+      for (int64_t i = 0; i < n_in; i++) s += std::fabs((double)hw.values[(size_t)(o * n_in + i)] * x[(size_t)(r * n_in + i)]);
+      bound[(size_t)(r * n_out + o)] = tol * s + 1e-6;
+    }
+  expect_close(std::string("matmul ") + type_name(t) + " " + std::to_string(n) + "x" + std::to_string(n_in) + "x" +
+                   std::to_string(n_out),
+               y[1], y[0], bound);
+}
+
+void test_embed(Backend& cpu, Backend& gpu, clade::TensorType t) {
+  const int64_t width = 96, vocab = 50;
+  HostWeight hw = make_weight(t, width, vocab);
+  std::vector<int32_t> tokens = {0, 7, 49, 7, 23, 1, 48};
+  std::vector<float> out[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Arena a(*bes[b]);
+    clade::Weight w = bes[b]->upload_weight(hw.view());
+    int32_t* dt = a.put(tokens);
+    float* d = static_cast<float*>(a.raw(tokens.size() * width * 4));
+    bes[b]->embed(w, dt, (int64_t)tokens.size(), d);
+    out[b] = a.get(d, tokens.size() * width);
+  }
+  expect_equal(std::string("embed ") + type_name(t), out[1], out[0]);
+}
+
+void test_elementwise(Backend& cpu, Backend& gpu) {
+  const int64_t n = 5, dim = 300;  // dim not a multiple of the block size
+  std::vector<float> x = randn((size_t)(n * dim), 2.0f), w = randn((size_t)dim), bias = randn((size_t)dim),
+                     up = randn((size_t)(n * dim), 3.0f);
+  std::vector<float> rms[2], biased[2], added[2], sw[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Backend& be = *bes[b];
+    Arena a(be);
+    float* dx = a.put(x);
+    float* dw = a.put(w);
+    float* dbias = a.put(bias);
+    float* dup = a.put(up);
+    float* dy = static_cast<float*>(a.raw(x.size() * 4));
+    be.rmsnorm(dx, dw, n, dim, 1e-5f, dy);
+    rms[b] = a.get(dy, x.size());
+    be.add_bias(dy, dbias, n, dim);
+    biased[b] = a.get(dy, x.size());
+    be.add(dy, dx, n * dim);
+    added[b] = a.get(dy, x.size());
+    be.swiglu(dy, dup, n * dim);
+    sw[b] = a.get(dy, x.size());
+  }
+  expect_rel("rmsnorm", rms[1], rms[0], 1e-5, 1e-6);
+  expect_rel("add_bias", biased[1], biased[0], 1e-5, 1e-6);
+  expect_rel("add", added[1], added[0], 1e-5, 1e-6);
+  expect_rel("swiglu", sw[1], sw[0], 1e-5, 1e-6);
+}
+
+void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
+  const int64_t n = 6;
+  const int n_heads = 3, hd = 64;
+  std::vector<float> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; i++) inv_freq[(size_t)i] = std::pow(10000.0f, -2.0f * i / hd);
+  std::vector<int32_t> pos = {0, 1, 2, 17, 4095, 31999};
+  clade::RopeParams p;
+  p.head_dim = hd;
+  p.neox = neox;
+  p.pos_scale = pos_scale;
+  p.inv_freq = inv_freq.data();
+  std::vector<float> x = randn((size_t)(n * n_heads * hd));
+  std::vector<float> out[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Arena a(*bes[b]);
+    float* dx = a.put(x);
+    bes[b]->rope(dx, n, n_heads, pos.data(), p);
+    out[b] = a.get(dx, x.size());
+  }
+  // Rotations keep magnitudes O(|x|): bound by the pair's size.
+  std::vector<double> bound(x.size());
+  for (size_t i = 0; i < x.size(); i++) bound[i] = 1e-5 * (std::fabs(out[0][i]) + 1.0) + 1e-6;
+  expect_close(std::string("rope ") + (neox ? "neox" : "normal") + " scale " + std::to_string(pos_scale), out[1],
+               out[0], bound);
+}
+
+// kv_write into a span in two pieces, then attention problems over it:
+// full rows, causal limits (0 included), an empty span, a span of one key,
+// the same rows split in two key ranges and merged, and a multi-tile span.
+void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
+  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
+                          " hd " + std::to_string(hd);
+  const int kvh = 2, cap = 256, len = 200, n_q = 12;
+  const size_t es = clade::kv_type_size(type);
+  std::vector<float> kin = randn((size_t)len * kvh * hd), vin = randn((size_t)len * kvh * hd);
+  std::vector<float> q = randn((size_t)n_q * hd);
+  const float scale = 1.0f / std::sqrt((float)hd);
+
+  // Row sets and limits (host); outputs are laid out per problem.
+  std::vector<int32_t> rows_all = {3, 0, 11, 5, 5, 8, 1, 2, 9, 10, 4, 6, 7};  // a repeated row too
+  std::vector<int32_t> limits = {0, 1, 63, 64, 65, 128, 199, 200, 17, 0, 130, 2, 100};
+  const int nr = (int)rows_all.size();
+  const int split = 70;  // keys [0, split) and [split, len)
+
+  struct Out {
+    std::vector<uint8_t> kbytes, vbytes;
+    std::vector<float> o_full, lse_full, o_causal, lse_causal, o_empty, lse_empty, o_one, lse_one, merged;
+  } out[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Backend& be = *bes[b];
+    Arena a(be);
+    const size_t span_bytes = (size_t)kvh * cap * hd * es;
+    uint8_t* K = static_cast<uint8_t*>(a.raw(span_bytes));
+    uint8_t* V = static_cast<uint8_t*>(a.raw(span_bytes));
+    std::vector<uint8_t> zero(span_bytes, 0);
+    be.copy_to(K, zero.data(), span_bytes);
+    be.copy_to(V, zero.data(), span_bytes);
+    float* dk = a.put(kin);
+    float* dv = a.put(vin);
+    const int first = 120;
+    be.kv_write(K, V, type, cap, kvh, hd, 0, dk, dv, first);
+    be.kv_write(K, V, type, cap, kvh, hd, first, dk + (size_t)first * kvh * hd, dv + (size_t)first * kvh * hd,
+                len - first);
+    out[b].kbytes = a.get(K, span_bytes);
+    out[b].vbytes = a.get(V, span_bytes);
+
+    float* dq = a.put(q);
+    int32_t* drows = a.put(rows_all);
+    int32_t* dlim = a.put(limits);
+    // Outputs: 6 slots of nr rows: full, causal, empty, one key, split A, split B.
+    float* o = static_cast<float*>(a.raw((size_t)6 * nr * hd * 4));
+    float* lse = static_cast<float*>(a.raw((size_t)6 * nr * 4));
+    const size_t head1 = (size_t)1 * cap * hd * es;  // KV head 1
+    auto problem = [&](int slot, size_t key0, int plen, const int32_t* lim) {
+      clade::AttnProblem p;
+      p.rows = drows;
+      p.n_rows = nr;
+      p.k = K + head1 + key0 * hd * es;
+      p.v = V + head1 + key0 * hd * es;
+      p.len = plen;
+      p.limit = lim;
+      p.o = o + (size_t)slot * nr * hd;
+      p.lse = lse + (size_t)slot * nr;
+      return p;
+    };
+    std::vector<clade::AttnProblem> probs = {
+        problem(0, 0, len, nullptr),           problem(1, 0, len, dlim),
+        problem(2, 0, 0, nullptr),             problem(3, 0, 1, nullptr),
+        problem(4, 0, split, nullptr),         problem(5, (size_t)split, len - split, nullptr),
+    };
+    probs.insert(probs.begin() + 2, clade::AttnProblem{});  // a problem with no rows is skipped
+    be.attention(dq, hd, scale, type, probs.data(), probs.size());
+    out[b].o_full = a.get(o, (size_t)nr * hd);
+    out[b].lse_full = a.get(lse, (size_t)nr);
+    out[b].o_causal = a.get(o + (size_t)nr * hd, (size_t)nr * hd);
+    out[b].lse_causal = a.get(lse + nr, (size_t)nr);
+    out[b].o_empty = a.get(o + (size_t)2 * nr * hd, (size_t)nr * hd);
+    out[b].lse_empty = a.get(lse + 2 * nr, (size_t)nr);
+    out[b].o_one = a.get(o + (size_t)3 * nr * hd, (size_t)nr * hd);
+    out[b].lse_one = a.get(lse + 3 * nr, (size_t)nr);
+
+    // Merge the two key splits: output row i from partial rows 4nr+i and
+    // 5nr+i; add one output row with no partials and one whose only
+    // partial saw nothing (slot 2).
+    std::vector<int32_t> begin = {0}, prow;
+    for (int i = 0; i < nr; i++) {
+      prow.push_back(5 * nr + i);  // order reversed on purpose
+      prow.push_back(4 * nr + i);
+      begin.push_back((int32_t)prow.size());
+    }
+    begin.push_back((int32_t)prow.size());  // no partials
+    prow.push_back(2 * nr);
+    begin.push_back((int32_t)prow.size());  // one partial with lse = -inf
+    clade::MergeList ml;
+    ml.n_out_rows = nr + 2;
+    ml.part_begin = a.put(begin);
+    ml.part_rows = a.put(prow);
+    ml.part_o = o;
+    ml.part_lse = lse;
+    float* merged = static_cast<float*>(a.raw((size_t)(nr + 2) * hd * 4));
+    be.merge(ml, hd, merged);
+    out[b].merged = a.get(merged, (size_t)(nr + 2) * hd);
+  }
+
+  expect_equal("kv_write K " + tag, out[1].kbytes, out[0].kbytes);
+  expect_equal("kv_write V " + tag, out[1].vbytes, out[0].vbytes);
+  expect_rel("attention full o " + tag, out[1].o_full, out[0].o_full, 0, 1e-4);
+  expect_rel("attention full lse " + tag, out[1].lse_full, out[0].lse_full, 0, 1e-4);
+  expect_rel("attention causal o " + tag, out[1].o_causal, out[0].o_causal, 0, 1e-4);
+  expect_rel("attention causal lse " + tag, out[1].lse_causal, out[0].lse_causal, 0, 1e-4);
+  expect_rel("attention one key o " + tag, out[1].o_one, out[0].o_one, 0, 1e-4);
+  expect_rel("attention one key lse " + tag, out[1].lse_one, out[0].lse_one, 0, 1e-4);
+  // Rows that see nothing: lse -inf, o exactly 0, on both backends.
+  for (int b = 0; b < 2; b++) {
+    for (int r = 0; r < nr; r++) {
+      CHECK(std::isinf(out[b].lse_empty[(size_t)r]) && out[b].lse_empty[(size_t)r] < 0);
+      if (limits[(size_t)r] == 0) CHECK(std::isinf(out[b].lse_causal[(size_t)r]) && out[b].lse_causal[(size_t)r] < 0);
+    }
+    for (float v : out[b].o_empty) CHECK(v == 0.0f);
+    for (int r = 0; r < nr; r++)
+      if (limits[(size_t)r] == 0)
+        for (int d = 0; d < hd; d++) CHECK(out[b].o_causal[(size_t)r * hd + d] == 0.0f);
+  }
+  expect_rel("merge " + tag, out[1].merged, out[0].merged, 1e-5, 1e-6);
+  // Split + merge on the GPU equals one pass over the whole span (CPU).
+  std::vector<float> merged_rows(out[1].merged.begin(), out[1].merged.begin() + (size_t)nr * hd);
+  expect_rel("split+merge vs full " + tag, merged_rows, out[0].o_full, 0, 1e-4);
+  for (int d = 0; d < 2 * hd; d++) CHECK(out[1].merged[(size_t)nr * hd + d] == 0.0f);
+}
+
+}  // namespace
+
+int main() {
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = clade::make_cuda_backend();
+  } catch (const clade::Error& e) {
+    std::printf("SKIP: %s\n", e.what());
+    return 77;
+  }
+  if (!gpu) {
+    std::printf("SKIP: this build of clade has no CUDA backend\n");
+    return 77;
+  }
+  std::unique_ptr<Backend> cpu = clade::make_cpu_backend(2);
+  std::printf("CUDA backend '%s' against CPU backend '%s'\n", gpu->name(), cpu->name());
+  try {
+    using T = clade::TensorType;
+    for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_0}) {
+      for (int64_t n : {1, 3, 17}) test_matmul(*cpu, *gpu, t, 256, 96, n);
+      test_embed(*cpu, *gpu, t);
+    }
+    // More output rows than one dequantization tile (64 MiB of f16).
+    test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
+    test_elementwise(*cpu, *gpu);
+    for (bool neox : {false, true})
+      for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
+    for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
+      for (int hd : {64, 128}) test_attention(*cpu, *gpu, kt, hd);
+  } catch (const clade::Error& e) {
+    std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
+    return 1;
+  }
+  return check_exit();
+}

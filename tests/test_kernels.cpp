@@ -1,0 +1,102 @@
+// checkasm-style: each optimised CPU kernel against the portable one (and
+// both against fp64 where a tolerance says more than agreement).
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "check.h"
+#include "cpu/kernels.h"
+#include "half.h"
+#include "quant.h"
+
+using namespace clade;
+
+int main() {
+  const CpuKernels& ref = cpu_kernels_portable();
+  const CpuKernels& opt = cpu_kernels();
+  std::printf("optimised kernels: %s\n", opt.name);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int n : {1, 7, 8, 31, 64, 100, 1024}) {
+    std::vector<float> a((size_t)n), b((size_t)n);
+    for (auto& x : a) x = nd(rng);
+    for (auto& x : b) x = nd(rng);
+    double exact = 0, mag = 0;
+    for (int i = 0; i < n; i++) {
+      exact += (double)a[(size_t)i] * b[(size_t)i];
+      mag += std::fabs((double)a[(size_t)i] * b[(size_t)i]);
+    }
+    CHECK_MSG(std::fabs(opt.dot(a.data(), b.data(), n) - exact) <= 1e-6 * mag + 1e-7, "dot n=%d", n);
+    CHECK_MSG(std::fabs(ref.dot(a.data(), b.data(), n) - exact) <= 1e-6 * mag + 1e-7, "dot n=%d", n);
+    std::vector<float> y1 = a, y2 = a;
+    ref.axpy(y1.data(), b.data(), 0.37f, n);
+    opt.axpy(y2.data(), b.data(), 0.37f, n);
+    for (int i = 0; i < n; i++) CHECK(std::fabs(y1[(size_t)i] - y2[(size_t)i]) <= 1e-6f * (1 + std::fabs(y1[(size_t)i])));
+    // exp_sum on x - max <= 0, including very negative values
+    std::vector<float> e1 = a, e2 = a;
+    for (auto& x : e1) x *= 20;
+    e2 = e1;
+    float m = *std::max_element(e1.begin(), e1.end());
+    float s1 = ref.exp_sum(e1.data(), m, n), s2 = opt.exp_sum(e2.data(), m, n);
+    CHECK_MSG(std::fabs(s1 - s2) <= 1e-6f * s1, "exp_sum n=%d %g %g", n, s1, s2);
+    for (int i = 0; i < n; i++) CHECK(std::fabs(e1[(size_t)i] - e2[(size_t)i]) <= 1e-6f * e1[(size_t)i] + 1e-37f);
+  }
+  // Row conversions and row dots for every weight type.
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
+    const int n = 256;
+    std::vector<float> src(n), w1(n), w2(n);
+    for (auto& x : src) x = nd(rng);
+    std::vector<uint8_t> q(tensor_row_bytes(t, n));
+    quantize_row(t, src.data(), q.data(), n);
+    ref.to_f32(t, q.data(), w1.data(), n);
+    opt.to_f32(t, q.data(), w2.data(), n);
+    CHECK_MSG(std::memcmp(w1.data(), w2.data(), n * 4) == 0, "to_f32 type %s", tensor_type_name(t));
+    for (int nx : {1, 2, 3, 4, 5}) {
+      std::vector<float> x((size_t)nx * n), o1((size_t)nx), o2((size_t)nx), scratch(n);
+      for (auto& v : x) v = nd(rng);
+      ref.row_dots(t, q.data(), x.data(), n, nx, n, o1.data(), 1, scratch.data());
+      opt.row_dots(t, q.data(), x.data(), n, nx, n, o2.data(), 1, scratch.data());
+      for (int r = 0; r < nx; r++)
+        CHECK_MSG(std::fabs(o1[(size_t)r] - o2[(size_t)r]) <= 1e-4f * (1 + std::fabs(o1[(size_t)r])), "row_dots %s nx=%d",
+                  tensor_type_name(t), nx);
+    }
+  }
+  for (TensorType t : {TensorType::F16, TensorType::BF16}) {
+    const int n = 200;
+    std::vector<float> src(n);
+    for (auto& x : src) x = nd(rng) * 100;
+    std::vector<uint16_t> h1(n), h2(n);
+    ref.from_f32(t, src.data(), h1.data(), n);
+    opt.from_f32(t, src.data(), h2.data(), n);
+    CHECK_MSG(h1 == h2, "from_f32 %s", tensor_type_name(t));
+  }
+  // scores: against fp64, both within a few ulps of the magnitude
+  for (int hd : {64, 128, 40}) {
+    for (int R : {1, 2, 3, 9}) {
+      int jb = 13;
+      std::vector<float> q((size_t)R * hd), k((size_t)jb * hd), s1((size_t)R * jb), s2((size_t)R * jb);
+      for (auto& v : q) v = nd(rng);
+      for (auto& v : k) v = nd(rng);
+      ref.scores(q.data(), R, k.data(), jb, hd, s1.data());
+      opt.scores(q.data(), R, k.data(), jb, hd, s2.data());
+      for (int r = 0; r < R; r++)
+        for (int j = 0; j < jb; j++) {
+          double e = 0, mag = 0;
+          for (int d = 0; d < hd; d++) {
+            e += (double)q[(size_t)r * hd + d] * k[(size_t)j * hd + d];
+            mag += std::fabs((double)q[(size_t)r * hd + d] * k[(size_t)j * hd + d]);
+          }
+          CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
+          CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
+        }
+    }
+  }
+  // half conversions: every f16 bit pattern round trips through float
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = half_to_float((uint16_t)h);
+    if (std::isnan(f)) continue;
+    CHECK_MSG(float_to_half(f) == (uint16_t)h, "half %04x", h);
+  }
+  return check_exit();
+}
