@@ -26,6 +26,10 @@ constexpr int kAttnTile = 64;
 static_assert(kAttnTile <= kAttnThreads, "one weight per thread per tile");
 static_assert(kMaxHeadDim % kAttnThreads == 0, "accumulator slots per thread");
 constexpr int kAttnSlots = kMaxHeadDim / kAttnThreads;
+// Threads per merge block, and output elements per thread.
+constexpr int kMergeThreads = 128;
+static_assert(kMaxHeadDim % kMergeThreads == 0, "merge slots per thread");
+constexpr int kMergeSlots = kMaxHeadDim / kMergeThreads;
 
 // ---- small helpers ----
 
@@ -281,37 +285,48 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       const int d = tid + a * kAttnThreads;
       if (d < head_dim) orow[d] = seen ? acc[a] * inv : 0.0f;
     }
-    if (tid == 0) P.lse[r] = seen ? m + logf(l) : -INFINITY;
+    if (tid == 0) P.lse[r] = seen ? (double)m + log((double)l) : -(double)INFINITY;
     __syncthreads();  // qs is rewritten by the next row
   }
 }
 
 // out [n_out_rows][head_dim]: row i combines partial rows
 // part_rows[part_begin[i] .. part_begin[i+1]) of (part_o, part_lse) with
-// weights exp(lse_j - max lse) / sum; no partial or all lse = -inf gives 0.
-// One block per output row.
-__global__ void merge_kernel(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
-                             const float* part_o, const float* part_lse, int head_dim, float* out) {
+// weights w_j = (float)(exp(lse_j - max lse) / sum), computed in fp64 as
+// the CPU backend does; no partial, or all lse = -inf, gives 0.
+// One block per output row, blockDim.x == kMergeThreads.
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows, const int32_t* part_begin,
+                                                             const int32_t* part_rows, const float* part_o,
+                                                             const double* part_lse, int head_dim, float* out) {
+  const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < n_out_rows; r += gridDim.x) {
     const int32_t j0 = part_begin[r], j1 = part_begin[r + 1];
-    float* orow = out + r * head_dim;
-    float mx = -INFINITY;
-    for (int32_t j = j0; j < j1; j++) mx = fmaxf(mx, part_lse[part_rows[j]]);
-    if (mx == -INFINITY) {
-      for (int d = threadIdx.x; d < head_dim; d += blockDim.x) orow[d] = 0.0f;
-      continue;
-    }
-    float sum = 0.0f;
-    for (int32_t j = j0; j < j1; j++) sum += expf(part_lse[part_rows[j]] - mx);
-    const float inv = 1.0f / sum;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-      float t = 0.0f;
+    double mx = -(double)INFINITY;
+    for (int32_t j = j0; j < j1; j++) mx = fmax(mx, part_lse[part_rows[j]]);
+    float acc[kMergeSlots];
+#pragma unroll
+    for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
+    if (mx != -(double)INFINITY) {
+      double sum = 0.0;
+      for (int32_t j = j0; j < j1; j++) sum += exp(part_lse[part_rows[j]] - mx);
       for (int32_t j = j0; j < j1; j++) {
         const int32_t pr = part_rows[j];
-        const float w = expf(part_lse[pr] - mx);
-        if (w > 0.0f) t += w * part_o[(int64_t)pr * head_dim + d];
+        const float w = (float)(exp(part_lse[pr] - mx) / sum);
+        if (w > 0.0f) {
+          const float* o = part_o + (int64_t)pr * head_dim;
+#pragma unroll
+          for (int a = 0; a < kMergeSlots; a++) {
+            const int d = tid + a * kMergeThreads;
+            if (d < head_dim) acc[a] += w * o[d];
+          }
+        }
       }
-      orow[d] = t * inv;
+    }
+    float* orow = out + r * head_dim;
+#pragma unroll
+    for (int a = 0; a < kMergeSlots; a++) {
+      const int d = tid + a * kMergeThreads;
+      if (d < head_dim) orow[d] = acc[a];
     }
   }
 }

@@ -182,6 +182,9 @@ int bench_decode(Args& a) {
         bt.seq_ids = ids.data();
         bt.n_tokens = ones.data();
         bt.tokens = toks.data();
+        std::vector<float> logits((size_t)batch * info.n_vocab);  // a real step needs them
+        bt.logits = logits.data();
+        bt.logits_rows = (size_t)batch;
         // One warm-up step (it also evaluates the suffixes), then gen-1 timed.
         for (auto& t : toks) t = rand_tok();
         check(clade_decode(cache, &bt), "decode");

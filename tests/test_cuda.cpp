@@ -8,7 +8,7 @@
 //     Q4_0: activations and widened weights both rounded to f16);
 //   embed, kv_write: exact (both widen or narrow with round-to-nearest-even);
 //   rmsnorm, add_bias, add, swiglu, rope, merge: 1e-5 relative (+1e-6);
-//   attention: 1e-4 absolute on o and lse (values and scores are O(1)),
+//   attention: 1e-4 absolute on o and lse (fp64; values and scores are O(1)),
 //     -inf lse and zero o exactly where a row sees no key.
 #include <algorithm>
 #include <cmath>
@@ -67,7 +67,8 @@ struct Arena {
 
 // Compare got against want: |got - want| <= bound[i] (NaN fails). Prints the
 // worst element.
-void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+template <class T>
+void expect_close(const std::string& what, const std::vector<T>& got, const std::vector<T>& want,
                   const std::vector<double>& bound) {
   CHECK_MSG(got.size() == want.size(), "%s: sizes differ", what.c_str());
   if (got.size() != want.size()) return;
@@ -87,7 +88,8 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
             got.size(), worst, (double)got[worst], (double)want[worst], bad ? bound[worst] : 0.0);
 }
 
-void expect_rel(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double rel,
+template <class T>
+void expect_rel(const std::string& what, const std::vector<T>& got, const std::vector<T>& want, double rel,
                 double abs_tol) {
   std::vector<double> bound(want.size());
   for (size_t i = 0; i < want.size(); i++) bound[i] = rel * std::fabs((double)want[i]) + abs_tol;
@@ -268,7 +270,8 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 
   struct Out {
     std::vector<uint8_t> kbytes, vbytes;
-    std::vector<float> o_full, lse_full, o_causal, lse_causal, o_empty, lse_empty, o_one, lse_one, merged;
+    std::vector<float> o_full, o_causal, o_empty, o_one, merged;
+    std::vector<double> lse_full, lse_causal, lse_empty, lse_one;
   } out[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int b = 0; b < 2; b++) {
@@ -294,7 +297,7 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     int32_t* dlim = a.put(limits);
     // Outputs: 6 slots of nr rows: full, causal, empty, one key, split A, split B.
     float* o = static_cast<float*>(a.raw((size_t)6 * nr * hd * 4));
-    float* lse = static_cast<float*>(a.raw((size_t)6 * nr * 4));
+    double* lse = static_cast<double*>(a.raw((size_t)6 * nr * sizeof(double)));
     const size_t head1 = (size_t)1 * cap * hd * es;  // KV head 1
     auto problem = [&](int slot, size_t key0, int plen, const int32_t* lim) {
       clade::AttnProblem p;

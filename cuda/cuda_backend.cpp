@@ -1,6 +1,7 @@
 // The CUDA backend: one device, one stream, one cuBLAS handle, all owned
 // here. Products against weights go to cuBLAS (fp32 accumulation); the rest
-// are the plain kernels of kernels.cuh.
+// are the plain kernels of kernels.cuh, enqueued through their launchers
+// (launch.h). This file is compiled by the host C++ compiler.
 //
 // Ordering: every operation is enqueued on the backend's stream, so
 // operations run in the order they are called. copy_to and copy_from wait
@@ -18,7 +19,7 @@
 // Threads: as the CPU backend, one operation at a time (a mutex), and the
 // backend's device is made current on the calling thread at each call.
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <climits>
@@ -30,7 +31,7 @@
 
 #include "backend.h"
 #include "error.h"
-#include "kernels.cuh"
+#include "launch.h"
 
 namespace clade {
 
@@ -38,20 +39,8 @@ namespace {
 
 using cuda::AttnDesc;
 
-// Threads per block of the elementwise and row kernels.
-constexpr int kThreads = 256;
-// Threads per block of the merge kernel.
-constexpr int kMergeThreads = 128;
-// Grid-stride kernels need no more blocks than this.
-constexpr int64_t kMaxBlocks = 1 << 20;
 // Scratch for widened quantized weight rows (f16).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
-
-unsigned blocks_for(int64_t work, int threads) {
-  int64_t b = (work + threads - 1) / threads;
-  return (unsigned)std::max<int64_t>(1, std::min(b, kMaxBlocks));
-}
-unsigned rows_grid(int64_t rows) { return (unsigned)std::max<int64_t>(1, std::min(rows, kMaxBlocks)); }
 
 [[noreturn]] void cuda_fail(cudaError_t e, const std::string& what) {
   (void)cudaGetLastError();  // clear a non-sticky error, so later checks do not report it again
@@ -75,6 +64,15 @@ bool weight_type_supported(TensorType t) {
          t == TensorType::Q4_0;
 }
 bool quantized(TensorType t) { return t == TensorType::Q8_0 || t == TensorType::Q4_0; }
+bool kv_type_valid(clade_kv_type t) { return t == CLADE_KV_F32 || t == CLADE_KV_F16 || t == CLADE_KV_BF16; }
+
+// The launchers take the KV type as clade_kv_type's value.
+static_assert(CLADE_KV_F32 == cuda::kKvF32 && CLADE_KV_F16 == cuda::kKvF16 && CLADE_KV_BF16 == cuda::kKvBF16,
+              "KV type codes");
+static_assert((int)TensorType::F32 == cuda::kTypeF32 && (int)TensorType::F16 == cuda::kTypeF16 &&
+                  (int)TensorType::BF16 == cuda::kTypeBF16 && (int)TensorType::Q8_0 == cuda::kTypeQ8_0 &&
+                  (int)TensorType::Q4_0 == cuda::kTypeQ4_0,
+              "weight type codes");
 
 // Bytes of a row of n elements (n a multiple of 32 for the quantized types).
 uint64_t row_bytes(TensorType t, int64_t n) {
@@ -134,9 +132,9 @@ class CudaBackend final : public Backend {
   void destroy() noexcept;
   // Make the backend's device current on this thread (callers hold mu_).
   void enter();
-  // After a launch: report a bad launch now, and with CLADE_CUDA_SYNC a
-  // fault of the kernel too.
-  void launched(const char* what);
+  // After a launch: report a bad launch now (the launcher's status), and
+  // with CLADE_CUDA_SYNC a fault of the kernel too.
+  void launched(cudaError_t launch_status, const char* what);
   void* device_alloc(size_t bytes, const char* what);
   void* scratch(Scratch& s, size_t bytes, const char* what);
   // Enqueue a copy of host bytes owned by this backend (pageable: the copy
@@ -198,8 +196,8 @@ void CudaBackend::destroy() noexcept {
 
 void CudaBackend::enter() { check(cudaSetDevice(device_), "cudaSetDevice"); }
 
-void CudaBackend::launched(const char* what) {
-  check(cudaGetLastError(), what);
+void CudaBackend::launched(cudaError_t launch_status, const char* what) {
+  check(launch_status, what);
   if (sync_each_op_) check(cudaStreamSynchronize(stream_), what);
 }
 
@@ -297,13 +295,7 @@ Weight CudaBackend::upload_weight(const Weight& host) {
 
 const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
   void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
-  if (bf16)
-    cuda::f32_to_bf16_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream_>>>(
-        x, static_cast<__nv_bfloat16*>(x16), count);
-  else
-    cuda::f32_to_f16_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream_>>>(x, static_cast<__half*>(x16),
-                                                                                    count);
-  launched("matmul: narrowing activations");
+  launched(cuda::launch_narrow(x, count, bf16, x16, stream_), "matmul: narrowing activations");
   return x16;
 }
 
@@ -348,13 +340,12 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     case TensorType::Q4_0: {
       const void* x16 = narrow_x(x, n * K, false);
       const int64_t tile = dequant_tile_rows(K, N);
-      __half* wt = static_cast<__half*>(scratch(w16_, (size_t)(tile * K) * 2, "matmul: weight scratch"));
+      void* wt = scratch(w16_, (size_t)(tile * K) * 2, "matmul: weight scratch");
       const uint64_t rb = row_bytes(w.type, K);
       for (int64_t o0 = 0; o0 < N; o0 += tile) {
         const int64_t rows = std::min(tile, N - o0);
-        cuda::dequant_rows_f16_kernel<<<blocks_for(rows * K, kThreads), kThreads, 0, stream_>>>(
-            (int)w.type, static_cast<const uint8_t*>(w.data), rb, o0, rows, K, wt);
-        launched("matmul: widening quantized rows");
+        launched(cuda::launch_dequant_rows_f16((int)w.type, w.data, rb, o0, rows, K, wt, stream_),
+                 "matmul: widening quantized rows");
         // The next tile's widening is queued after this product on the same
         // stream, so reusing wt is safe.
         gemm16(wt, CUDA_R_16F, rows, n, K, x16, y + o0, N);
@@ -374,42 +365,37 @@ void CudaBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, f
   enter();
   if (n <= 0 || table.n_in <= 0) return;
   if (!weight_type_supported(table.type)) fail(CLADE_E_UNSUPPORTED, "cuda: embed: weight type not supported");
-  cuda::embed_kernel<<<blocks_for(n * table.n_in, kThreads), kThreads, 0, stream_>>>(
-      (int)table.type, static_cast<const uint8_t*>(table.data), row_bytes(table.type, table.n_in), table.n_out,
-      table.n_in, tokens, n, out);
-  launched("embed");
+  launched(cuda::launch_embed((int)table.type, table.data, row_bytes(table.type, table.n_in), table.n_out, table.n_in,
+                              tokens, n, out, stream_),
+           "embed");
 }
 
 void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (n <= 0 || dim <= 0) return;
-  cuda::rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream_>>>(x, weight, n, dim, eps, y);
-  launched("rmsnorm");
+  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, stream_), "rmsnorm");
 }
 
 void CudaBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (n <= 0 || dim <= 0) return;
-  cuda::add_bias_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream_>>>(y, bias, n, dim);
-  launched("add_bias");
+  launched(cuda::launch_add_bias(y, bias, n, dim, stream_), "add_bias");
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (n <= 0) return;
-  cuda::add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(y, x, n);
-  launched("add");
+  launched(cuda::launch_add(y, x, n, stream_), "add");
 }
 
 void CudaBackend::swiglu(float* gate, const float* up, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (n <= 0) return;
-  cuda::swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(gate, up, n);
-  launched("swiglu");
+  launched(cuda::launch_swiglu(gate, up, n, stream_), "swiglu");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
@@ -427,9 +413,7 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
   upload_staged(dev, staging_.data(), staging_.size(), "rope: copying positions");
   const float* inv_freq = reinterpret_cast<const float*>(dev);
   const int32_t* dpos = reinterpret_cast<const int32_t*>(dev + freq_bytes);
-  cuda::rope_kernel<<<blocks_for(n * n_heads * (int64_t)half, kThreads), kThreads, 0, stream_>>>(
-      x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq);
-  launched("rope");
+  launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq, stream_), "rope");
 }
 
 void CudaBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
@@ -440,24 +424,9 @@ void CudaBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t
   if (start < 0 || (int64_t)start + n > capacity)
     fail(CLADE_E_INTERNAL, "cuda: kv_write: positions " + std::to_string(start) + ".." +
                                std::to_string((int64_t)start + n) + " beyond capacity " + std::to_string(capacity));
-  const unsigned grid = blocks_for(n * kv_heads * (int64_t)head_dim, kThreads);
-  switch (type) {
-    case CLADE_KV_F32:
-      cuda::kv_write_kernel<cuda::kKvF32>
-          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
-      break;
-    case CLADE_KV_F16:
-      cuda::kv_write_kernel<cuda::kKvF16>
-          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
-      break;
-    case CLADE_KV_BF16:
-      cuda::kv_write_kernel<cuda::kKvBF16>
-          <<<grid, kThreads, 0, stream_>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
-      break;
-    default:
-      fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
-  }
-  launched("kv_write");
+  if (!kv_type_valid(type)) fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
+  launched(cuda::launch_kv_write((int)type, k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n, stream_),
+           "kv_write");
 }
 
 // ---- attention ----
@@ -468,7 +437,7 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   enter();
   if (head_dim <= 0 || head_dim > cuda::kMaxHeadDim)
     fail(CLADE_E_UNSUPPORTED, "cuda: attention: head dimension " + std::to_string(head_dim) + " outside 1..256");
-  if (type != CLADE_KV_F32 && type != CLADE_KV_F16 && type != CLADE_KV_BF16)
+  if (!kv_type_valid(type))
     fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
   // Problems with rows, and the prefix sum of their rows.
   std::vector<int64_t> begin{0};
@@ -501,32 +470,18 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   upload_staged(dev, staging_.data(), staging_.size(), "attention: copying problems");
   const int64_t* d_begin = reinterpret_cast<const int64_t*>(dev);
   const AttnDesc* d_descs = reinterpret_cast<const AttnDesc*>(dev + begin_bytes);
-  const int np = (int)descs.size();
-  const unsigned grid = rows_grid(total_rows);
-  switch (type) {
-    case CLADE_KV_F32:
-      cuda::attention_kernel<cuda::kKvF32>
-          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
-      break;
-    case CLADE_KV_F16:
-      cuda::attention_kernel<cuda::kKvF16>
-          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
-      break;
-    case CLADE_KV_BF16:
-      cuda::attention_kernel<cuda::kKvBF16>
-          <<<grid, cuda::kAttnThreads, 0, stream_>>>(q, head_dim, scale, d_descs, d_begin, np, total_rows);
-      break;
-  }
-  launched("attention");
+  launched(cuda::launch_attention((int)type, q, head_dim, scale, d_descs, d_begin, (int)descs.size(), total_rows,
+                                  stream_),
+           "attention");
 }
 
 void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (list.n_out_rows <= 0 || head_dim <= 0) return;
-  cuda::merge_kernel<<<rows_grid(list.n_out_rows), kMergeThreads, 0, stream_>>>(
-      list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim, out);
-  launched("merge");
+  launched(cuda::launch_merge(list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim,
+                              out, stream_),
+           "merge");
 }
 
 }  // namespace

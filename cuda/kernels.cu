@@ -1,0 +1,143 @@
+// Host launchers (launch.h) of the kernels in kernels.cuh: pick the grid and
+// the instantiation, enqueue, return the launch status.
+#include <algorithm>
+
+#include "kernels.cuh"
+#include "launch.h"
+
+namespace clade {
+namespace cuda {
+
+namespace {
+
+// Threads per block of the elementwise and row kernels (a multiple of 32).
+constexpr int kThreads = 256;
+// The kernels are grid-stride: no more blocks than this are needed.
+constexpr int64_t kMaxBlocks = 1 << 20;
+
+// Blocks for `work` items at `threads` per block.
+unsigned blocks_for(int64_t work, int threads) {
+  int64_t b = (work + threads - 1) / threads;
+  return (unsigned)std::max<int64_t>(1, std::min(b, kMaxBlocks));
+}
+// One block per row.
+unsigned rows_grid(int64_t rows) { return (unsigned)std::max<int64_t>(1, std::min(rows, kMaxBlocks)); }
+
+}  // namespace
+
+cudaError_t launch_embed(int type, const void* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
+                         const int32_t* tokens, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0 || width <= 0) return cudaSuccess;
+  embed_kernel<<<blocks_for(n * width, kThreads), kThreads, 0, stream>>>(
+      type, static_cast<const uint8_t*>(table), row_bytes, n_rows, width, tokens, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dequant_rows_f16(int type, const void* w, uint64_t row_bytes, int64_t o0, int64_t rows,
+                                    int64_t n_in, void* out_f16, cudaStream_t stream) {
+  if (rows <= 0 || n_in <= 0) return cudaSuccess;
+  dequant_rows_f16_kernel<<<blocks_for(rows * n_in, kThreads), kThreads, 0, stream>>>(
+      type, static_cast<const uint8_t*>(w), row_bytes, o0, rows, n_in, static_cast<__half*>(out_f16));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  if (bf16)
+    f32_to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(out16), n);
+  else
+    f32_to_f16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, static_cast<__half*>(out16), n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
+                           cudaStream_t stream) {
+  if (n <= 0 || dim <= 0) return cudaSuccess;
+  rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream>>>(x, weight, n, dim, eps, y);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n <= 0 || dim <= 0) return cudaSuccess;
+  add_bias_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream>>>(y, bias, n, dim);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(y, x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
+                        float pos_scale, const float* inv_freq, cudaStream_t stream) {
+  const int64_t pairs = n * n_heads * (int64_t)(head_dim / 2);
+  if (pairs <= 0) return cudaSuccess;
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, n, n_heads, head_dim, neox, pos, pos_scale,
+                                                                     inv_freq);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_kv_write(int kv_type, void* k_dst, void* v_dst, int capacity, int kv_heads, int head_dim,
+                            int start, const float* k, const float* v, int64_t n, cudaStream_t stream) {
+  const int64_t total = n * kv_heads * (int64_t)head_dim;
+  if (total <= 0) return cudaSuccess;
+  const unsigned grid = blocks_for(total, kThreads);
+  switch (kv_type) {
+    case kKvF32:
+      kv_write_kernel<kKvF32><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      break;
+    case kKvF16:
+      kv_write_kernel<kKvF16><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      break;
+    case kKvBF16:
+      kv_write_kernel<kKvBF16><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v,
+                                                              n);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
+                             const int64_t* row_begin, int n_probs, int64_t total_rows, cudaStream_t stream) {
+  if (total_rows <= 0 || n_probs <= 0) return cudaSuccess;
+  if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  const unsigned grid = rows_grid(total_rows);
+  switch (kv_type) {
+    case kKvF32:
+      attention_kernel<kKvF32><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
+                                                                  total_rows);
+      break;
+    case kKvF16:
+      attention_kernel<kKvF16><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
+                                                                  total_rows);
+      break;
+    case kKvBF16:
+      attention_kernel<kKvBF16><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
+                                                                   total_rows);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
+                         const float* part_o, const double* part_lse, int head_dim, float* out, cudaStream_t stream) {
+  if (n_out_rows <= 0 || head_dim <= 0) return cudaSuccess;
+  if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  merge_kernel<<<rows_grid(n_out_rows), kMergeThreads, 0, stream>>>(n_out_rows, part_begin, part_rows, part_o,
+                                                                     part_lse, head_dim, out);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace clade

@@ -1,0 +1,92 @@
+// Host launchers of the CUDA backend's kernels (kernels.cu), callable from
+// plain C++ (cuda_backend.cpp is compiled by the host compiler).
+//
+// Each launcher enqueues its kernel on `stream` and returns the launch
+// status (cudaGetLastError: a bad configuration is reported here, a fault
+// while running at the stream's next synchronisation). Arguments are
+// checked by the caller; empty work (a zero count) launches nothing and
+// returns cudaSuccess. Pointers are device memory. Layouts are row-major.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace clade {
+namespace cuda {
+
+// Largest head dimension the attention kernel handles (as the CPU backend).
+constexpr int kMaxHeadDim = 256;
+
+// Weight type codes: TensorType's GGML numbers.
+constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeBF16 = 30;
+// KV type codes: clade_kv_type's values.
+constexpr int kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2;
+
+// One attention problem as the kernel sees it: AttnProblem with every
+// pointer in device memory.
+struct AttnDesc {
+  const int32_t* rows;   // [n_rows] query row indices into q
+  const int32_t* limit;  // [n_rows] keys visible per row, or nullptr: all
+  const void* k;         // [len][head_dim] of the KV type
+  const void* v;         // [len][head_dim] of the KV type
+  float* o;              // [n_rows][head_dim]
+  double* lse;           // [n_rows], natural log, fp64 (see AttnProblem)
+  int32_t n_rows;        // > 0
+  int32_t len;           // >= 0
+};
+
+// out [n][width] f32 = rows tokens[i] of table [n_rows][width] (type code,
+// row_bytes per row); a token outside [0, n_rows) gives a zero row.
+cudaError_t launch_embed(int type, const void* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
+                         const int32_t* tokens, int64_t n, float* out, cudaStream_t stream);
+
+// out_f16 [rows][n_in] = rows [o0, o0 + rows) of weight w (Q8_0 or Q4_0,
+// row_bytes per row), widened to f16.
+cudaError_t launch_dequant_rows_f16(int type, const void* w, uint64_t row_bytes, int64_t o0, int64_t rows,
+                                    int64_t n_in, void* out_f16, cudaStream_t stream);
+
+// out16 [n] = x [n] narrowed to bf16 (bf16) or f16, round to nearest even.
+cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cudaStream_t stream);
+
+// y [n][dim] = x / sqrt(mean(x^2) + eps) * weight [dim]
+cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
+                           cudaStream_t stream);
+
+// y [n][dim] += bias [dim]
+cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
+
+// y [n] += x [n]
+cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
+
+// gate [n] = silu(gate) * up
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream);
+
+// Rotate x [n][n_heads][head_dim] in place by pos [n] * pos_scale *
+// inv_freq [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
+cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
+                        float pos_scale, const float* inv_freq, cudaStream_t stream);
+
+// Store k, v [n][kv_heads][head_dim] f32 into spans k_dst, v_dst
+// [kv_heads][capacity][head_dim] of KV type kv_type at positions
+// start .. start + n - 1 (the caller checks they fit).
+cudaError_t launch_kv_write(int kv_type, void* k_dst, void* v_dst, int capacity, int kv_heads, int head_dim,
+                            int start, const float* k, const float* v, int64_t n, cudaStream_t stream);
+
+// Attention of every row of the problems probs [n_probs] (device memory),
+// row_begin [n_probs + 1] the prefix sum of their n_rows, total_rows its
+// last entry. Query row r of a problem is q + rows[r] * head_dim, scaled
+// by `scale`; outputs o and lse (natural log; -inf and o = 0 for a row
+// that sees no key). head_dim in 1 .. kMaxHeadDim.
+cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
+                             const int64_t* row_begin, int n_probs, int64_t total_rows, cudaStream_t stream);
+
+// out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
+// j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
+// w_j = exp(lse_j - L) computed in fp64 (L their logsumexp) and rounded to
+// f32, as the CPU backend; 0 when there is none or all lse are -inf.
+cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
+                         const float* part_o, const double* part_lse, int head_dim, float* out, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace clade

@@ -1,0 +1,32 @@
+#!/bin/bash
+# Install what is missing (Debian bookworm, as root or with sudo) and build
+# clade into build/. Used by scripts/demo.sh and scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v meson >/dev/null || need+=(meson)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v g++ >/dev/null || need+=(g++)
+pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
+pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
+if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
+  command -v go >/dev/null || need+=(golang-go)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "installing: ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# CUDA backend: built when nvcc is there (it compiles without a GPU; its
+# tests skip where no device exists).
+cuda=disabled
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda=enabled
+  export PATH="$PATH:/usr/local/cuda/bin"
+fi
+if [ ! -f build/build.ninja ]; then
+  meson setup build -Dcuda=$cuda --buildtype=release
+fi
+ninja -C build
