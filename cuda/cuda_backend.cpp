@@ -4,9 +4,11 @@
 // (launch.h). This file is compiled by the host C++ compiler.
 //
 // Ordering: every operation is enqueued on the backend's stream, so
-// operations run in the order they are called. copy_to and copy_from wait
-// for the stream (copy_from returns data that is ready; copy_to lets the
-// caller reuse its buffer at once). A kernel fault surfaces at the next
+// operations run in the order they are called. copy_to, copy_from, rope and
+// attention wait for the stream after their host-to-device or
+// device-to-host copies (copy_from returns data that is ready; host
+// buffers may be reused at once); the other operations return after
+// enqueueing. A kernel fault surfaces at the next
 // wait as a CLADE_E_BACKEND error; set CLADE_CUDA_SYNC=1 in the environment
 // to wait after every operation so that the failing one is named.
 //
@@ -137,9 +139,12 @@ class CudaBackend final : public Backend {
   void launched(cudaError_t launch_status, const char* what);
   void* device_alloc(size_t bytes, const char* what);
   void* scratch(Scratch& s, size_t bytes, const char* what);
-  // Enqueue a copy of host bytes owned by this backend (pageable: the copy
-  // is staged before the call returns, so the host buffer may be reused).
-  void upload_staged(void* dst, const void* host, size_t bytes, const char* what);
+  // Copy host bytes to the device and wait, so the host buffer may be
+  // reused at once. (The CUDA documentation only says an asynchronous copy
+  // from pageable memory "might be synchronous"; waiting is what makes
+  // reuse safe. A ring of pinned buffers with events would avoid the
+  // wait.)
+  void upload_wait(void* dst, const void* host, size_t bytes, const char* what);
   // Gemm of a 16-bit weight (column-major view [n_in][rows], op T) against
   // x16 [n][n_in] of the same type, into y (ldc = ldy), fp32 accumulation.
   void gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16, float* y,
@@ -226,8 +231,10 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   return s.p;
 }
 
-void CudaBackend::upload_staged(void* dst, const void* host, size_t bytes, const char* what) {
-  if (bytes) check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), what);
+void CudaBackend::upload_wait(void* dst, const void* host, size_t bytes, const char* what) {
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), what);
+  check(cudaStreamSynchronize(stream_), what);
 }
 
 // ---- memory ----
@@ -410,7 +417,7 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
   std::memcpy(staging_.data(), p.inv_freq, freq_bytes);
   std::memcpy(staging_.data() + freq_bytes, pos, pos_bytes);
   uint8_t* dev = static_cast<uint8_t*>(scratch(rope_, staging_.size(), "rope: scratch"));
-  upload_staged(dev, staging_.data(), staging_.size(), "rope: copying positions");
+  upload_wait(dev, staging_.data(), staging_.size(), "rope: copying positions");
   const float* inv_freq = reinterpret_cast<const float*>(dev);
   const int32_t* dpos = reinterpret_cast<const int32_t*>(dev + freq_bytes);
   launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq, stream_), "rope");
@@ -467,7 +474,7 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   std::memcpy(staging_.data(), begin.data(), begin_bytes);
   std::memcpy(staging_.data() + begin_bytes, descs.data(), desc_bytes);
   uint8_t* dev = static_cast<uint8_t*>(scratch(attn_, staging_.size(), "attention: scratch"));
-  upload_staged(dev, staging_.data(), staging_.size(), "attention: copying problems");
+  upload_wait(dev, staging_.data(), staging_.size(), "attention: copying problems");
   const int64_t* d_begin = reinterpret_cast<const int64_t*>(dev);
   const AttnDesc* d_descs = reinterpret_cast<const AttnDesc*>(dev + begin_bytes);
   launched(cuda::launch_attention((int)type, q, head_dim, scale, d_descs, d_begin, (int)descs.size(), total_rows,

@@ -1,5 +1,7 @@
 // The CUDA backend against the CPU backend, op by op, on random inputs.
-// Exits 77 (skipped) when no CUDA device is usable or the build has no CUDA.
+// Exits 77 (skipped) when no CUDA device is usable or the build has no CUDA;
+// `test_cuda --cpu-vs-cpu` runs the same comparisons with a second CPU
+// backend in the CUDA backend's place, to check the harness without a GPU.
 //
 // Tolerances, each against a scale stated per op:
 //   matmul: |gpu - cpu| <= tol * sum_i |w_i x_i| + 1e-6 per output, with
@@ -75,12 +77,12 @@ void expect_close(const std::string& what, const std::vector<T>& got, const std:
   size_t bad = 0, worst = 0;
   double worst_ratio = 0;
   for (size_t i = 0; i < got.size(); i++) {
-    double err = std::fabs((double)got[i] - (double)want[i]);
-    bool ok = err <= bound[i];
-    if (std::isinf(want[i]) || std::isinf(got[i])) ok = got[i] == want[i];
-    if (!ok || std::isnan(err)) {
+    const bool inf = std::isinf(want[i]) || std::isinf(got[i]);
+    const double err = inf ? 0.0 : std::fabs((double)got[i] - (double)want[i]);
+    const bool ok = inf ? got[i] == want[i] : err <= bound[i];  // a NaN fails
+    if (!ok) {
       bad++;
-      double ratio = std::isnan(err) ? INFINITY : err / std::max(bound[i], 1e-30);
+      double ratio = (inf || std::isnan(err)) ? INFINITY : err / std::max(bound[i], 1e-30);
       if (bad == 1 || ratio > worst_ratio) worst = i, worst_ratio = ratio;
     }
   }
@@ -250,9 +252,11 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
                out[0], bound);
 }
 
-// kv_write into a span in two pieces, then attention problems over it:
-// full rows, causal limits (0 included), an empty span, a span of one key,
-// the same rows split in two key ranges and merged, and a multi-tile span.
+// kv_write into a span in two pieces, then attention problems over it (the
+// span is longer than three 64-key tiles of the CUDA kernel): full rows, causal
+// limits (0 included), an empty span, a span of one key, the same rows
+// split in two key ranges and merged, and the causal rows split over two
+// problems.
 void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
                           " hd " + std::to_string(hd);
@@ -270,8 +274,8 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 
   struct Out {
     std::vector<uint8_t> kbytes, vbytes;
-    std::vector<float> o_full, o_causal, o_empty, o_one, merged;
-    std::vector<double> lse_full, lse_causal, lse_empty, lse_one;
+    std::vector<float> o_full, o_causal, o_empty, o_one, o_rows_split, merged;
+    std::vector<double> lse_full, lse_causal, lse_empty, lse_one, lse_rows_split;
   } out[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int b = 0; b < 2; b++) {
@@ -295,9 +299,10 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     float* dq = a.put(q);
     int32_t* drows = a.put(rows_all);
     int32_t* dlim = a.put(limits);
-    // Outputs: 6 slots of nr rows: full, causal, empty, one key, split A, split B.
-    float* o = static_cast<float*>(a.raw((size_t)6 * nr * hd * 4));
-    double* lse = static_cast<double*>(a.raw((size_t)6 * nr * sizeof(double)));
+    // Outputs: 7 slots of nr rows: full, causal, empty, one key, keys split
+    // A, keys split B, causal with its rows split over two problems.
+    float* o = static_cast<float*>(a.raw((size_t)7 * nr * hd * 4));
+    double* lse = static_cast<double*>(a.raw((size_t)7 * nr * sizeof(double)));
     const size_t head1 = (size_t)1 * cap * hd * es;  // KV head 1
     auto problem = [&](int slot, size_t key0, int plen, const int32_t* lim) {
       clade::AttnProblem p;
@@ -317,6 +322,17 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
         problem(4, 0, split, nullptr),         problem(5, (size_t)split, len - split, nullptr),
     };
     probs.insert(probs.begin() + 2, clade::AttnProblem{});  // a problem with no rows is skipped
+    const int cut = 6;
+    for (int part = 0; part < 2; part++) {
+      clade::AttnProblem p = problem(6, 0, len, dlim);
+      const int r0 = part ? cut : 0;
+      p.rows += r0;
+      p.limit += r0;
+      p.n_rows = part ? nr - cut : cut;
+      p.o += (size_t)r0 * hd;
+      p.lse += r0;
+      probs.push_back(p);
+    }
     be.attention(dq, hd, scale, type, probs.data(), probs.size());
     out[b].o_full = a.get(o, (size_t)nr * hd);
     out[b].lse_full = a.get(lse, (size_t)nr);
@@ -326,6 +342,8 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     out[b].lse_empty = a.get(lse + 2 * nr, (size_t)nr);
     out[b].o_one = a.get(o + (size_t)3 * nr * hd, (size_t)nr * hd);
     out[b].lse_one = a.get(lse + 3 * nr, (size_t)nr);
+    out[b].o_rows_split = a.get(o + (size_t)6 * nr * hd, (size_t)nr * hd);
+    out[b].lse_rows_split = a.get(lse + 6 * nr, (size_t)nr);
 
     // Merge the two key splits: output row i from partial rows 4nr+i and
     // 5nr+i; add one output row with no partials and one whose only
@@ -358,6 +376,8 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   expect_rel("attention causal lse " + tag, out[1].lse_causal, out[0].lse_causal, 0, 1e-4);
   expect_rel("attention one key o " + tag, out[1].o_one, out[0].o_one, 0, 1e-4);
   expect_rel("attention one key lse " + tag, out[1].lse_one, out[0].lse_one, 0, 1e-4);
+  expect_rel("attention rows split o " + tag, out[1].o_rows_split, out[0].o_causal, 0, 1e-4);
+  expect_rel("attention rows split lse " + tag, out[1].lse_rows_split, out[0].lse_causal, 0, 1e-4);
   // Rows that see nothing: lse -inf, o exactly 0, on both backends.
   for (int b = 0; b < 2; b++) {
     for (int r = 0; r < nr; r++) {
@@ -378,20 +398,26 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::unique_ptr<Backend> gpu;
-  try {
-    gpu = clade::make_cuda_backend();
-  } catch (const clade::Error& e) {
-    std::printf("SKIP: %s\n", e.what());
-    return 77;
-  }
-  if (!gpu) {
-    std::printf("SKIP: this build of clade has no CUDA backend\n");
-    return 77;
+  if (argc > 1 && std::strcmp(argv[1], "--cpu-vs-cpu") == 0) {
+    // Checks the harness itself where there is no GPU: a one-thread CPU
+    // backend in the CUDA backend's place.
+    gpu = clade::make_cpu_backend(1);
+  } else {
+    try {
+      gpu = clade::make_cuda_backend();
+    } catch (const clade::Error& e) {
+      std::printf("SKIP: %s\n", e.what());
+      return 77;
+    }
+    if (!gpu) {
+      std::printf("SKIP: this build of clade has no CUDA backend\n");
+      return 77;
+    }
   }
   std::unique_ptr<Backend> cpu = clade::make_cpu_backend(2);
-  std::printf("CUDA backend '%s' against CPU backend '%s'\n", gpu->name(), cpu->name());
+  std::printf("backend '%s' against backend '%s'\n", gpu->name(), cpu->name());
   try {
     using T = clade::TensorType;
     for (T t : {T::F32, T::F16, T::BF16, T::Q8_0, T::Q4_0}) {

@@ -71,6 +71,24 @@ int main() {
     opt.from_f32(t, src.data(), h2.data(), n);
     CHECK_MSG(h1 == h2, "from_f32 %s", tensor_type_name(t));
   }
+  // gemm: every block shape (rows 1..13 x inputs 1..9), 16-bit and f32 rows
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
+    const int k = 96;
+    for (int rows : {1, 2, 3, 4, 5, 7, 13})
+      for (int n : {1, 2, 3, 4, 5, 9}) {
+        std::vector<float> wf((size_t)rows * k), x((size_t)n * k), y1((size_t)n * rows), y2((size_t)n * rows);
+        for (auto& v : wf) v = nd(rng);
+        for (auto& v : x) v = nd(rng);
+        uint64_t rb = tensor_row_bytes(t, k);
+        std::vector<uint8_t> w(rb * rows);
+        for (int o = 0; o < rows; o++) quantize_row(t, wf.data() + (size_t)o * k, w.data() + rb * o, k);
+        ref.gemm(t, w.data(), rb, rows, x.data(), k, n, k, y1.data(), rows);
+        opt.gemm(t, w.data(), rb, rows, x.data(), k, n, k, y2.data(), rows);
+        for (size_t i = 0; i < y1.size(); i++)
+          CHECK_MSG(std::fabs(y1[i] - y2[i]) <= 1e-5f * (10 + std::fabs(y1[i])), "gemm %s rows=%d n=%d",
+                    tensor_type_name(t), rows, n);
+      }
+  }
   // scores: against fp64, both within a few ulps of the magnitude
   for (int hd : {64, 128, 40}) {
     for (int R : {1, 2, 3, 9}) {

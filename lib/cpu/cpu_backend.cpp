@@ -28,6 +28,8 @@ constexpr int64_t kTile = 64;
 // the dot products directly (bandwidth-bound decode); above it, tiles of W
 // are widened to f32 and multiplied with OpenBLAS (compute-bound).
 constexpr int kDirectRows = 4;
+// Input rows per matmul work item for larger batches.
+constexpr int64_t kXGroup = 64;
 // Query rows per attention work item, and keys per inner block.
 constexpr int kAttnRows = 64;
 constexpr int kAttnBlock = 128;
@@ -120,25 +122,27 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const int64_t K = w.n_in, N = w.n_out;
   const uint64_t row_bytes = tensor_row_bytes(w.type, K);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
-  int64_t tiles = (N + kTile - 1) / kTile;
-  pool_.run(tiles, [&](int64_t t, int tid) {
+  const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  // Items: tiles of output rows x groups of input rows, so that both small
+  // and large batches give every thread work.
+  const int64_t tiles = (N + kTile - 1) / kTile;
+  const int64_t xgroups = n <= kDirectRows ? 1 : (n + kXGroup - 1) / kXGroup;
+  pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
     ThreadScratch& s = scratch_[(size_t)tid];
-    int64_t o0 = t * kTile, o1 = std::min(N, o0 + kTile), rows = o1 - o0;
-    if (n <= kDirectRows) {
-      if (s.row.size() < (size_t)K) s.row.resize((size_t)K);
-      for (int64_t o = o0; o < o1; o++) k_.row_dots(w.type, base + o * row_bytes, x, K, (int)n, K, y + o, N, s.row.data());
-      return;
-    }
-    const float* wt;
-    if (w.type == TensorType::F32) {
-      wt = reinterpret_cast<const float*>(base) + o0 * K;
-    } else {
+    int64_t t = it / xgroups, g = it % xgroups;
+    int64_t o0 = t * kTile, rows = std::min(N, o0 + kTile) - o0;
+    int64_t j0 = g * kXGroup, nj = xgroups == 1 ? n : std::min(n, j0 + kXGroup) - j0;
+    const uint8_t* wt = base + (uint64_t)o0 * row_bytes;
+    TensorType type = w.type;
+    uint64_t stride = row_bytes;
+    if (!direct) {  // quantized: widen the tile to f32 once
       if (s.tile.size() < (size_t)(kTile * K)) s.tile.resize((size_t)(kTile * K));
-      for (int64_t o = o0; o < o1; o++) k_.to_f32(w.type, base + o * row_bytes, s.tile.data() + (o - o0) * K, K);
-      wt = s.tile.data();
+      for (int64_t o = 0; o < rows; o++) k_.to_f32(w.type, wt + (uint64_t)o * row_bytes, s.tile.data() + o * K, K);
+      wt = reinterpret_cast<const uint8_t*>(s.tile.data());
+      type = TensorType::F32;
+      stride = (uint64_t)K * 4;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)rows, (int)K, 1.0f, x, (int)K, wt, (int)K, 0.0f,
-                y + o0, (int)N);
+    k_.gemm(type, wt, stride, (int)rows, x + j0 * K, K, (int)nj, K, y + j0 * N + o0, N);
   });
 }
 

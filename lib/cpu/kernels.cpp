@@ -1,7 +1,9 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "../half.h"
 #include "../quant.h"
@@ -61,9 +63,18 @@ void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, 
   for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
 }
 
+void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
+                int64_t k, float* y, int64_t ldy) {
+  std::vector<float> row((size_t)k);
+  for (int o = 0; o < rows; o++) {
+    dequantize_row(t, w + (uint64_t)o * wstride, row.data(), k);
+    for (int j = 0; j < n; j++) y[(int64_t)j * ldy + o] = dot_plain(row.data(), x + (int64_t)j * ldx, k);
+  }
+}
+
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, exp_sum_plain, scores_generic<dot_plain>,
-    row_dots_generic<dot_plain, to_f32_plain>,
+    gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
 #if defined(__x86_64__)
@@ -237,6 +248,76 @@ AVX2 void scores_avx2(const float* q, int R, const float* k, int jb, int hd, flo
   if (r < R) scores_generic<dot_avx2>(q + (size_t)r * hd, R - r, k, jb, hd, s + (size_t)r * jb);
 }
 
+template <int T>
+AVX2 inline __m256 load_w(const uint8_t* p, int64_t k) {
+  if (T == (int)TensorType::F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 2 * k)));
+  if (T == (int)TensorType::BF16)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(p + 2 * k))), 16));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + k);
+}
+
+// RB weight rows x XB input rows: RB*XB accumulators, each a dot product
+// kept in 8 lanes (short chains) and reduced once at the end.
+template <int T, int RB, int XB>
+AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t ldx, int64_t k, float* y,
+                     int64_t ldy) {
+  __m256 acc[RB][XB];
+  for (int r = 0; r < RB; r++)
+    for (int j = 0; j < XB; j++) acc[r][j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 8) {
+    __m256 wv[RB];
+    for (int r = 0; r < RB; r++) wv[r] = load_w<T>(w + (uint64_t)r * wstride, i);
+    for (int j = 0; j < XB; j++) {
+      __m256 xv = _mm256_loadu_ps(x + (int64_t)j * ldx + i);
+      for (int r = 0; r < RB; r++) acc[r][j] = _mm256_fmadd_ps(wv[r], xv, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < RB; r++)
+    for (int j = 0; j < XB; j++) y[(int64_t)j * ldy + r] = hsum(acc[r][j]);
+}
+
+template <int T, int RB>
+AVX2 void gemm_rows(const uint8_t* w, uint64_t wstride, const float* x, int64_t ldx, int xb, int64_t k, float* y,
+                    int64_t ldy) {
+  switch (xb) {
+    case 1: return gemm_block<T, RB, 1>(w, wstride, x, ldx, k, y, ldy);
+    case 2: return gemm_block<T, RB, 2>(w, wstride, x, ldx, k, y, ldy);
+    case 3: return gemm_block<T, RB, 3>(w, wstride, x, ldx, k, y, ldy);
+    default: return gemm_block<T, RB, 4>(w, wstride, x, ldx, k, y, ldy);
+  }
+}
+
+template <int T>
+AVX2 void gemm_typed(const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n, int64_t k,
+                     float* y, int64_t ldy) {
+  // Few input rows: 4 weight rows at a time (more independent chains for
+  // the bandwidth-bound case); otherwise 3 x 4 fills the 16 registers.
+  const int RBmax = n <= 2 ? 4 : 3;
+  for (int j0 = 0; j0 < n; j0 += 4) {
+    int xb = std::min(4, n - j0);
+    const float* xj = x + (int64_t)j0 * ldx;
+    float* yj = y + (int64_t)j0 * ldy;
+    int o = 0;
+    if (RBmax == 4)
+      for (; o + 4 <= rows; o += 4) gemm_rows<T, 4>(w + (uint64_t)o * wstride, wstride, xj, ldx, xb, k, yj + o, ldy);
+    for (; o + 3 <= rows; o += 3) gemm_rows<T, 3>(w + (uint64_t)o * wstride, wstride, xj, ldx, xb, k, yj + o, ldy);
+    for (; o + 2 <= rows; o += 2) gemm_rows<T, 2>(w + (uint64_t)o * wstride, wstride, xj, ldx, xb, k, yj + o, ldy);
+    for (; o < rows; o++) gemm_rows<T, 1>(w + (uint64_t)o * wstride, wstride, xj, ldx, xb, k, yj + o, ldy);
+  }
+}
+
+AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
+                    int64_t k, float* y, int64_t ldy) {
+  if (k % 8 != 0) return gemm_plain(t, w, wstride, rows, x, ldx, n, k, y, ldy);
+  switch (t) {
+    case TensorType::F16: return gemm_typed<(int)TensorType::F16>(w, wstride, rows, x, ldx, n, k, y, ldy);
+    case TensorType::BF16: return gemm_typed<(int)TensorType::BF16>(w, wstride, rows, x, ldx, n, k, y, ldy);
+    case TensorType::F32: return gemm_typed<(int)TensorType::F32>(w, wstride, rows, x, ldx, n, k, y, ldy);
+    default: return gemm_plain(t, w, wstride, rows, x, ldx, n, k, y, ldy);
+  }
+}
+
 // F16/BF16 rows are widened in registers (no scratch pass); other types go
 // through the scratch row.
 AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in, float* out,
@@ -257,7 +338,7 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, exp_sum_avx2, scores_avx2, row_dots_avx2,
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, exp_sum_avx2, scores_avx2, gemm_avx2, row_dots_avx2,
 };
 #endif
 

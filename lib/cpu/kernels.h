@@ -25,6 +25,13 @@ struct CpuKernels {
   // OpenBLAS's sgemm kernel for larger R uses one chain of hd terms, which
   // doubled the attention error against fp64 (tests/test_attention.cpp).
   void (*scores)(const float* q, int R, const float* k, int jb, int hd, float* s);
+  // y[j][o] = dot(W row o, x row j) for o < rows, j < n. W rows are of type
+  // t (F32, F16 or BF16; quantized rows are widened to F32 by the caller),
+  // wstride bytes apart; x [n][ldx], y [n][ldy]. Register-blocked: 16-bit
+  // weights are widened in registers, each weight row is read once per
+  // group of x rows (tinyBLAS's approach).
+  void (*gemm)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
+               int64_t k, float* y, int64_t ldy);
   // out[r] = dot(W row, x_r) for r < n_x rows of x (stride ldx); W row of
   // type t, n_in elements. For small batches: reads the row once.
   void (*row_dots)(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in,

@@ -70,7 +70,12 @@ void ThreadPool::run(int64_t n_items, const std::function<void(int64_t, int)>& f
   }
   cv_.notify_all();
   work(0);
-  while (active_.load(std::memory_order_acquire) != 0) CLADE_PAUSE();
+  // Wait for the workers; yield now and then so that an oversubscribed
+  // machine (other processes on our cores) can run the worker we wait for.
+  for (int spin = 0; active_.load(std::memory_order_acquire) != 0; spin++) {
+    if (spin < 4000) CLADE_PAUSE();
+    else std::this_thread::yield();
+  }
 }
 
 }  // namespace clade
