@@ -195,6 +195,15 @@ int bench_decode(Args& a) {
           check(clade_decode(cache, &bt), "decode");
         }
         double el = secs(t0, Clock::now());
+        {
+          // KV memory against the ideal (prefix once + every unique token) x bytes per token
+          size_t tree_b = clade_tree_kv_bytes(tree), cache_b = clade_cache_kv_bytes(cache);
+          double unique = (double)batch * (suffix + gen) + (flat ? (double)batch * prefix : 0.0);
+          double ideal = ((flat ? 0.0 : (double)prefix) + unique) * (double)kv_bytes_per_token + (flat ? prefix * (double)kv_bytes_per_token : 0.0);
+          std::fprintf(stderr, "  %s batch %ld: KV %.1f MiB (tree %.1f + caches %.1f), ideal %.1f MiB, ratio %.3f\n",
+                       mode.c_str(), batch, (tree_b + cache_b) / 1048576.0, tree_b / 1048576.0, cache_b / 1048576.0,
+                       ideal / 1048576.0, (tree_b + cache_b) / ideal);
+        }
         std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f\n", mode.c_str(), batch, prefix, suffix, gen, threads,
                     batch * steps / el, el / steps * 1e3);
         std::fflush(stdout);

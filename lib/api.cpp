@@ -65,6 +65,16 @@ bool size_ok(const T* p, size_t min) {
   return p && p->size >= min;
 }
 
+// A C caller may store any int in an enum field; reading it as the C++ enum
+// would be undefined, so read the int.
+template <typename E>
+int enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 void copy_cstr(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
   std::memcpy(dst, s.data(), n);
@@ -141,10 +151,11 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
     CLADE_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 1024, "n_threads out of range");
     std::unique_ptr<clade::Backend> be;
     if (!p.vocab_only) {
-      if (p.backend == CLADE_BACKEND_CPU) {
+      int backend = enum_value(p.backend);
+      if (backend == CLADE_BACKEND_CPU) {
         int n = p.n_threads ? p.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
         be = clade::make_cpu_backend(n);
-      } else if (p.backend == CLADE_BACKEND_CUDA) {
+      } else if (backend == CLADE_BACKEND_CUDA) {
         be = clade::make_cuda_backend();
         if (!be) return set_error(CLADE_E_UNSUPPORTED, "this build of clade has no CUDA backend");
       } else {
@@ -298,7 +309,10 @@ void clade_tree_params_init(clade_tree_params* p) {
   p->prefill_chunk = 0;
 }
 
-static bool kv_type_ok(clade_kv_type t) { return t == CLADE_KV_F32 || t == CLADE_KV_F16 || t == CLADE_KV_BF16; }
+static bool kv_type_ok(const clade_kv_type& t) {
+  int v = enum_value(t);
+  return v == CLADE_KV_F32 || v == CLADE_KV_F16 || v == CLADE_KV_BF16;
+}
 
 clade_status clade_tree_create(clade_model* model, const clade_tree_params* params, clade_tree** out) {
   return guard([&]() -> clade_status {
@@ -388,7 +402,7 @@ void clade_cache_params_init(clade_cache_params* p) {
   p->size = sizeof *p;
   p->max_seqs = 64;
   p->max_tokens = 1024;
-  p->kv_type = (clade_kv_type)-1;  // the tree's
+  p->kv_type = CLADE_KV_DEFAULT;
   p->attention = CLADE_ATTENTION_AUTO;
 }
 
@@ -403,11 +417,12 @@ clade_status clade_cache_create(clade_tree* tree, const clade_cache_params* para
       CLADE_CHECK_ARG(params->size >= sizeof(clade_cache_params), "params->size is wrong: call clade_cache_params_init");
       p = *params;
     }
-    if ((int)p.kv_type == -1) p.kv_type = tree->t->kv_type;
+    if (enum_value(p.kv_type) == CLADE_KV_DEFAULT) p.kv_type = tree->t->kv_type;
     CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
     CLADE_CHECK_ARG(p.max_seqs > 0 && p.max_seqs <= (1 << 20), "max_seqs out of range");
     CLADE_CHECK_ARG(p.max_tokens > 0 && p.max_tokens <= (1 << 28), "max_tokens out of range");
-    CLADE_CHECK_ARG(p.attention >= CLADE_ATTENTION_AUTO && p.attention <= CLADE_ATTENTION_NONE, "unknown attention mode");
+    CLADE_CHECK_ARG(enum_value(p.attention) >= CLADE_ATTENTION_AUTO && enum_value(p.attention) <= CLADE_ATTENTION_NONE,
+                    "unknown attention mode");
     std::unique_ptr<clade_cache> c(new clade_cache());
     c->c.reset(new clade::Cache(*tree->t, p.max_seqs, p.max_tokens, p.kv_type, p.attention));
     *out = c.release();

@@ -61,7 +61,7 @@ size_t scalar_size(GGUFType t) {
 }
 
 // Read one scalar of type t into v's numeric fields.
-void read_scalar(Reader& r, GGUFType t, GGUFValue& v) {
+void read_scalar(Reader& r, GGUFType t, GGUFValue& v, const std::string& key) {
   switch (t) {
     case GGUFType::UINT8: v.u = r.get<uint8_t>("u8"); v.i = (int64_t)v.u; break;
     case GGUFType::INT8: v.i = r.get<int8_t>("i8"); v.u = (uint64_t)v.i; break;
@@ -75,7 +75,7 @@ void read_scalar(Reader& r, GGUFType t, GGUFValue& v) {
     case GGUFType::FLOAT64: v.f = r.get<double>("f64"); break;
     case GGUFType::BOOL: {
       uint8_t b = r.get<uint8_t>("bool");
-      if (b > 1) r.bad("bool value is neither 0 nor 1");
+      if (b > 1) r.bad("key '" + key + "': bool value is neither 0 nor 1");
       v.b = b != 0;
       v.u = b;
       v.i = b;
@@ -83,7 +83,10 @@ void read_scalar(Reader& r, GGUFType t, GGUFValue& v) {
     }
     default: r.bad("unknown value type " + std::to_string((uint32_t)t));
   }
-  if (t != GGUFType::FLOAT32 && t != GGUFType::FLOAT64) v.f = (double)v.i;
+  if (t == GGUFType::UINT8 || t == GGUFType::UINT16 || t == GGUFType::UINT32 || t == GGUFType::UINT64)
+    v.f = (double)v.u;
+  else if (t != GGUFType::FLOAT32 && t != GGUFType::FLOAT64)
+    v.f = (double)v.i;
 }
 
 bool valid_value_type(uint32_t t) { return t <= (uint32_t)GGUFType::FLOAT64; }
@@ -110,13 +113,13 @@ void read_value(Reader& r, GGUFType t, GGUFValue& v, const std::string& key) {
       v.ints.reserve(n);
       GGUFValue tmp;
       for (uint64_t k = 0; k < n; k++) {
-        read_scalar(r, v.elem_type, tmp);
+        read_scalar(r, v.elem_type, tmp, key);
         v.nums.push_back(tmp.f);
         v.ints.push_back(tmp.i);
       }
     }
   } else {
-    read_scalar(r, t, v);
+    read_scalar(r, t, v, key);
   }
 }
 
@@ -376,6 +379,12 @@ void GGUFWriter::set_arr_i32(const std::string& key, const std::vector<int32_t>&
 }
 void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) { put(key, v); }
 
+void GGUFWriter::set_alignment(uint32_t a) {
+  if (a == 0 || (a & (a - 1)) != 0 || a > 65536)
+    fail(CLADE_E_INVALID_ARG, "GGUF writer: alignment " + std::to_string(a) + " is not a power of two up to 65536");
+  alignment_ = a;
+}
+
 void GGUFWriter::add_tensor(const std::string& name, TensorType type, const std::vector<uint64_t>& dims,
                             const void* data, size_t nbytes) {
   Tensor t{name, type, dims, {}};
@@ -423,17 +432,26 @@ void write_scalar(Out& o, GGUFType t, double f, int64_t i, bool bl) {
 }  // namespace
 
 std::vector<uint8_t> GGUFWriter::to_bytes() const {
+  // A general.alignment key (for instance copied from another file) decides
+  // the layout, as it does for readers.
+  uint64_t alignment = alignment_;
+  for (const KV& kv : kvs_)
+    if (kv.key == "general.alignment") {
+      if (!kv.value.is_int() || kv.value.u == 0 || (kv.value.u & (kv.value.u - 1)) || kv.value.u > 65536)
+        fail(CLADE_E_INVALID_ARG, "GGUF writer: general.alignment must be a power of two up to 65536");
+      alignment = kv.value.u;
+    }
   Out o;
   o.put<uint32_t>(kMagic);
   o.put<uint32_t>(3);
   o.put<uint64_t>(tensors_.size());
   bool has_align = false;
   for (const KV& kv : kvs_) has_align |= kv.key == "general.alignment";
-  o.put<uint64_t>(kvs_.size() + (alignment_ != 32 && !has_align ? 1 : 0));
-  if (alignment_ != 32 && !has_align) {
+  o.put<uint64_t>(kvs_.size() + (alignment != 32 && !has_align ? 1 : 0));
+  if (alignment != 32 && !has_align) {
     o.str("general.alignment");
     o.put<uint32_t>((uint32_t)GGUFType::UINT32);
-    o.put<uint32_t>(alignment_);
+    o.put<uint32_t>((uint32_t)alignment);
   }
   for (const KV& kv : kvs_) {
     const GGUFValue& v = kv.value;
@@ -462,12 +480,12 @@ std::vector<uint8_t> GGUFWriter::to_bytes() const {
     for (uint64_t d : t.dims) o.put<uint64_t>(d);
     o.put<uint32_t>((uint32_t)t.type);
     o.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += (t.data.size() + alignment - 1) / alignment * alignment;
   }
-  o.pad(alignment_);
+  o.pad(alignment);
   for (const Tensor& t : tensors_) {
     o.b.insert(o.b.end(), t.data.begin(), t.data.end());
-    o.pad(alignment_);
+    o.pad(alignment);
   }
   return o.b;
 }

@@ -127,7 +127,8 @@ class GGUFWriter {
   void add_tensor(const std::string& name, TensorType type,
                   const std::vector<uint64_t>& dims, const void* data,
                   size_t nbytes);
-  void set_alignment(uint32_t a) { alignment_ = a; }
+  // A power of two up to 65536, else Error(CLADE_E_INVALID_ARG).
+  void set_alignment(uint32_t a);
   std::vector<uint8_t> to_bytes() const;
   void write(const std::string& path) const;  // throws CLADE_E_IO
 

@@ -163,7 +163,8 @@ class WordCache {
     auto it = map_.find(word);
     if (it == map_.end()) return false;
     const uint32_t off = it->second.first, cnt = it->second.second;
-    out.reserve(out.size() + cnt);  // no reallocation while copying from out itself
+    // No reallocation while copying from out itself (and keep growth geometric).
+    if (out.capacity() < out.size() + cnt) out.reserve(std::max(out.size() + cnt, 2 * out.capacity()));
     for (uint32_t k = 0; k < cnt; ++k) out.push_back(out[off + k]);
     return true;
   }

@@ -382,9 +382,7 @@ void test_round_trip(const std::string& dir) {
 
   // UINT64 values of 2^63 and above widen to a positive double (GGUFValue::f
   // and nums hold "every numeric type widened to double").
-  // BUG (lib/gguf.cpp, read_scalar): v.f = (double)v.i uses the signed
-  // integer, so u64 0xfedcba9876543210 reads back as f = -8.2e16 (and
-  // get_float() returns that), and a u64 array element 2^63+1 as -9.2e18.
+  // (Regression: the reader once widened unsigned values through int64.)
   {
     GGUFWriter w;
     w.set_u64("big", 0xfedcba9876543210ull);
@@ -394,19 +392,17 @@ void test_round_trip(const std::string& dir) {
       auto f = GGUFFile::from_memory(bytes.data(), bytes.size());
       double want = (double)0xfedcba9876543210ull;
       CHECK_MSG(f->find("big")->f == want && f->get_float("big", 0) == want,
-                "BUG lib/gguf.cpp read_scalar: u64 0xfedcba9876543210 widens to %g, want %g", f->find("big")->f,
+                "read_scalar: u64 0xfedcba9876543210 widens to %g, want %g", f->find("big")->f,
                 want);
       CHECK_MSG(f->find("big.arr")->nums[0] == (double)0x8000000000000001ull,
-                "BUG lib/gguf.cpp read_scalar: u64 array element 2^63+1 widens to %g", f->find("big.arr")->nums[0]);
+                "read_scalar: u64 array element 2^63+1 widens to %g", f->find("big.arr")->nums[0]);
     } catch (const clade::Error& e) {
       CHECK_MSG(false, "u64: %s", e.what());
     }
   }
   // A general.alignment key set as metadata (as when copying every key of
   // another file) must agree with the layout the writer uses.
-  // BUG (lib/gguf.cpp, GGUFWriter::to_bytes): with the key set to 64 but
-  // set_alignment() not called, tensors are laid out at 32 while the file
-  // says 64: the reader rejects the file ("offset 32 is not aligned").
+  // (Regression: the writer once laid tensors out at 32 regardless.)
   {
     GGUFWriter w;
     w.set_u32("general.alignment", 64);
@@ -415,8 +411,19 @@ void test_round_trip(const std::string& dir) {
     w.add_tensor("u", TensorType::F32, {8}, d.data(), d.size());
     std::vector<uint8_t> bytes = w.to_bytes();
     Outcome o = try_parse(bytes, bytes.size());
-    CHECK_MSG(!o.threw, "BUG lib/gguf.cpp GGUFWriter::to_bytes: general.alignment key without set_alignment: %s",
+    CHECK_MSG(!o.threw, "GGUFWriter::to_bytes: general.alignment key without set_alignment: %s",
               o.message.c_str());
+  }
+  // A bad alignment is refused, not divided by.
+  for (uint32_t a : {0u, 3u, 48u, 131072u}) {
+    GGUFWriter w;
+    bool threw = false;
+    try {
+      w.set_alignment(a);
+    } catch (const clade::Error& e) {
+      threw = e.status() == CLADE_E_INVALID_ARG;
+    }
+    CHECK_MSG(threw, "set_alignment(%u) accepted", a);
   }
 
   // Metadata only, no tensors.

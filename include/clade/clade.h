@@ -114,6 +114,7 @@ typedef enum clade_backend {
 
 /* Element type of stored keys and values. */
 typedef enum clade_kv_type {
+  CLADE_KV_DEFAULT = -1, /* in clade_cache_params: the tree's type */
   CLADE_KV_F32 = 0,
   CLADE_KV_F16 = 1,
   CLADE_KV_BF16 = 2
@@ -301,7 +302,8 @@ typedef struct clade_node_info {
   int32_t length;         /* tokens in the node */
   int32_t path_length;    /* tokens above it: its first token's position */
   int32_t n_children;
-  int32_t n_refs;         /* children + sequences + caller */
+  int32_t n_refs;         /* children + sequences + caller (the root
+                             also counts the tree's own reference) */
 } clade_node_info;
 
 CLADE_API clade_status clade_tree_node_info(const clade_tree *tree,

@@ -1,0 +1,446 @@
+"""Pythonic layer over the clade C library (see clade/_lib.py for the raw API).
+
+    import clade
+    with clade.Model("model.gguf") as m:
+        ids = m.tokenize("Hello")
+        out = clade.generate(m, ids, 16, samples=4, temperature=0.7)
+        print([m.detokenize(o) for o in out])
+
+Handles own their C objects: close() frees them (and is called by the
+context managers and, as a last resort, by the garbage collector). A
+handle keeps its parent alive (a Cache its Tree, a Tree its Model), and
+closing a parent first closes the children still open, so the C rule
+"free caches before their tree, trees before their model" always holds.
+Failures raise CladeError(status, message).
+"""
+
+import ctypes
+import weakref
+
+from . import _lib
+
+__all__ = [
+    "CladeError", "Model", "Tree", "Cache", "Sampler", "Detokenizer", "generate",
+    "version", "status_string",
+    "KV_F32", "KV_F16", "KV_BF16",
+    "ATTENTION_AUTO", "ATTENTION_SHARED", "ATTENTION_FLAT", "ATTENTION_NONE",
+]
+
+KV_F32 = _lib.CLADE_KV_F32
+KV_F16 = _lib.CLADE_KV_F16
+KV_BF16 = _lib.CLADE_KV_BF16
+ATTENTION_AUTO = _lib.CLADE_ATTENTION_AUTO
+ATTENTION_SHARED = _lib.CLADE_ATTENTION_SHARED
+ATTENTION_FLAT = _lib.CLADE_ATTENTION_FLAT
+ATTENTION_NONE = _lib.CLADE_ATTENTION_NONE
+BACKEND_CPU = _lib.CLADE_BACKEND_CPU
+BACKEND_CUDA = _lib.CLADE_BACKEND_CUDA
+
+_WEIGHT_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 8: "q8_0", 30: "bf16"}
+_SCALING_NAMES = {0: "none", 1: "linear", 2: "llama3"}
+
+
+def version():
+    """The run-time library version, e.g. "0.1.0"."""
+    return _lib.clade_version_string().decode()
+
+
+def status_string(status):
+    return _lib.clade_status_string(status).decode()
+
+
+class CladeError(Exception):
+    """A clade call failed: .status is the clade_status, .message the text of
+    clade_last_error() at the time."""
+
+    def __init__(self, status, message=""):
+        self.status = int(status)
+        self.message = message
+        super().__init__("%s (%d): %s" % (status_string(self.status), self.status, message))
+
+
+def _check(status, *allowed):
+    if status == _lib.CLADE_OK or status in allowed:
+        return status
+    raise CladeError(status, _lib.clade_last_error().decode("utf-8", "replace"))
+
+
+def _tokens(seq):
+    seq = list(seq)
+    return (_lib.clade_token * len(seq))(*seq), len(seq)
+
+
+class _Handle:
+    """Owns one C handle; closes its children (weakly tracked) before itself."""
+
+    _free = None
+
+    def __init__(self):
+        self._h = None
+        self._children = weakref.WeakSet()
+
+    def _get(self):
+        if self._h is None:
+            raise CladeError(_lib.CLADE_E_STATE, "%s is closed" % type(self).__name__)
+        return self._h
+
+    @property
+    def closed(self):
+        return self._h is None
+
+    def close(self):
+        for c in list(self._children):
+            c.close()
+        if self._h is not None:
+            h, self._h = self._h, None
+            type(self)._free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Model(_Handle):
+    """A loaded GGUF model: weights, configuration and tokenizer."""
+
+    _free = staticmethod(_lib.clade_model_free)
+
+    def __init__(self, path, n_threads=0, vocab_only=False, use_mmap=True, backend=BACKEND_CPU):
+        super().__init__()
+        p = _lib.clade_model_params()
+        _lib.clade_model_params_init(ctypes.byref(p))
+        p.backend = backend
+        p.n_threads = n_threads
+        p.vocab_only = 1 if vocab_only else 0
+        p.use_mmap = 1 if use_mmap else 0
+        h = _lib.clade_model_p()
+        _check(_lib.clade_model_load(str(path).encode(), ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
+        self.path = str(path)
+        self._n_vocab = self.info()["n_vocab"]
+
+    @classmethod
+    def load(cls, path, **kw):
+        return cls(path, **kw)
+
+    @property
+    def n_vocab(self):
+        return self._n_vocab
+
+    def info(self):
+        """clade_model_describe as a dict."""
+        i = _lib.clade_model_info()
+        i.size = ctypes.sizeof(i)
+        _check(_lib.clade_model_describe(self._get(), ctypes.byref(i)))
+        d = {}
+        for name, _ in _lib.clade_model_info._fields_:
+            if name == "size":
+                continue
+            v = getattr(i, name)
+            d[name] = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+        d["weight_type_name"] = _WEIGHT_NAMES.get(d["weight_type"], str(d["weight_type"]))
+        d["rope_scaling_name"] = _SCALING_NAMES.get(d["rope_scaling"], str(d["rope_scaling"]))
+        return d
+
+    def special_tokens(self):
+        s = _lib.clade_special_tokens()
+        s.size = ctypes.sizeof(s)
+        _check(_lib.clade_model_special_tokens(self._get(), ctypes.byref(s)))
+        return {k: getattr(s, k) for k, _ in s._fields_ if k != "size"}
+
+    def is_eog(self, token):
+        return bool(_lib.clade_token_is_eog(self._get(), token))
+
+    def tokenize(self, text, add_special=True, parse_special=False):
+        """Text (str or UTF-8 bytes) to a list of token ids."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        flags = (_lib.CLADE_TOKENIZE_ADD_SPECIAL if add_special else 0) | \
+                (_lib.CLADE_TOKENIZE_PARSE_SPECIAL if parse_special else 0)
+        cap = len(data) + 8
+        n = ctypes.c_size_t(0)
+        while True:
+            buf = (_lib.clade_token * cap)()
+            st = _check(_lib.clade_tokenize(self._get(), data, len(data), flags, buf, cap,
+                                            ctypes.byref(n)), _lib.CLADE_BUFFER_SMALL)
+            if st == _lib.CLADE_OK:
+                return list(buf[:n.value])
+            cap = n.value
+
+    def detokenize_bytes(self, ids, special=False):
+        arr, count = _tokens(ids)
+        cap = 16 * count + 16
+        n = ctypes.c_size_t(0)
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _check(_lib.clade_detokenize(self._get(), arr, count, 1 if special else 0, buf,
+                                              cap, ctypes.byref(n)), _lib.CLADE_BUFFER_SMALL)
+            if st == _lib.CLADE_OK:
+                return buf.raw[:n.value]
+            cap = n.value
+
+    def detokenize(self, ids, special=False):
+        """Token ids to text (invalid UTF-8 from odd token runs is replaced)."""
+        return self.detokenize_bytes(ids, special).decode("utf-8", "replace")
+
+    def token_to_piece(self, token, special=False):
+        """The bytes of one token."""
+        cap = 64
+        n = ctypes.c_size_t(0)
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _check(_lib.clade_token_to_piece(self._get(), token, 1 if special else 0, buf, cap,
+                                                  ctypes.byref(n)), _lib.CLADE_BUFFER_SMALL)
+            if st == _lib.CLADE_OK:
+                return buf.raw[:n.value]
+            cap = n.value
+
+    def stream(self, tokens, special=False, first_in_text=True):
+        """Iterate over the text of a token stream, piece by piece, never
+        splitting a UTF-8 character."""
+        with Detokenizer(self, special, first_in_text) as d:
+            for t in tokens:
+                s = d.push(t)
+                if s:
+                    yield s
+            s = d.flush()
+            if s:
+                yield s
+
+
+class Detokenizer(_Handle):
+    """Streaming detokenizer: push(token) -> newly complete text."""
+
+    _free = staticmethod(_lib.clade_detokenizer_free)
+
+    def __init__(self, model, special=False, first_in_text=True):
+        super().__init__()
+        h = _lib.clade_detokenizer_p()
+        _check(_lib.clade_detokenizer_create(model._get(), 1 if special else 0,
+                                             1 if first_in_text else 0, ctypes.byref(h)))
+        self._h = h
+        self.model = model
+        model._children.add(self)
+
+    @staticmethod
+    def _text(p, n):
+        return ctypes.string_at(p.value, n.value).decode("utf-8", "replace") if n.value else ""
+
+    def push(self, token):
+        p, n = ctypes.c_void_p(), ctypes.c_size_t(0)
+        _check(_lib.clade_detokenizer_push(self._get(), token, ctypes.byref(p), ctypes.byref(n)))
+        return self._text(p, n)
+
+    def flush(self):
+        p, n = ctypes.c_void_p(), ctypes.c_size_t(0)
+        _check(_lib.clade_detokenizer_flush(self._get(), ctypes.byref(p), ctypes.byref(n)))
+        return self._text(p, n)
+
+
+class Tree(_Handle):
+    """The shared-cache tree of a model. Node 0 is the root."""
+
+    _free = staticmethod(_lib.clade_tree_free)
+    ROOT = 0
+
+    def __init__(self, model, kv_type=KV_F16, prefill_chunk=0):
+        super().__init__()
+        p = _lib.clade_tree_params()
+        _lib.clade_tree_params_init(ctypes.byref(p))
+        p.kv_type = kv_type
+        p.prefill_chunk = prefill_chunk
+        h = _lib.clade_tree_p()
+        _check(_lib.clade_tree_create(model._get(), ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
+        self.model = model
+        model._children.add(self)
+
+    def append(self, parent, tokens, want_logits=False):
+        """Append a node of tokens under parent (evaluated now). Returns the
+        node id, or (node id, logits list of the last token) with
+        want_logits. The caller holds a reference: release() it."""
+        arr, n = _tokens(tokens)
+        logits = (ctypes.c_float * self.model.n_vocab)() if want_logits else None
+        out = _lib.clade_node_id(0)
+        _check(_lib.clade_tree_append(self._get(), parent, arr, n, logits, ctypes.byref(out)))
+        return (out.value, list(logits)) if want_logits else out.value
+
+    def release(self, node):
+        _check(_lib.clade_tree_release(self._get(), node))
+
+    def node_info(self, node):
+        i = _lib.clade_node_info()
+        i.size = ctypes.sizeof(i)
+        _check(_lib.clade_tree_node_info(self._get(), node, ctypes.byref(i)))
+        return {k: getattr(i, k) for k, _ in i._fields_ if k != "size"}
+
+    def node_tokens(self, node):
+        n = ctypes.c_size_t(0)
+        _check(_lib.clade_tree_node_tokens(self._get(), node, None, 0, ctypes.byref(n)),
+               _lib.CLADE_BUFFER_SMALL)
+        buf = (_lib.clade_token * max(n.value, 1))()
+        _check(_lib.clade_tree_node_tokens(self._get(), node, buf, n.value, ctypes.byref(n)))
+        return list(buf[:n.value])
+
+    @property
+    def kv_bytes(self):
+        return _lib.clade_tree_kv_bytes(self._get())
+
+
+class CacheFull(CladeError):
+    """decode() found no room (CLADE_CACHE_FULL): nothing changed."""
+
+
+class Cache(_Handle):
+    """Unique caches of the sequences of a tree, and decode steps."""
+
+    _free = staticmethod(_lib.clade_cache_free)
+
+    def __init__(self, tree, max_seqs=64, max_tokens=1024, kv_type=None,
+                 attention=ATTENTION_AUTO):
+        super().__init__()
+        p = _lib.clade_cache_params()
+        _lib.clade_cache_params_init(ctypes.byref(p))
+        p.max_seqs = max_seqs
+        p.max_tokens = max_tokens
+        if kv_type is not None:
+            p.kv_type = kv_type
+        p.attention = attention
+        h = _lib.clade_cache_p()
+        _check(_lib.clade_cache_create(tree._get(), ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
+        self.tree = tree
+        self._queued = {}  # seq -> tokens queued by add(), evaluated by the next decode
+        tree._children.add(self)
+
+    def add(self, node, tokens=(), private=False):
+        """Add a sequence under node, with its own first tokens (queued for
+        the next decode). Returns the sequence id. Raises CladeError with
+        CLADE_CACHE_FULL when no slot is free."""
+        arr, n = _tokens(tokens)
+        out = _lib.clade_seq_id(0)
+        flags = _lib.CLADE_SEQ_PRIVATE if private else 0
+        _check(_lib.clade_cache_add(self._get(), node, arr, n, flags, ctypes.byref(out)))
+        self._queued[out.value] = n
+        return out.value
+
+    def remove(self, seq):
+        _check(_lib.clade_cache_remove(self._get(), seq))
+        self._queued.pop(seq, None)
+
+    def truncate(self, seq, length):
+        _check(_lib.clade_cache_truncate(self._get(), seq, length))
+
+    def length(self, seq):
+        n = ctypes.c_int32(0)
+        _check(_lib.clade_cache_seq_length(self._get(), seq, ctypes.byref(n)))
+        return n.value
+
+    @property
+    def kv_bytes(self):
+        return _lib.clade_cache_kv_bytes(self._get())
+
+    def decode(self, step, all_logits=False):
+        """One decode step. step maps sequence id -> list of new tokens
+        (possibly empty). Returns a list of logits rows (lists of n_vocab
+        floats), in the order of step: one per sequence that evaluates any
+        token (queued or new), or with all_logits one per evaluated token.
+        Raises CacheFull (a CladeError) when there is no room."""
+        seqs = list(step.keys())
+        counts = [len(step[s]) for s in seqs]
+        flat = [t for s in seqs for t in step[s]]
+        rows = 0
+        for s, c in zip(seqs, counts):
+            m = self._queued.get(s, 0) + c
+            rows += m if all_logits else (1 if m > 0 else 0)
+        nv = self.tree.model.n_vocab
+        ids = (_lib.clade_seq_id * max(len(seqs), 1))(*seqs)
+        ns = (ctypes.c_int32 * max(len(seqs), 1))(*counts)
+        toks = (_lib.clade_token * max(len(flat), 1))(*flat)
+        logits = (ctypes.c_float * (max(rows, 1) * nv))()
+        b = _lib.clade_batch()
+        _lib.clade_batch_init(ctypes.byref(b))
+        b.n_seqs = len(seqs)
+        b.seq_ids = ids
+        b.n_tokens = ns
+        b.tokens = toks
+        b.all_logits = 1 if all_logits else 0
+        b.logits = logits
+        b.logits_rows = rows
+        st = _lib.clade_decode(self._get(), ctypes.byref(b))
+        if st == _lib.CLADE_CACHE_FULL:
+            raise CacheFull(st, "no room for the step's tokens")
+        _check(st)
+        for s in seqs:
+            self._queued[s] = 0
+        return [logits[r * nv:(r + 1) * nv] for r in range(rows)]
+
+
+class Sampler(_Handle):
+    """Sampling settings and per-stream random state."""
+
+    _free = staticmethod(_lib.clade_sampler_free)
+
+    def __init__(self, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+                 seed=0):
+        super().__init__()
+        p = _lib.clade_sampler_params()
+        _lib.clade_sampler_params_init(ctypes.byref(p))
+        p.temperature = temperature
+        p.top_k = top_k
+        p.top_p = top_p
+        p.min_p = min_p
+        p.repeat_penalty = repeat_penalty
+        p.seed = seed
+        h = _lib.clade_sampler_p()
+        _check(_lib.clade_sampler_create(ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
+
+    def sample(self, logits, stream=0, history=()):
+        """A token from a row of logits (a list of floats or a ctypes array)."""
+        n = len(logits)
+        if not isinstance(logits, ctypes.Array):
+            logits = (ctypes.c_float * n)(*logits)
+        hist, nh = _tokens(history)
+        out = _lib.clade_token(0)
+        _check(_lib.clade_sample(self._get(), stream, logits, n, hist if nh else None, nh,
+                                 ctypes.byref(out)))
+        return out.value
+
+
+def generate(model, prompt_tokens, n, samples=1, temperature=0.0, seed=0, kv_type=KV_F16,
+             stop_at_eog=False):
+    """Generate n tokens for `samples` sequences that share the prompt:
+    the prompt is one tree node, evaluated once, and every sample decodes
+    from it. Returns a list of `samples` token lists (shorter where
+    stop_at_eog ends a sample early)."""
+    prompt_tokens = list(prompt_tokens)
+    if not prompt_tokens:
+        raise CladeError(_lib.CLADE_E_INVALID_ARG, "generate: the prompt is empty")
+    with Tree(model, kv_type=kv_type) as tree, \
+            Cache(tree, max_seqs=max(samples, 1), max_tokens=max(n, 1), kv_type=kv_type) as cache, \
+            Sampler(temperature=temperature, seed=seed) as sampler:
+        node, first = tree.append(Tree.ROOT, prompt_tokens, want_logits=True)
+        seqs = [cache.add(node) for _ in range(samples)]
+        tree.release(node)  # the sequences hold their own references
+        out = [[] for _ in range(samples)]
+        rows = [first] * samples
+        live = list(range(samples))
+        for step in range(n):
+            for i in live:
+                out[i].append(sampler.sample(rows[i], stream=i, history=prompt_tokens + out[i]))
+            if stop_at_eog:
+                live = [i for i in live if not model.is_eog(out[i][-1])]
+            if step == n - 1 or not live:
+                break
+            got = cache.decode({seqs[i]: [out[i][-1]] for i in live})
+            for i, r in zip(live, got):
+                rows[i] = r
+        return out

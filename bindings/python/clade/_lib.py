@@ -1,0 +1,403 @@
+"""Low-level ctypes mirror of include/clade/clade.h, one to one.
+
+Every type, constant and function of the header appears here under its C
+name, with the C prototype as a comment above it. Nothing is wrapped: the
+functions return the raw clade_status integers and take ctypes arguments.
+The Pythonic layer lives in clade/__init__.py.
+
+The library is found, in order, at:
+  1. the path in the environment variable CLADE_LIBRARY;
+  2. ../../build/libclade.so relative to this package (a source checkout);
+  3. the system's 'libclade.so.0' (the soname carries CLADE_ABI_MAJOR).
+"""
+
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
+                    c_int32, c_size_t, c_uint32, c_uint64, c_void_p)
+
+__all__ = []  # everything is reached as clade._lib.NAME
+
+
+def _find_library():
+    env = os.environ.get("CLADE_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    local = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libclade.so"))
+    if os.path.exists(local):
+        return local
+    return "libclade.so.0"
+
+
+LIBRARY_PATH = _find_library()
+lib = ctypes.CDLL(LIBRARY_PATH)
+
+# ---- version --------------------------------------------------------------
+
+CLADE_VERSION_MAJOR = 0
+CLADE_VERSION_MINOR = 1
+CLADE_VERSION_PATCH = 0
+CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
+                        + CLADE_VERSION_PATCH)
+CLADE_VERSION_STRING = "0.1.0"
+CLADE_ABI_MAJOR = 0
+
+
+def _fn(name, restype, argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = argtypes
+    return f
+
+
+# int clade_version_number(void);
+clade_version_number = _fn("clade_version_number", c_int, [])
+# const char *clade_version_string(void);
+clade_version_string = _fn("clade_version_string", c_char_p, [])
+
+# ---- opaque handles ---------------------------------------------------------
+
+
+class clade_model(Structure):
+    pass
+
+
+class clade_tree(Structure):
+    pass
+
+
+class clade_cache(Structure):
+    pass
+
+
+class clade_sampler(Structure):
+    pass
+
+
+class clade_detokenizer(Structure):
+    pass
+
+
+clade_model_p = POINTER(clade_model)
+clade_tree_p = POINTER(clade_tree)
+clade_cache_p = POINTER(clade_cache)
+clade_sampler_p = POINTER(clade_sampler)
+clade_detokenizer_p = POINTER(clade_detokenizer)
+
+# typedef int32_t clade_node_id; clade_seq_id; clade_token;
+clade_node_id = c_int32
+clade_seq_id = c_int32
+clade_token = c_int32
+
+# ---- status codes -----------------------------------------------------------
+
+# typedef enum clade_status { ... } clade_status;
+clade_status = c_int
+CLADE_OK = 0
+CLADE_CACHE_FULL = 1
+CLADE_STOPPED = 2
+CLADE_BUFFER_SMALL = 3
+CLADE_E_INVALID_ARG = -1
+CLADE_E_NOMEM = -2
+CLADE_E_IO = -3
+CLADE_E_FORMAT = -4
+CLADE_E_UNSUPPORTED = -5
+CLADE_E_TOKEN = -6
+CLADE_E_STATE = -7
+CLADE_E_BACKEND = -8
+CLADE_E_UTF8 = -9
+CLADE_E_INTERNAL = -100
+
+# const char *clade_status_string(clade_status status);
+clade_status_string = _fn("clade_status_string", c_char_p, [clade_status])
+# const char *clade_last_error(void);
+clade_last_error = _fn("clade_last_error", c_char_p, [])
+
+# ---- enums ------------------------------------------------------------------
+
+clade_backend = c_int
+CLADE_BACKEND_CPU = 0
+CLADE_BACKEND_CUDA = 1
+
+clade_kv_type = c_int
+CLADE_KV_F32 = 0
+CLADE_KV_F16 = 1
+CLADE_KV_BF16 = 2
+
+clade_weight_type = c_int
+CLADE_WEIGHT_F32 = 0
+CLADE_WEIGHT_F16 = 1
+CLADE_WEIGHT_Q4_0 = 2
+CLADE_WEIGHT_Q8_0 = 8
+CLADE_WEIGHT_BF16 = 30
+
+clade_rope_scaling = c_int
+CLADE_ROPE_SCALING_NONE = 0
+CLADE_ROPE_SCALING_LINEAR = 1
+CLADE_ROPE_SCALING_LLAMA3 = 2
+
+clade_attention = c_int
+CLADE_ATTENTION_AUTO = 0
+CLADE_ATTENTION_SHARED = 1
+CLADE_ATTENTION_FLAT = 2
+CLADE_ATTENTION_NONE = 3
+
+# ---- model ------------------------------------------------------------------
+
+
+class clade_model_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("backend", clade_backend),
+        ("n_threads", c_int32),
+        ("vocab_only", c_int32),
+        ("use_mmap", c_int32),
+    ]
+
+
+# void clade_model_params_init(clade_model_params *params);
+clade_model_params_init = _fn("clade_model_params_init", None, [POINTER(clade_model_params)])
+# clade_status clade_model_load(const char *path, const clade_model_params *params,
+#                               clade_model **out);
+clade_model_load = _fn("clade_model_load", clade_status,
+                       [c_char_p, POINTER(clade_model_params), POINTER(clade_model_p)])
+# void clade_model_free(clade_model *model);
+clade_model_free = _fn("clade_model_free", None, [clade_model_p])
+
+
+class clade_model_info(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("architecture", c_char * 32),
+        ("name", c_char * 96),
+        ("n_layers", c_int32),
+        ("n_embd", c_int32),
+        ("n_heads", c_int32),
+        ("n_kv_heads", c_int32),
+        ("head_dim", c_int32),
+        ("n_ff", c_int32),
+        ("n_vocab", c_int32),
+        ("n_ctx", c_int32),
+        ("rope_freq_base", c_float),
+        ("rope_freq_scale", c_float),
+        ("rope_scaling", clade_rope_scaling),
+        ("norm_eps", c_float),
+        ("weight_type", clade_weight_type),
+        ("has_qkv_bias", c_int32),
+        ("tied_output", c_int32),
+        ("vocab_only", c_int32),
+        ("n_params", c_uint64),
+        ("weight_bytes", c_uint64),
+    ]
+
+
+# clade_status clade_model_describe(const clade_model *model, clade_model_info *info);
+clade_model_describe = _fn("clade_model_describe", clade_status,
+                           [clade_model_p, POINTER(clade_model_info)])
+
+# ---- tokenizer --------------------------------------------------------------
+
+CLADE_TOKENIZE_ADD_SPECIAL = 1
+CLADE_TOKENIZE_PARSE_SPECIAL = 2
+
+# clade_status clade_tokenize(const clade_model *model, const char *text, size_t len,
+#                             uint32_t flags, clade_token *tokens, size_t capacity,
+#                             size_t *n_tokens);
+clade_tokenize = _fn("clade_tokenize", clade_status,
+                     [clade_model_p, c_char_p, c_size_t, c_uint32, POINTER(clade_token),
+                      c_size_t, POINTER(c_size_t)])
+# clade_status clade_detokenize(const clade_model *model, const clade_token *tokens,
+#                               size_t n_tokens, int32_t special, char *buf,
+#                               size_t capacity, size_t *n_bytes);
+clade_detokenize = _fn("clade_detokenize", clade_status,
+                       [clade_model_p, POINTER(clade_token), c_size_t, c_int32, c_char_p,
+                        c_size_t, POINTER(c_size_t)])
+# clade_status clade_token_to_piece(const clade_model *model, clade_token token,
+#                                   int32_t special, char *buf, size_t capacity,
+#                                   size_t *n_bytes);
+clade_token_to_piece = _fn("clade_token_to_piece", clade_status,
+                           [clade_model_p, clade_token, c_int32, c_char_p, c_size_t,
+                            POINTER(c_size_t)])
+
+
+class clade_special_tokens(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("bos", clade_token),
+        ("eos", clade_token),
+        ("eot", clade_token),
+        ("pad", clade_token),
+        ("unk", clade_token),
+        ("add_bos", c_int32),
+        ("add_eos", c_int32),
+    ]
+
+
+# clade_status clade_model_special_tokens(const clade_model *model,
+#                                         clade_special_tokens *out);
+clade_model_special_tokens = _fn("clade_model_special_tokens", clade_status,
+                                 [clade_model_p, POINTER(clade_special_tokens)])
+# int32_t clade_token_is_eog(const clade_model *model, clade_token token);
+clade_token_is_eog = _fn("clade_token_is_eog", c_int32, [clade_model_p, clade_token])
+
+# clade_status clade_detokenizer_create(const clade_model *model, int32_t special,
+#                                       int32_t first_in_text, clade_detokenizer **out);
+clade_detokenizer_create = _fn("clade_detokenizer_create", clade_status,
+                               [clade_model_p, c_int32, c_int32,
+                                POINTER(clade_detokenizer_p)])
+# clade_status clade_detokenizer_push(clade_detokenizer *detok, clade_token token,
+#                                     const char **text, size_t *len);
+clade_detokenizer_push = _fn("clade_detokenizer_push", clade_status,
+                             [clade_detokenizer_p, clade_token, POINTER(c_void_p),
+                              POINTER(c_size_t)])
+# clade_status clade_detokenizer_flush(clade_detokenizer *detok, const char **text,
+#                                      size_t *len);
+clade_detokenizer_flush = _fn("clade_detokenizer_flush", clade_status,
+                              [clade_detokenizer_p, POINTER(c_void_p), POINTER(c_size_t)])
+# void clade_detokenizer_free(clade_detokenizer *detok);
+clade_detokenizer_free = _fn("clade_detokenizer_free", None, [clade_detokenizer_p])
+
+# ---- shared-cache tree ------------------------------------------------------
+
+
+class clade_tree_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("kv_type", clade_kv_type),
+        ("prefill_chunk", c_int32),
+    ]
+
+
+# void clade_tree_params_init(clade_tree_params *params);
+clade_tree_params_init = _fn("clade_tree_params_init", None, [POINTER(clade_tree_params)])
+# clade_status clade_tree_create(clade_model *model, const clade_tree_params *params,
+#                                clade_tree **out);
+clade_tree_create = _fn("clade_tree_create", clade_status,
+                        [clade_model_p, POINTER(clade_tree_params), POINTER(clade_tree_p)])
+# void clade_tree_free(clade_tree *tree);
+clade_tree_free = _fn("clade_tree_free", None, [clade_tree_p])
+# clade_status clade_tree_append(clade_tree *tree, clade_node_id parent,
+#                                const clade_token *tokens, size_t n_tokens,
+#                                float *logits, clade_node_id *out);
+clade_tree_append = _fn("clade_tree_append", clade_status,
+                        [clade_tree_p, clade_node_id, POINTER(clade_token), c_size_t,
+                         POINTER(c_float), POINTER(clade_node_id)])
+# clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
+clade_tree_release = _fn("clade_tree_release", clade_status, [clade_tree_p, clade_node_id])
+
+
+class clade_node_info(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("parent", clade_node_id),
+        ("length", c_int32),
+        ("path_length", c_int32),
+        ("n_children", c_int32),
+        ("n_refs", c_int32),
+    ]
+
+
+# clade_status clade_tree_node_info(const clade_tree *tree, clade_node_id node,
+#                                   clade_node_info *info);
+clade_tree_node_info = _fn("clade_tree_node_info", clade_status,
+                           [clade_tree_p, clade_node_id, POINTER(clade_node_info)])
+# clade_status clade_tree_node_tokens(const clade_tree *tree, clade_node_id node,
+#                                     clade_token *tokens, size_t capacity,
+#                                     size_t *n_tokens);
+clade_tree_node_tokens = _fn("clade_tree_node_tokens", clade_status,
+                             [clade_tree_p, clade_node_id, POINTER(clade_token), c_size_t,
+                              POINTER(c_size_t)])
+# size_t clade_tree_kv_bytes(const clade_tree *tree);
+clade_tree_kv_bytes = _fn("clade_tree_kv_bytes", c_size_t, [clade_tree_p])
+
+# ---- unique caches and decode steps -----------------------------------------
+
+
+class clade_cache_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("max_seqs", c_int32),
+        ("max_tokens", c_int32),
+        ("kv_type", clade_kv_type),
+        ("attention", clade_attention),
+    ]
+
+
+# void clade_cache_params_init(clade_cache_params *params);
+clade_cache_params_init = _fn("clade_cache_params_init", None, [POINTER(clade_cache_params)])
+# clade_status clade_cache_create(clade_tree *tree, const clade_cache_params *params,
+#                                 clade_cache **out);
+clade_cache_create = _fn("clade_cache_create", clade_status,
+                         [clade_tree_p, POINTER(clade_cache_params), POINTER(clade_cache_p)])
+# void clade_cache_free(clade_cache *cache);
+clade_cache_free = _fn("clade_cache_free", None, [clade_cache_p])
+
+CLADE_SEQ_PRIVATE = 1
+
+# clade_status clade_cache_add(clade_cache *cache, clade_node_id node,
+#                              const clade_token *tokens, size_t n_tokens,
+#                              uint32_t flags, clade_seq_id *out);
+clade_cache_add = _fn("clade_cache_add", clade_status,
+                      [clade_cache_p, clade_node_id, POINTER(clade_token), c_size_t, c_uint32,
+                       POINTER(clade_seq_id)])
+# clade_status clade_cache_remove(clade_cache *cache, clade_seq_id seq);
+clade_cache_remove = _fn("clade_cache_remove", clade_status, [clade_cache_p, clade_seq_id])
+# clade_status clade_cache_truncate(clade_cache *cache, clade_seq_id seq, int32_t length);
+clade_cache_truncate = _fn("clade_cache_truncate", clade_status,
+                           [clade_cache_p, clade_seq_id, c_int32])
+# clade_status clade_cache_seq_length(const clade_cache *cache, clade_seq_id seq,
+#                                     int32_t *length);
+clade_cache_seq_length = _fn("clade_cache_seq_length", clade_status,
+                             [clade_cache_p, clade_seq_id, POINTER(c_int32)])
+# size_t clade_cache_kv_bytes(const clade_cache *cache);
+clade_cache_kv_bytes = _fn("clade_cache_kv_bytes", c_size_t, [clade_cache_p])
+
+
+class clade_batch(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("n_seqs", c_size_t),
+        ("seq_ids", POINTER(clade_seq_id)),
+        ("n_tokens", POINTER(c_int32)),
+        ("tokens", POINTER(clade_token)),
+        ("all_logits", c_int32),
+        ("logits", POINTER(c_float)),
+        ("logits_rows", c_size_t),
+    ]
+
+
+# void clade_batch_init(clade_batch *batch);
+clade_batch_init = _fn("clade_batch_init", None, [POINTER(clade_batch)])
+# clade_status clade_decode(clade_cache *cache, const clade_batch *batch);
+clade_decode = _fn("clade_decode", clade_status, [clade_cache_p, POINTER(clade_batch)])
+
+# ---- sampler ----------------------------------------------------------------
+
+
+class clade_sampler_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("temperature", c_float),
+        ("top_k", c_int32),
+        ("top_p", c_float),
+        ("min_p", c_float),
+        ("repeat_penalty", c_float),
+        ("seed", c_uint64),
+    ]
+
+
+# void clade_sampler_params_init(clade_sampler_params *params);
+clade_sampler_params_init = _fn("clade_sampler_params_init", None,
+                                [POINTER(clade_sampler_params)])
+# clade_status clade_sampler_create(const clade_sampler_params *p, clade_sampler **out);
+clade_sampler_create = _fn("clade_sampler_create", clade_status,
+                           [POINTER(clade_sampler_params), POINTER(clade_sampler_p)])
+# void clade_sampler_free(clade_sampler *sampler);
+clade_sampler_free = _fn("clade_sampler_free", None, [clade_sampler_p])
+# clade_status clade_sample(clade_sampler *sampler, uint64_t stream, const float *logits,
+#                           int32_t n_vocab, const clade_token *history,
+#                           size_t n_history, clade_token *out);
+clade_sample = _fn("clade_sample", clade_status,
+                   [clade_sampler_p, c_uint64, POINTER(c_float), c_int32, POINTER(clade_token),
+                    c_size_t, POINTER(clade_token)])

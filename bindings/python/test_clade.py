@@ -1,0 +1,260 @@
+"""Tests of the Python bindings (unittest, standard library only).
+
+Run from anywhere:
+    /usr/bin/python3 bindings/python/test_clade.py -v
+
+Environment:
+    CLADE_LIBRARY    libclade.so to load (default: build/libclade.so of this checkout)
+    CLADE_CLI        the clade command-line tool, used to write random models
+                     (default: build/examples/clade of this checkout)
+    CLADE_VOCAB_DIR  folder of reference vocabularies (default: ../shared/data/vocab
+                     next to the checkout); the tokenizer test is skipped without it
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+import clade  # noqa: E402
+from clade import _lib  # noqa: E402
+
+CLI = os.environ.get("CLADE_CLI") or os.path.join(ROOT, "build", "examples", "clade")
+VOCAB_DIR = os.environ.get("CLADE_VOCAB_DIR") or os.path.join(ROOT, "..", "shared", "data", "vocab")
+SPM_VOCAB = os.path.join(VOCAB_DIR, "ggml-vocab-llama-spm.gguf")
+
+_tmp = None
+
+
+def setUpModule():
+    global _tmp
+    _tmp = tempfile.mkdtemp(prefix="clade-py-")
+
+
+def tearDownModule():
+    if _tmp:
+        shutil.rmtree(_tmp, ignore_errors=True)
+
+
+def random_model(name, *extra):
+    if not os.access(CLI, os.X_OK):
+        raise unittest.SkipTest("clade CLI not found at %s (set CLADE_CLI)" % CLI)
+    path = os.path.join(_tmp, name)
+    if not os.path.exists(path):
+        subprocess.run([CLI, "model", "random", "-o", path, "--layers", "2", "--dim", "64",
+                        "--heads", "4", "--kv-heads", "2", "--ff", "128", "--type", "f32",
+                        "--seed", "7"] + list(extra),
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def argmax(row):
+    return max(range(len(row)), key=row.__getitem__)
+
+
+class ModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.path = random_model("small.gguf", "--vocab", "300")
+        cls.model = clade.Model(cls.path, n_threads=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_version(self):
+        self.assertEqual(clade.version(), _lib.CLADE_VERSION_STRING)
+        self.assertEqual(_lib.clade_version_number(), _lib.CLADE_VERSION_NUMBER)
+
+    def test_info(self):
+        i = self.model.info()
+        self.assertEqual(i["architecture"], "llama")
+        self.assertEqual(i["n_layers"], 2)
+        self.assertEqual(i["n_embd"], 64)
+        self.assertEqual(i["n_heads"], 4)
+        self.assertEqual(i["n_kv_heads"], 2)
+        self.assertEqual(i["head_dim"], 16)
+        self.assertEqual(i["n_ff"], 128)
+        self.assertEqual(i["n_vocab"], 300)
+        self.assertEqual(i["weight_type_name"], "f32")
+        self.assertGreater(i["n_params"], 0)
+        self.assertEqual(self.model.n_vocab, 300)
+
+    def test_context_manager_and_close(self):
+        with clade.Model(self.path, n_threads=1) as m:
+            t = clade.Tree(m)
+            c = clade.Cache(t)
+            self.assertFalse(c.closed)
+        # closing the model closed its tree and cache first
+        self.assertTrue(m.closed and t.closed and c.closed)
+        with self.assertRaises(clade.CladeError) as e:
+            m.info()
+        self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+
+    def _greedy(self, cache, seq, first_row, n):
+        out, row = [], first_row
+        for _ in range(n):
+            out.append(argmax(row))
+            (row,) = cache.decode({seq: [out[-1]]})
+        return out
+
+    def test_shared_prefix_equals_alone(self):
+        m = self.model
+        prompt = [5, 17, 42, 99, 3, 250, 11, 64, 7, 123]
+        suffixes = [[21], [150, 9], [299]]
+        n = 8
+        with clade.Tree(m, kv_type=clade.KV_F32) as tree:
+            node, node_logits = tree.append(clade.Tree.ROOT, prompt, want_logits=True)
+            self.assertEqual(len(node_logits), m.n_vocab)
+            info = tree.node_info(node)
+            self.assertEqual((info["parent"], info["length"], info["path_length"]),
+                             (0, len(prompt), 0))
+            self.assertEqual(tree.node_tokens(node), prompt)
+
+            # three sequences under the shared prompt, each with its own first tokens
+            with clade.Cache(tree, max_seqs=4, max_tokens=64) as cache:
+                seqs = [cache.add(node, s) for s in suffixes]
+                rows = cache.decode({s: [] for s in seqs})  # evaluates the queued tokens
+                self.assertEqual(len(rows), 3)
+                for s, suf in zip(seqs, suffixes):
+                    self.assertEqual(cache.length(s), len(suf))
+                shared = [[argmax(r)] for r in rows]
+                for _ in range(n - 1):
+                    rows = cache.decode({s: [o[-1]] for s, o in zip(seqs, shared)})
+                    for o, r in zip(shared, rows):
+                        o.append(argmax(r))
+                self.assertEqual(cache.length(seqs[0]), len(suffixes[0]) + n - 1)
+                self.assertGreater(cache.kv_bytes, 0)
+            tree.release(node)
+
+            # each alone: the whole prompt as the sequence's own tokens, at the root
+            for suf, want in zip(suffixes, shared):
+                with clade.Cache(tree, max_seqs=1, max_tokens=64) as cache:
+                    s = cache.add(clade.Tree.ROOT, prompt + suf)
+                    (row,) = cache.decode({s: []})
+                    self.assertEqual(self._greedy(cache, s, row, n), want)
+
+            # the node's own logits agree with the prompt decoded alone
+            with clade.Cache(tree, max_seqs=1, max_tokens=64) as cache:
+                s = cache.add(clade.Tree.ROOT, prompt)
+                (row,) = cache.decode({s: []})
+                self.assertEqual(argmax(row), argmax(node_logits))
+                for a, b in zip(row, node_logits):
+                    self.assertAlmostEqual(a, b, delta=1e-3 * (1 + abs(b)))
+
+    def test_generate_and_sampler(self):
+        m = self.model
+        prompt = [1, 2, 3, 4, 5, 6]
+        out = clade.generate(m, prompt, 6, samples=3, kv_type=clade.KV_F32)
+        self.assertEqual(len(out), 3)
+        self.assertTrue(all(o == out[0] for o in out))  # greedy: all samples agree
+        with clade.Tree(m, kv_type=clade.KV_F32) as tree, clade.Cache(tree) as cache:
+            s = cache.add(clade.Tree.ROOT, prompt)
+            (row,) = cache.decode({s: []})
+            self.assertEqual(self._greedy(cache, s, row, 6), out[0])
+            with clade.Sampler(temperature=0) as greedy:
+                self.assertEqual(greedy.sample(row), argmax(row))
+        a = clade.generate(m, prompt, 6, samples=3, temperature=1.0, seed=11)
+        b = clade.generate(m, prompt, 6, samples=3, temperature=1.0, seed=11)
+        self.assertEqual(a, b)  # seeded: reproducible
+        for o in a:
+            self.assertEqual(len(o), 6)
+            self.assertTrue(all(0 <= t < m.n_vocab for t in o))
+
+    def test_truncate_remove(self):
+        with clade.Tree(self.model) as tree, clade.Cache(tree, max_seqs=2) as cache:
+            s = cache.add(0, [1, 2, 3])
+            cache.decode({s: [4, 5]})
+            self.assertEqual(cache.length(s), 5)
+            cache.truncate(s, 2)
+            self.assertEqual(cache.length(s), 2)
+            rows = cache.decode({s: [7, 8]}, all_logits=True)
+            self.assertEqual(len(rows), 2)
+            cache.remove(s)
+            with self.assertRaises(clade.CladeError) as e:
+                cache.length(s)
+            self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+
+    def test_bad_token(self):
+        bad = self.model.n_vocab + 5
+        with clade.Tree(self.model) as tree:
+            with self.assertRaises(clade.CladeError) as e:
+                tree.append(0, [1, bad])
+            self.assertEqual(e.exception.status, _lib.CLADE_E_TOKEN)
+            self.assertTrue(e.exception.message)
+            with clade.Cache(tree) as cache:
+                with self.assertRaises(clade.CladeError) as e:
+                    cache.add(0, [bad])
+                self.assertEqual(e.exception.status, _lib.CLADE_E_TOKEN)
+                s = cache.add(0, [1])
+                with self.assertRaises(clade.CladeError) as e:
+                    cache.decode({s: [-1]})
+                self.assertEqual(e.exception.status, _lib.CLADE_E_TOKEN)
+                self.assertEqual(cache.length(s), 0)  # nothing changed
+            with self.assertRaises(clade.CladeError) as e:
+                tree.release(0)  # the root
+            self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+
+    def test_cache_full(self):
+        with clade.Tree(self.model) as tree, clade.Cache(tree, max_seqs=1, max_tokens=4) as c:
+            s = c.add(0, [1, 2])
+            with self.assertRaises(clade.CladeError) as e:
+                c.decode({s: [3, 4, 5]})
+            self.assertEqual(e.exception.status, _lib.CLADE_CACHE_FULL)
+            self.assertEqual(len(c.decode({s: [3, 4]})), 1)
+
+    def test_bad_path(self):
+        with self.assertRaises(clade.CladeError) as e:
+            clade.Model(os.path.join(_tmp, "does-not-exist.gguf"))
+        self.assertEqual(e.exception.status, _lib.CLADE_E_IO)
+        self.assertIn("does-not-exist", e.exception.message)
+        junk = os.path.join(_tmp, "junk.gguf")
+        with open(junk, "wb") as f:
+            f.write(b"this is not a gguf file at all" * 4)
+        with self.assertRaises(clade.CladeError) as e:
+            clade.Model(junk)
+        self.assertEqual(e.exception.status, _lib.CLADE_E_FORMAT)
+
+
+class TokenizerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(SPM_VOCAB):
+            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+        cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def test_round_trip(self):
+        m = self.model
+        sp = m.special_tokens()
+        for text in ["Hello world", "héllo, wörld! 日本語 🙂", "  two  spaces\nand a line",
+                     "x = f(y) + 42;"]:
+            ids = m.tokenize(text)
+            self.assertTrue(ids)
+            if sp["add_bos"]:
+                self.assertEqual(ids[0], sp["bos"])
+            self.assertEqual(m.detokenize(ids), text)
+            self.assertEqual("".join(m.stream(ids)), text)
+            no_bos = m.tokenize(text, add_special=False)
+            self.assertNotIn(sp["bos"], no_bos)
+        self.assertEqual(m.tokenize("", add_special=False), [])
+        self.assertEqual(m.token_to_piece(m.tokenize("Hello", add_special=False)[0]).strip(),
+                         b"Hello")
+
+    def test_bad_utf8(self):
+        with self.assertRaises(clade.CladeError) as e:
+            self.model.tokenize(b"ok \xff\xfe")
+        self.assertEqual(e.exception.status, _lib.CLADE_E_UTF8)
+
+
+if __name__ == "__main__":
+    unittest.main()
