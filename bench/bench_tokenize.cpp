@@ -1,5 +1,6 @@
 // Tokenizer throughput: MB/s encoding a few MB of mixed text (English
-// prose, C code, CJK, emoji) on one thread, for each reference vocabulary.
+// prose, code, CJK, emoji; generated, see make_text) on one thread, for
+// each reference vocabulary, and decoding it back.
 //
 // Usage: bench_tokenize [VOCAB_DIR] [MB] [RUNS]
 //   VOCAB_DIR  default $CLADE_VOCAB_DIR, then ../shared/data/vocab
@@ -22,42 +23,99 @@
 
 namespace {
 
+void put_utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += char(cp);
+  } else if (cp < 0x800) {
+    s += char(0xC0 | (cp >> 6)); s += char(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += char(0xE0 | (cp >> 12)); s += char(0x80 | ((cp >> 6) & 0x3F)); s += char(0x80 | (cp & 0x3F));
+  } else {
+    s += char(0xF0 | (cp >> 18)); s += char(0x80 | ((cp >> 12) & 0x3F));
+    s += char(0x80 | ((cp >> 6) & 0x3F)); s += char(0x80 | (cp & 0x3F));
+  }
+}
+
+// Mixed text, generated (seeded) so that it is not one paragraph repeated:
+// prose from a word list with Zipf-like frequencies, numbers and
+// punctuation; code with random identifiers; CJK and kana from their
+// common ranges; emoji (some with skin tones and ZWJ sequences).
 std::string make_text(size_t bytes) {
-  static const char* prose[] = {
-      "The quick brown fox jumps over the lazy dog. ",
-      "In 1969, astronauts landed on the Moon; it's been over 50 years since. ",
-      "She said, \"I'll be there at 3:45pm, don't worry!\" ",
-      "Memory bandwidth, not arithmetic, bounds the decoding of a single sequence. ",
-      "We've measured 43.5 GB/s with STREAM (triad) on two cores.\n",
-      "Tokenizers split text into pieces, then merge pairs of symbols by rank. ",
+  static const char* words[] = {
+      "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by",
+      "on", "not", "he", "I", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
+      "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been",
+      "if", "more", "when", "will", "would", "who", "so", "no", "model", "memory", "bandwidth",
+      "attention", "sequence", "prefix", "tokenizer", "throughput", "latency", "compute", "cache",
+      "shared", "kernel", "matrix", "vector", "decoding", "benchmark", "measured", "roughly",
+      "however", "therefore", "although", "because", "children", "government", "information",
+      "development", "understanding", "extraordinary", "responsibility", "characteristics",
+      "don't", "it's", "we've", "they'll", "I'm", "she'd", "you're", "Paris", "London", "Zürich",
+      "naïve", "café", "résumé", "coöperate", "Москва", "Ελλάδα",
   };
-  static const char* code[] = {
-      "for (int i = 0; i < n; ++i) {\n    sum += a[i] * b[i];\n}\n",
-      "static inline float silu(float x) { return x / (1.0f + expf(-x)); }\n",
-      "def encode(self, text: str) -> list[int]:\n        return self._bpe(text)\n",
-      "    if (rc != 0 && errno == EINTR) continue;  // retry\n",
-  };
-  static const char* cjk[] = {
-      "\xE5\xA4\xA7\xE8\xAF\xAD\xE8\xA8\x80\xE6\xA8\xA1\xE5\x9E\x8B\xE7\x9A\x84\xE6\x8E\xA8\xE7\x90\x86"
-      "\xE9\x80\x9F\xE5\xBA\xA6\xE5\x8F\x96\xE5\x86\xB3\xE4\xBA\x8E\xE5\x86\x85\xE5\xAD\x98\xE5\xB8\xA6"
-      "\xE5\xAE\xBD\xE3\x80\x82",  // 大语言模型的推理速度取决于内存带宽。
-      "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xAE\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88"
-      "\xE3\x82\x82\xE5\x90\xAB\xE3\x81\xBE\xE3\x82\x8C\xE3\x81\xBE\xE3\x81\x99\xE3\x80\x82",  // 日本語のテキストも含まれます。
-      "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xED\x85\x8D\xEC\x8A\xA4\xED\x8A\xB8. ",  // 한국어 텍스트.
-  };
-  static const char* emoji[] = {
-      "\xF0\x9F\x9A\x80 ", "\xF0\x9F\xA6\x99\xF0\x9F\x94\xA5 ", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD ",
-      "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x92\xBB ", "\xE2\x9C\x85 ",
-  };
+  const size_t n_words = sizeof(words) / sizeof(words[0]);
+  static const char* punct[] = {". ", ", ", "; ", ": ", "! ", "? ", " - ", " (", ") ", "\"", "'", "\n", "\n\n"};
+  static const char* keywords[] = {"for", "if", "while", "return", "int", "float", "const", "auto",
+                                   "static", "void", "struct", "def", "self", "None", "import"};
+  static const char* ops[] = {" = ", " + ", " * ", " == ", " != ", " += ", "->", "::", "(", ")",
+                              "[", "]", "{\n", "}\n", ";\n", ", ", "    ", "\t", " // ", " # ", "0x"};
   std::mt19937 rng(42);
+  auto rnd = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  auto zipf_word = [&]() {
+    // index ~ n * u^3: small indices (common words) much more often
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return words[std::min(n_words - 1, static_cast<size_t>(n_words * u * u * u))];
+  };
+  auto ident = [&]() {
+    std::string id;
+    const size_t len = 2 + rnd(10);
+    for (size_t k = 0; k < len; ++k) id += static_cast<char>(k && rnd(5) == 0 ? '_' : 'a' + rnd(26));
+    return id;
+  };
   std::string s;
-  s.reserve(bytes + 256);
+  s.reserve(bytes + 1024);
   while (s.size() < bytes) {
-    const unsigned r = rng() % 100;
-    if (r < 55) s += prose[rng() % 6];
-    else if (r < 80) s += code[rng() % 4];
-    else if (r < 93) s += cjk[rng() % 3];
-    else s += emoji[rng() % 5];
+    const size_t r = rnd(100);
+    if (r < 55) {  // a sentence of prose
+      const size_t n = 5 + rnd(20);
+      for (size_t k = 0; k < n; ++k) {
+        std::string w = zipf_word();
+        if (k == 0 && w[0] >= 'a' && w[0] <= 'z') w[0] = static_cast<char>(w[0] - 32);
+        s += w;
+        if (rnd(12) == 0) s += " " + std::to_string(rnd(100000)) + (rnd(2) ? "." + std::to_string(rnd(100)) : "");
+        s += rnd(8) == 0 ? punct[rnd(13)] : " ";
+      }
+      s += ". ";
+    } else if (r < 80) {  // a few lines of code
+      const size_t n = 3 + rnd(12);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t t = rnd(10);
+        if (t < 3) s += keywords[rnd(15)];
+        else if (t < 6) s += ident();
+        else if (t < 7) s += std::to_string(rnd(4096));
+        if (rnd(2)) s += " ";
+        s += ops[rnd(21)];
+      }
+      s += "\n";
+    } else if (r < 93) {  // CJK / kana / Hangul
+      const size_t n = 10 + rnd(40);
+      for (size_t k = 0; k < n; ++k) {
+        const size_t t = rnd(10);
+        if (t < 6) put_utf8(s, 0x4E00 + rnd(3000));     // common Han
+        else if (t < 8) put_utf8(s, 0x3041 + rnd(86));  // hiragana
+        else if (t < 9) put_utf8(s, 0xAC00 + rnd(2000)); // Hangul
+        else s += "\xE3\x80\x82";                        // 。
+      }
+      s += rnd(2) ? "\n" : " ";
+    } else {  // emoji
+      const size_t n = 1 + rnd(4);
+      for (size_t k = 0; k < n; ++k) {
+        put_utf8(s, 0x1F300 + rnd(0x350));
+        if (rnd(5) == 0) put_utf8(s, 0x1F3FB + rnd(5));                 // skin tone
+        if (rnd(8) == 0) { put_utf8(s, 0x200D); put_utf8(s, 0x1F4BB); }  // ZWJ sequence
+      }
+      s += " ";
+    }
   }
   return s;
 }

@@ -133,25 +133,122 @@ size_t utf8_incomplete_tail(const std::string& s) {
 
 // ---------------------------------------------------------------- hashing
 
-struct SvHash {
-  size_t operator()(std::string_view s) const noexcept {
-    // FNV-1a; token texts are short.
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
-    return static_cast<size_t>(h ^ (h >> 29));
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 32; x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32; x *= 0xd6e8feb86659fd93ull;
+  x ^= x >> 32;
+  return x;
+}
+
+inline uint64_t hash_bytes(const char* p, size_t n) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
   }
+  uint64_t w = 0;
+  std::memcpy(&w, p, n);
+  return mix64(h ^ w);
+}
+
+// Open-addressing hash tables (insert only, linear probing): the lookups
+// are the hot path of both encoders.
+template <typename V>
+class StrTable {  // string_view -> V; the keys' bytes must outlive the table
+ public:
+  void reserve(size_t n) { if (n * 10 > cap() * 6) rehash(n); }
+  const V* find(std::string_view k) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t h = hash_bytes(k.data(), k.size());
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& sl = slots_[i];
+      if (!sl.used) return nullptr;
+      if (sl.h == h && sl.n == k.size() && std::memcmp(sl.p, k.data(), k.size()) == 0) return &sl.v;
+    }
+  }
+  // Inserts, or (overwrite) replaces the value of an existing key.
+  void put(std::string_view k, const V& v, bool overwrite) {
+    if ((size_ + 1) * 10 > cap() * 6) rehash(size_ + 1);
+    const uint64_t h = hash_bytes(k.data(), k.size());
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& sl = slots_[i];
+      if (!sl.used) {
+        sl = Slot{h, k.data(), static_cast<uint32_t>(k.size()), true, v};
+        ++size_;
+        return;
+      }
+      if (sl.h == h && sl.n == k.size() && std::memcmp(sl.p, k.data(), k.size()) == 0) {
+        if (overwrite) sl.v = v;
+        return;
+      }
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot { uint64_t h; const char* p; uint32_t n; bool used; V v; };
+  size_t cap() const { return slots_.size(); }
+  void rehash(size_t n) {
+    size_t c = 16;
+    while (c < 2 * n) c <<= 1;  // load at most 0.5 after growing
+    std::vector<Slot> old(c, Slot{0, nullptr, 0, false, V{}});
+    old.swap(slots_);
+    mask_ = c - 1;
+    for (const Slot& sl : old) {
+      if (!sl.used) continue;
+      size_t i = sl.h & mask_;
+      while (slots_[i].used) i = (i + 1) & mask_;
+      slots_[i] = sl;
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, size_ = 0;
 };
 
-struct U64Hash {
-  size_t operator()(uint64_t x) const noexcept {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return static_cast<size_t>(x);
+template <typename V>
+class U64Table {  // uint64 -> V; the key ~0 is reserved
+ public:
+  const V* find(uint64_t k) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = mix64(k) & mask_;; i = (i + 1) & mask_) {
+      const Slot& sl = slots_[i];
+      if (sl.k == k) return &sl.v;
+      if (sl.k == kEmpty) return nullptr;
+    }
   }
+  void add(uint64_t k, const V& v) {  // keeps the first value of a key
+    if ((size_ + 1) * 10 > slots_.size() * 6) rehash(size_ + 1);
+    for (size_t i = mix64(k) & mask_;; i = (i + 1) & mask_) {
+      Slot& sl = slots_[i];
+      if (sl.k == k) return;
+      if (sl.k == kEmpty) { sl.k = k; sl.v = v; ++size_; return; }
+    }
+  }
+  void reserve(size_t n) { if (n * 10 > slots_.size() * 6) rehash(n); }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  struct Slot { uint64_t k; V v; };
+  void rehash(size_t n) {
+    size_t c = 16;
+    while (c < 2 * n) c <<= 1;
+    std::vector<Slot> old(c, Slot{kEmpty, V{}});
+    old.swap(slots_);
+    mask_ = c - 1;
+    for (const Slot& sl : old) {
+      if (sl.k == kEmpty) continue;
+      size_t i = mix64(sl.k) & mask_;
+      while (slots_[i].k != kEmpty) i = (i + 1) & mask_;
+      slots_[i] = sl;
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, size_ = 0;
 };
 
-using TextMap = std::unordered_map<std::string_view, int32_t, SvHash>;
+using TextMap = StrTable<int32_t>;
 
 // Ids of words already encoded in this call (words repeat; encoding a word
 // does not depend on its neighbours). Values index into the output vector.
@@ -160,9 +257,9 @@ class WordCache {
   // Appends the cached ids of word to out; false when not cached.
   bool emit(std::string_view word, std::vector<int32_t>& out) const {
     if (word.size() > kMaxWord) return false;
-    auto it = map_.find(word);
-    if (it == map_.end()) return false;
-    const uint32_t off = it->second.first, cnt = it->second.second;
+    const auto* e = map_.find(word);
+    if (!e) return false;
+    const uint32_t off = e->first, cnt = e->second;
     // No reallocation while copying from out itself (and keep growth geometric).
     if (out.capacity() < out.size() + cnt) out.reserve(std::max(out.size() + cnt, 2 * out.capacity()));
     for (uint32_t k = 0; k < cnt; ++k) out.push_back(out[off + k]);
@@ -170,12 +267,12 @@ class WordCache {
   }
   void store(std::string_view word, size_t off, size_t cnt) {
     if (word.size() > kMaxWord || map_.size() >= kMaxEntries || off > 0xFFFFFFFFu || cnt > 0xFFFFFFFFu) return;
-    map_.emplace(word, std::make_pair(static_cast<uint32_t>(off), static_cast<uint32_t>(cnt)));
+    map_.put(word, std::make_pair(static_cast<uint32_t>(off), static_cast<uint32_t>(cnt)), false);
   }
 
  private:
   static constexpr size_t kMaxWord = 64, kMaxEntries = 1 << 16;
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>, SvHash> map_;
+  StrTable<std::pair<uint32_t, uint32_t>> map_;
 };
 
 // ---------------------------------------------------------------- metadata
@@ -224,8 +321,8 @@ class TokenizerBase : public Tokenizer {
                               std::to_string(n_vocab() - 1) + ")");
   }
   int32_t find_text(std::string_view s) const {
-    auto it = text_to_id_.find(s);
-    return it == text_to_id_.end() ? -1 : it->second;
+    const int32_t* id = text_to_id_.find(s);
+    return id ? *id : -1;
   }
 
   void load_vocab(const GGUFFile& f);
@@ -268,11 +365,11 @@ void TokenizerBase::load_vocab(const GGUFFile& f) {
                                " entries for " + std::to_string(n) + " tokens");
     for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(v->nums[i]);
   }
-  text_to_id_.reserve(n * 2);
+  text_to_id_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (texts_[i].empty()) continue;
     // A repeated text maps to its last id (as llama.cpp does).
-    text_to_id_[std::string_view(texts_[i])] = static_cast<int32_t>(i);
+    text_to_id_.put(texts_[i], static_cast<int32_t>(i), true);
     max_token_len_ = std::max(max_token_len_, texts_[i].size());
   }
 }
@@ -400,22 +497,23 @@ class SpmTokenizer final : public TokenizerBase {
     load_specials(f, true, true);
     // Tokens BPE may build from text: not control, unknown, unused or byte
     // tokens (those only come from special parsing or byte fallback).
-    mergeable_.reserve(texts_.size() * 2);
+    mergeable_.reserve(texts_.size());
     for (int32_t i = 0; i < n_vocab(); ++i) {
       const int t = types_[i];
       if (texts_[i].empty() || t == kControl || t == kUnknown || t == kUnused || t == kByte) continue;
-      mergeable_[std::string_view(texts_[i])] = i;
+      mergeable_.put(texts_[i], i, true);
     }
     // Can a token span a word start (a U+2581 after another character)?
     // If none can, words are encoded one at a time: the same result, with
     // small queues.
     split_words_ = true;
-    for (const auto& kv : mergeable_) {
-      const std::string_view t = kv.first;
+    for (int32_t i = 0; i < n_vocab() && split_words_; ++i) {
+      const std::string_view t = texts_[i];
+      const int32_t* id = mergeable_.find(t);
+      if (!id || *id != i) continue;
       for (size_t pos = t.find(kSpmSpace, 1); pos != std::string_view::npos; pos = t.find(kSpmSpace, pos + 1)) {
         if (pos < 3 || t.compare(pos - 3, 3, kSpmSpace) != 0) { split_words_ = false; break; }
       }
-      if (!split_words_) break;
     }
     byte_tok_.fill(-1);
     char buf[8];
@@ -515,9 +613,9 @@ void SpmTokenizer::encode_word(const std::string& s, size_t begin, size_t end, s
     if (l < 0 || r < 0) return;
     const uint32_t size = sym[l].len + sym[r].len;
     if (size > max_token_len_) return;
-    auto it = mergeable_.find(std::string_view(s.data() + sym[l].start, size));
-    if (it == mergeable_.end()) return;
-    heap.push_back({scores_[it->second], l, r, size});
+    const int32_t* id = mergeable_.find(std::string_view(s.data() + sym[l].start, size));
+    if (!id) return;
+    heap.push_back({scores_[*id], l, r, size});
     std::push_heap(heap.begin(), heap.end());
   };
   for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
@@ -539,8 +637,7 @@ void SpmTokenizer::encode_word(const std::string& s, size_t begin, size_t end, s
 
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
     const std::string_view piece(s.data() + sym[i].start, sym[i].len);
-    auto it = mergeable_.find(piece);
-    if (it != mergeable_.end()) { out.push_back(it->second); continue; }
+    if (const int32_t* id = mergeable_.find(piece)) { out.push_back(*id); continue; }
     // Byte fallback; a byte with no token becomes one unknown token per character.
     bool missing = false;
     for (unsigned char c : piece) {
@@ -681,7 +778,7 @@ class BpeTokenizer final : public TokenizerBase {
   std::array<std::string, 256> byte_to_unicode_;   // UTF-8 of each byte's character
   std::array<int16_t, 512> unicode_to_byte_;
   std::array<int32_t, 256> byte_id_;                // id of each byte's character (or -1)
-  std::unordered_map<uint64_t, Merge, U64Hash> merges_;
+  U64Table<Merge> merges_;
 };
 
 void BpeTokenizer::build_byte_tables() {
@@ -714,7 +811,7 @@ void BpeTokenizer::load_merges(const GGUFFile& f) {
     extra.emplace(std::string(s), next_extra);
     return next_extra++;
   };
-  merges_.reserve(m->strs.size() * 2);
+  merges_.reserve(m->strs.size());
   for (size_t r = 0; r < m->strs.size(); ++r) {
     const std::string& line = m->strs[r];
     const size_t sp = line.find(' ', 1);
@@ -724,7 +821,7 @@ void BpeTokenizer::load_merges(const GGUFFile& f) {
     std::string ab(a);
     ab += b;
     const int32_t ia = id_of(a), ib = id_of(b), iab = id_of(ab);
-    merges_.emplace(key(ia, ib), Merge{static_cast<int32_t>(r), iab});  // first listing wins
+    merges_.add(key(ia, ib), Merge{static_cast<int32_t>(r), iab});  // first listing wins
   }
   for (int b = 0; b < 256; ++b) {
     int32_t id = find_text(byte_to_unicode_[b]);
@@ -769,9 +866,9 @@ void BpeTokenizer::encode_word(const char* p, size_t n, std::vector<int32_t>& ou
   heap.clear();
   auto try_pair = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
-    auto it = merges_.find(key(sym[l].id, sym[r].id));
-    if (it == merges_.end()) return;
-    heap.push_back((static_cast<uint64_t>(it->second.rank) << 32) | static_cast<uint32_t>(l));
+    const Merge* m = merges_.find(key(sym[l].id, sym[r].id));
+    if (!m) return;
+    heap.push_back((static_cast<uint64_t>(m->rank) << 32) | static_cast<uint32_t>(l));
     std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
   };
   for (size_t k = 1; k < n; ++k) try_pair(static_cast<int32_t>(k - 1), static_cast<int32_t>(k));
@@ -784,9 +881,9 @@ void BpeTokenizer::encode_word(const char* p, size_t n, std::vector<int32_t>& ou
     Sym& L = sym[l];
     if (L.len == 0 || L.next < 0) continue;
     Sym& R = sym[L.next];
-    auto it = merges_.find(key(L.id, R.id));
-    if (it == merges_.end() || static_cast<uint64_t>(it->second.rank) != (top >> 32)) continue;  // stale
-    L.id = it->second.result;
+    const Merge* m = merges_.find(key(L.id, R.id));
+    if (!m || static_cast<uint64_t>(m->rank) != (top >> 32)) continue;  // stale
+    L.id = m->result;
     L.len += R.len;
     R.len = 0;
     L.next = R.next;

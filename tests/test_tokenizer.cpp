@@ -20,7 +20,10 @@
 #include "tokenizer.h"
 
 using clade::Error;
+using clade::GGUFFile;
 using clade::Tokenizer;
+
+static const GGUFFile* g_bpe_file = nullptr;
 
 static int g_failures = 0;
 static int g_checks = 0;
@@ -403,6 +406,39 @@ static void test_bpe_specifics(const Tokenizer& tok) {
   CHECK(tok.decode(parsed.data(), parsed.size(), true) == "<|begin_of_text|>" + chat, "special round trip");
   CHECK(tok.decode(parsed.data(), parsed.size(), false) == "user\n\nHi 🚀", "decode without specials: %s",
         tok.decode(parsed.data(), parsed.size(), false).c_str());
+  // other pre-tokenizers on the same vocabulary: digits and pieces
+  {
+    auto with_pre = [&](const GGUFFile& src, const char* pre, std::vector<uint8_t>& buf) {
+      clade::GGUFWriter w;
+      for (const auto& kv : src.kvs())
+        if (kv.key.rfind("tokenizer.", 0) == 0 && kv.key != "tokenizer.ggml.pre") w.set_value(kv.key, kv.value);
+      w.set_str("tokenizer.ggml.pre", pre);
+      buf = w.to_bytes();
+      return clade::GGUFFile::from_memory(buf.data(), buf.size());
+    };
+    const std::string txt = "x 12345 don't\n\n  go!! \xE4\xBD\xA0\xE5\xA5\xBD";  // 你好
+    auto pieces = [&](const Tokenizer& t) {
+      auto v = t.encode(txt, false, false);
+      std::string r;
+      for (int32_t id : v) r += "|" + t.token_to_piece(id, false);
+      CHECK(t.decode(v.data(), v.size(), false) == txt, "pre-tokenizer round trip");
+      return r;
+    };
+    const std::string l3 = pieces(tok);
+    CHECK(l3.find("|123|45|") != std::string::npos, "llama3 groups 3 digits: %s", escaped(l3).c_str());
+    for (const char* pre : {"qwen2", "smollm", "gpt2", "default"}) {
+      std::vector<uint8_t> buf;
+      auto f = with_pre(*g_bpe_file, pre, buf);
+      auto t = Tokenizer::from_gguf(*f);
+      const std::string p = pieces(*t);
+      std::printf("  pre-tokenizer %-8s %s\n", pre, escaped(p).c_str());
+      const bool single = !std::strcmp(pre, "qwen2") || !std::strcmp(pre, "smollm");
+      if (single) CHECK(p.find("|1|2|3|4|5|") != std::string::npos || p.find("| 1|2|3|4|5|") != std::string::npos ||
+                        p.find("|1|2|3|4|5") != std::string::npos, "%s splits digits: %s", pre, escaped(p).c_str());
+      else CHECK(p.find("|1|2|3|4|5|") == std::string::npos, "%s keeps digit runs: %s", pre, escaped(p).c_str());
+    }
+  }
+
   // random text with special tokens inside: exact round trip with special=true
   std::mt19937 rng(99);
   const char* sp[] = {"<|eot_id|>", "<|begin_of_text|>", "<|reserved_special_token_5|>", "<|end_header_id|>"};
@@ -556,6 +592,7 @@ int main(int argc, char** argv) {
     std::printf("%s: reference strings encoded exactly: %d/%d, decoded back: %d/%d\n", name, r.encoded_ok,
                 r.total, r.decoded_ok, r.total);
     CHECK(r.total == 46, "expected 46 reference strings, found %d", r.total);
+    if (!spm) g_bpe_file = f.get();
     if (spm) test_spm_specifics(*tok);
     else test_bpe_specifics(*tok);
     test_vocab_generic(*tok, spm);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CLADE_LIB_DIR");
+    println!("cargo:rerun-if-changed=build.rs");
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let dir = match env::var("CLADE_LIB_DIR") {
         Ok(d) if !d.is_empty() => PathBuf::from(d),

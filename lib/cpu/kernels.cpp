@@ -12,6 +12,10 @@
 #include <immintrin.h>
 #endif
 
+#ifndef CLADE_PREFETCH
+#define CLADE_PREFETCH 4096
+#endif
+
 namespace clade {
 
 namespace {
@@ -257,6 +261,8 @@ AVX2 inline __m256 load_w(const uint8_t* p, int64_t k) {
   return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + k);
 }
 
+constexpr int64_t kPrefetch = CLADE_PREFETCH;
+
 // RB weight rows x XB input rows: RB*XB accumulators, each a dot product
 // kept in 8 lanes (short chains) and reduced once at the end.
 template <int T, int RB, int XB>
@@ -265,7 +271,12 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
   __m256 acc[RB][XB];
   for (int r = 0; r < RB; r++)
     for (int j = 0; j < XB; j++) acc[r][j] = _mm256_setzero_ps();
+  constexpr int64_t wbytes = T == (int)TensorType::F32 ? 4 : 2;
   for (int64_t i = 0; i < k; i += 8) {
+    // Software prefetch, one line per row every 64 bytes, kPrefetch ahead:
+    // with few input rows this loop is bound by how many loads are in flight.
+    if (((i * wbytes) & 63) == 0)
+      for (int r = 0; r < RB; r++) _mm_prefetch((const char*)(w + (uint64_t)r * wstride + i * wbytes + kPrefetch), _MM_HINT_T0);
     __m256 wv[RB];
     for (int r = 0; r < RB; r++) wv[r] = load_w<T>(w + (uint64_t)r * wstride, i);
     for (int j = 0; j < XB; j++) {

@@ -1,0 +1,994 @@
+// Package clade binds the clade C library (include/clade/clade.h): inference
+// of Llama-family models for many sequences that share prefixes.
+//
+// The library is found through the #cgo directives below (the checkout's
+// build/ folder, with an rpath); to use another build, put its folder first
+// with CGO_LDFLAGS="-L/dir -Wl,-rpath,/dir".
+//
+// Handles (Model, Tree, Cache, Sampler, Detokenizer) own C objects: Close()
+// frees them, and a finalizer does so for handles left unreachable. A Tree
+// keeps its Model reachable and a Cache its Tree, so the C rule "free caches
+// before their tree, trees before their model" holds for finalizers; closing
+// a Model or Tree that still has open children is refused with StatusState.
+// A Tree and its Caches share one mutex, so they may be used from several
+// goroutines (the calls are serialised, as the C API requires).
+// Failures are returned as *Error values carrying the status and message.
+package clade
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -L${SRCDIR}/../../build -lclade -Wl,-rpath,${SRCDIR}/../../build
+#include <stdlib.h>
+#include <clade/clade.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Token, NodeID and SeqID mirror clade_token, clade_node_id, clade_seq_id.
+type (
+	Token  = int32
+	NodeID = int32
+	SeqID  = int32
+)
+
+// Root is the root node of every tree.
+const Root NodeID = 0
+
+// Status codes (clade_status); their numbers are fixed by the C ABI.
+const (
+	StatusOK          = int(C.CLADE_OK)
+	StatusCacheFull   = int(C.CLADE_CACHE_FULL)
+	StatusStopped     = int(C.CLADE_STOPPED)
+	StatusBufferSmall = int(C.CLADE_BUFFER_SMALL)
+	StatusInvalidArg  = int(C.CLADE_E_INVALID_ARG)
+	StatusNoMem       = int(C.CLADE_E_NOMEM)
+	StatusIO          = int(C.CLADE_E_IO)
+	StatusFormat      = int(C.CLADE_E_FORMAT)
+	StatusUnsupported = int(C.CLADE_E_UNSUPPORTED)
+	StatusToken       = int(C.CLADE_E_TOKEN)
+	StatusState       = int(C.CLADE_E_STATE)
+	StatusBackend     = int(C.CLADE_E_BACKEND)
+	StatusUTF8        = int(C.CLADE_E_UTF8)
+	StatusInternal    = int(C.CLADE_E_INTERNAL)
+)
+
+// KV element types (clade_kv_type).
+const (
+	KVF32  = int(C.CLADE_KV_F32)
+	KVF16  = int(C.CLADE_KV_F16)
+	KVBF16 = int(C.CLADE_KV_BF16)
+)
+
+// Attention modes (clade_attention).
+const (
+	AttentionAuto   = int(C.CLADE_ATTENTION_AUTO)
+	AttentionShared = int(C.CLADE_ATTENTION_SHARED)
+	AttentionFlat   = int(C.CLADE_ATTENTION_FLAT)
+	AttentionNone   = int(C.CLADE_ATTENTION_NONE)
+)
+
+// Backends (clade_backend).
+const (
+	BackendCPU  = int(C.CLADE_BACKEND_CPU)
+	BackendCUDA = int(C.CLADE_BACKEND_CUDA)
+)
+
+// Version is the run-time library version, e.g. "0.1.0".
+func Version() string { return C.GoString(C.clade_version_string()) }
+
+// VersionNumber is CLADE_VERSION_NUMBER of the linked library.
+func VersionNumber() int { return int(C.clade_version_number()) }
+
+// StatusString is the static English name of a status.
+func StatusString(status int) string {
+	return C.GoString(C.clade_status_string(C.clade_status(status)))
+}
+
+// Error is a failed call: its clade_status and the clade_last_error message.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("clade: %s (%d): %s", StatusString(e.Status), e.Status, e.Msg)
+}
+
+// call runs f on one locked OS thread, so that clade_last_error (per thread)
+// describes f's failure. BUFFER_SMALL passes through as a status when
+// allowSmall is set.
+func call(allowSmall bool, f func() C.clade_status) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := int(f())
+	if st == StatusOK || (allowSmall && st == StatusBufferSmall) {
+		return st, nil
+	}
+	return st, &Error{Status: st, Msg: C.GoString(C.clade_last_error())}
+}
+
+func check(f func() C.clade_status) error {
+	_, err := call(false, f)
+	return err
+}
+
+func closedErr(what string) error {
+	return &Error{Status: StatusState, Msg: what + " is closed"}
+}
+
+func tokPtr(t []Token) *C.clade_token {
+	if len(t) == 0 {
+		return nil
+	}
+	return (*C.clade_token)(unsafe.Pointer(&t[0]))
+}
+
+// ---- model -------------------------------------------------------------------
+
+// ModelParams are the loading options (clade_model_params).
+type ModelParams struct {
+	Backend   int
+	NThreads  int // 0: all cores
+	VocabOnly bool
+	NoMmap    bool
+}
+
+// ModelInfo is clade_model_info.
+type ModelInfo struct {
+	Architecture  string
+	Name          string
+	NLayers       int
+	NEmbd         int
+	NHeads        int
+	NKVHeads      int
+	HeadDim       int
+	NFF           int
+	NVocab        int
+	NCtx          int
+	RopeFreqBase  float32
+	RopeFreqScale float32
+	RopeScaling   int
+	NormEps       float32
+	WeightType    int
+	HasQKVBias    bool
+	TiedOutput    bool
+	VocabOnly     bool
+	NParams       uint64
+	WeightBytes   uint64
+}
+
+// SpecialTokens: -1 where the model has none.
+type SpecialTokens struct {
+	BOS, EOS, EOT, PAD, UNK Token
+	AddBOS, AddEOS          bool
+}
+
+// Model is a loaded model; safe to use from many goroutines at once.
+type Model struct {
+	p      *C.clade_model
+	nVocab int
+	open   int32 // trees and detokenizers not yet closed
+	mu     sync.Mutex
+}
+
+// LoadModel loads a GGUF file; params may be nil for the defaults.
+func LoadModel(path string, params *ModelParams) (*Model, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var p C.clade_model_params
+	C.clade_model_params_init(&p)
+	if params != nil {
+		p.backend = C.clade_backend(params.Backend)
+		p.n_threads = C.int32_t(params.NThreads)
+		if params.VocabOnly {
+			p.vocab_only = 1
+		}
+		if params.NoMmap {
+			p.use_mmap = 0
+		}
+	}
+	var out *C.clade_model
+	if err := check(func() C.clade_status { return C.clade_model_load(cpath, &p, &out) }); err != nil {
+		return nil, err
+	}
+	m := &Model{p: out}
+	runtime.SetFinalizer(m, (*Model).Close)
+	info, err := m.Info()
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	m.nVocab = info.NVocab
+	return m, nil
+}
+
+// Close frees the model. It fails with StatusState while trees or
+// detokenizers made from it are open. Closing twice is a no-op.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p == nil {
+		return nil
+	}
+	if n := atomic.LoadInt32(&m.open); n > 0 {
+		return &Error{Status: StatusState, Msg: fmt.Sprintf("model has %d open trees or detokenizers", n)}
+	}
+	C.clade_model_free(m.p)
+	m.p = nil
+	runtime.SetFinalizer(m, nil)
+	return nil
+}
+
+func (m *Model) ptr() (*C.clade_model, error) {
+	if m == nil || m.p == nil {
+		return nil, closedErr("model")
+	}
+	return m.p, nil
+}
+
+// NVocab is the vocabulary size.
+func (m *Model) NVocab() int { return m.nVocab }
+
+// Info describes the model.
+func (m *Model) Info() (ModelInfo, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	var i C.clade_model_info
+	i.size = C.size_t(unsafe.Sizeof(i))
+	if err := check(func() C.clade_status { return C.clade_model_describe(p, &i) }); err != nil {
+		return ModelInfo{}, err
+	}
+	runtime.KeepAlive(m)
+	return ModelInfo{
+		Architecture:  C.GoString(&i.architecture[0]),
+		Name:          C.GoString(&i.name[0]),
+		NLayers:       int(i.n_layers),
+		NEmbd:         int(i.n_embd),
+		NHeads:        int(i.n_heads),
+		NKVHeads:      int(i.n_kv_heads),
+		HeadDim:       int(i.head_dim),
+		NFF:           int(i.n_ff),
+		NVocab:        int(i.n_vocab),
+		NCtx:          int(i.n_ctx),
+		RopeFreqBase:  float32(i.rope_freq_base),
+		RopeFreqScale: float32(i.rope_freq_scale),
+		RopeScaling:   int(i.rope_scaling),
+		NormEps:       float32(i.norm_eps),
+		WeightType:    int(i.weight_type),
+		HasQKVBias:    i.has_qkv_bias != 0,
+		TiedOutput:    i.tied_output != 0,
+		VocabOnly:     i.vocab_only != 0,
+		NParams:       uint64(i.n_params),
+		WeightBytes:   uint64(i.weight_bytes),
+	}, nil
+}
+
+// SpecialTokens gives the BOS/EOS/... tokens.
+func (m *Model) SpecialTokens() (SpecialTokens, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return SpecialTokens{}, err
+	}
+	var s C.clade_special_tokens
+	s.size = C.size_t(unsafe.Sizeof(s))
+	if err := check(func() C.clade_status { return C.clade_model_special_tokens(p, &s) }); err != nil {
+		return SpecialTokens{}, err
+	}
+	runtime.KeepAlive(m)
+	return SpecialTokens{BOS: Token(s.bos), EOS: Token(s.eos), EOT: Token(s.eot), PAD: Token(s.pad),
+		UNK: Token(s.unk), AddBOS: s.add_bos != 0, AddEOS: s.add_eos != 0}, nil
+}
+
+// IsEOG reports whether a token ends a generation.
+func (m *Model) IsEOG(t Token) bool {
+	p, err := m.ptr()
+	if err != nil {
+		return false
+	}
+	r := C.clade_token_is_eog(p, C.clade_token(t)) != 0
+	runtime.KeepAlive(m)
+	return r
+}
+
+// Tokenize encodes text (which must be valid UTF-8).
+func (m *Model) Tokenize(text string, addSpecial, parseSpecial bool) ([]Token, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var flags C.uint32_t
+	if addSpecial {
+		flags |= C.CLADE_TOKENIZE_ADD_SPECIAL
+	}
+	if parseSpecial {
+		flags |= C.CLADE_TOKENIZE_PARSE_SPECIAL
+	}
+	ctext := C.CString(text)
+	defer C.free(unsafe.Pointer(ctext))
+	buf := make([]Token, len(text)+8)
+	for {
+		var n C.size_t
+		st, err := call(true, func() C.clade_status {
+			return C.clade_tokenize(p, ctext, C.size_t(len(text)), flags, tokPtr(buf), C.size_t(len(buf)), &n)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			runtime.KeepAlive(m)
+			return buf[:n], nil
+		}
+		buf = make([]Token, int(n))
+	}
+}
+
+// DetokenizeBytes decodes tokens into bytes.
+func (m *Model) DetokenizeBytes(tokens []Token, special bool) ([]byte, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var sp C.int32_t
+	if special {
+		sp = 1
+	}
+	buf := make([]byte, 16*len(tokens)+16)
+	for {
+		var n C.size_t
+		st, err := call(true, func() C.clade_status {
+			return C.clade_detokenize(p, tokPtr(tokens), C.size_t(len(tokens)), sp,
+				(*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			runtime.KeepAlive(m)
+			return buf[:n], nil
+		}
+		buf = make([]byte, int(n)+1)
+	}
+}
+
+// Detokenize decodes tokens into text.
+func (m *Model) Detokenize(tokens []Token, special bool) (string, error) {
+	b, err := m.DetokenizeBytes(tokens, special)
+	return string(b), err
+}
+
+// TokenToPiece gives the bytes of one token.
+func (m *Model) TokenToPiece(t Token, special bool) ([]byte, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var sp C.int32_t
+	if special {
+		sp = 1
+	}
+	buf := make([]byte, 64)
+	for {
+		var n C.size_t
+		st, err := call(true, func() C.clade_status {
+			return C.clade_token_to_piece(p, C.clade_token(t), sp, (*C.char)(unsafe.Pointer(&buf[0])),
+				C.size_t(len(buf)), &n)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			runtime.KeepAlive(m)
+			return buf[:n], nil
+		}
+		buf = make([]byte, int(n)+1)
+	}
+}
+
+// ---- streaming detokenizer -----------------------------------------------------
+
+// Detokenizer turns a stream of tokens into complete UTF-8 pieces.
+type Detokenizer struct {
+	p     *C.clade_detokenizer
+	model *Model
+	mu    sync.Mutex
+}
+
+// NewDetokenizer makes a streaming detokenizer (see clade_detokenizer_create).
+func (m *Model) NewDetokenizer(special, firstInText bool) (*Detokenizer, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var sp, fi C.int32_t
+	if special {
+		sp = 1
+	}
+	if firstInText {
+		fi = 1
+	}
+	var out *C.clade_detokenizer
+	if err := check(func() C.clade_status { return C.clade_detokenizer_create(p, sp, fi, &out) }); err != nil {
+		return nil, err
+	}
+	atomic.AddInt32(&m.open, 1)
+	d := &Detokenizer{p: out, model: m}
+	runtime.SetFinalizer(d, (*Detokenizer).Close)
+	return d, nil
+}
+
+func (d *Detokenizer) run(f func(text **C.char, n *C.size_t) C.clade_status) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p == nil {
+		return nil, closedErr("detokenizer")
+	}
+	var text *C.char
+	var n C.size_t
+	if err := check(func() C.clade_status { return f(&text, &n) }); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return C.GoBytes(unsafe.Pointer(text), C.int(n)), nil
+}
+
+// Push feeds one token and returns the bytes now complete.
+func (d *Detokenizer) Push(t Token) ([]byte, error) {
+	return d.run(func(text **C.char, n *C.size_t) C.clade_status {
+		return C.clade_detokenizer_push(d.p, C.clade_token(t), text, n)
+	})
+}
+
+// Flush returns whatever is left.
+func (d *Detokenizer) Flush() ([]byte, error) {
+	return d.run(func(text **C.char, n *C.size_t) C.clade_status {
+		return C.clade_detokenizer_flush(d.p, text, n)
+	})
+}
+
+// Close frees the detokenizer. Closing twice is a no-op.
+func (d *Detokenizer) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.p != nil {
+		C.clade_detokenizer_free(d.p)
+		d.p = nil
+		atomic.AddInt32(&d.model.open, -1)
+		runtime.SetFinalizer(d, nil)
+	}
+	return nil
+}
+
+// ---- tree ----------------------------------------------------------------------
+
+// TreeParams are clade_tree_params.
+type TreeParams struct {
+	KVType       int // KVF32, KVF16 (the default), KVBF16
+	PrefillChunk int // 0: the library's default
+}
+
+// DefaultTreeParams are the library's defaults.
+func DefaultTreeParams() TreeParams {
+	var p C.clade_tree_params
+	C.clade_tree_params_init(&p)
+	return TreeParams{KVType: int(p.kv_type), PrefillChunk: int(p.prefill_chunk)}
+}
+
+// NodeInfo is clade_node_info (Parent is -1 for the root).
+type NodeInfo struct {
+	Parent     NodeID
+	Length     int
+	PathLength int
+	NChildren  int
+	NRefs      int
+}
+
+// Tree is the shared-cache tree of a model. Node 0 (Root) is the root.
+type Tree struct {
+	p      *C.clade_tree
+	model  *Model
+	nVocab int
+	open   int // caches not yet closed (under mu)
+	mu     sync.Mutex
+}
+
+// NewTree creates an empty tree; params may be nil for the defaults.
+func (m *Model) NewTree(params *TreeParams) (*Tree, error) {
+	mp, err := m.ptr()
+	if err != nil {
+		return nil, err
+	}
+	var p C.clade_tree_params
+	C.clade_tree_params_init(&p)
+	if params != nil {
+		p.kv_type = C.clade_kv_type(params.KVType)
+		p.prefill_chunk = C.int32_t(params.PrefillChunk)
+	}
+	var out *C.clade_tree
+	if err := check(func() C.clade_status { return C.clade_tree_create(mp, &p, &out) }); err != nil {
+		return nil, err
+	}
+	atomic.AddInt32(&m.open, 1)
+	t := &Tree{p: out, model: m, nVocab: m.nVocab}
+	runtime.SetFinalizer(t, (*Tree).Close)
+	return t, nil
+}
+
+// Close frees the tree and its nodes. It fails with StatusState while caches
+// made from it are open. Closing twice is a no-op.
+func (t *Tree) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.p == nil {
+		return nil
+	}
+	if t.open > 0 {
+		return &Error{Status: StatusState, Msg: fmt.Sprintf("tree has %d open caches", t.open)}
+	}
+	C.clade_tree_free(t.p)
+	t.p = nil
+	atomic.AddInt32(&t.model.open, -1)
+	runtime.SetFinalizer(t, nil)
+	return nil
+}
+
+// locked runs f with the tree's mutex held and its handle checked.
+func (t *Tree) locked(f func(p *C.clade_tree) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.p == nil {
+		return closedErr("tree")
+	}
+	return f(t.p)
+}
+
+// Append adds a node of tokens under parent, evaluated now, and returns its
+// id. The caller holds a reference: Release it. With wantLogits, the logits
+// of the node's last token come back too.
+func (t *Tree) Append(parent NodeID, tokens []Token, wantLogits bool) (NodeID, []float32, error) {
+	var logits []float32
+	var lp *C.float
+	if wantLogits {
+		logits = make([]float32, t.nVocab)
+		lp = (*C.float)(unsafe.Pointer(&logits[0]))
+	}
+	var out C.clade_node_id
+	err := t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status {
+			return C.clade_tree_append(p, C.clade_node_id(parent), tokPtr(tokens), C.size_t(len(tokens)), lp, &out)
+		})
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return NodeID(out), logits, nil
+}
+
+// Release drops the caller's reference to a node.
+func (t *Tree) Release(node NodeID) error {
+	return t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_release(p, C.clade_node_id(node)) })
+	})
+}
+
+// NodeInfo describes a node.
+func (t *Tree) NodeInfo(node NodeID) (NodeInfo, error) {
+	var i C.clade_node_info
+	i.size = C.size_t(unsafe.Sizeof(i))
+	err := t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_node_info(p, C.clade_node_id(node), &i) })
+	})
+	if err != nil {
+		return NodeInfo{}, err
+	}
+	return NodeInfo{Parent: NodeID(i.parent), Length: int(i.length), PathLength: int(i.path_length),
+		NChildren: int(i.n_children), NRefs: int(i.n_refs)}, nil
+}
+
+// NodeTokens copies a node's tokens.
+func (t *Tree) NodeTokens(node NodeID) ([]Token, error) {
+	var buf []Token
+	for {
+		var n C.size_t
+		var st int
+		err := t.locked(func(p *C.clade_tree) error {
+			var err error
+			st, err = call(true, func() C.clade_status {
+				return C.clade_tree_node_tokens(p, C.clade_node_id(node), tokPtr(buf), C.size_t(len(buf)), &n)
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			return buf[:n], nil
+		}
+		buf = make([]Token, int(n))
+	}
+}
+
+// KVBytes is the KV memory held by the tree's live nodes.
+func (t *Tree) KVBytes() int {
+	var n C.size_t
+	_ = t.locked(func(p *C.clade_tree) error { n = C.clade_tree_kv_bytes(p); return nil })
+	return int(n)
+}
+
+// ---- cache ---------------------------------------------------------------------
+
+// CacheParams are clade_cache_params.
+type CacheParams struct {
+	MaxSeqs   int
+	MaxTokens int
+	KVType    int // -1: the tree's
+	Attention int
+}
+
+// DefaultCacheParams are the library's defaults.
+func DefaultCacheParams() CacheParams {
+	var p C.clade_cache_params
+	C.clade_cache_params_init(&p)
+	return CacheParams{MaxSeqs: int(p.max_seqs), MaxTokens: int(p.max_tokens), KVType: -1,
+		Attention: int(p.attention)}
+}
+
+// Cache holds the unique caches of a tree's sequences and runs decode steps.
+type Cache struct {
+	p      *C.clade_cache
+	tree   *Tree
+	queued map[SeqID]int // tokens queued by Add, evaluated by the next Decode
+}
+
+// NewCache creates a cache; params may be nil for the defaults.
+func (t *Tree) NewCache(params *CacheParams) (*Cache, error) {
+	var p C.clade_cache_params
+	C.clade_cache_params_init(&p)
+	if params != nil {
+		p.max_seqs = C.int32_t(params.MaxSeqs)
+		p.max_tokens = C.int32_t(params.MaxTokens)
+		if params.KVType >= 0 {
+			p.kv_type = C.clade_kv_type(params.KVType)
+		}
+		p.attention = C.clade_attention(params.Attention)
+	}
+	var out *C.clade_cache
+	err := t.locked(func(tp *C.clade_tree) error {
+		if err := check(func() C.clade_status { return C.clade_cache_create(tp, &p, &out) }); err != nil {
+			return err
+		}
+		t.open++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{p: out, tree: t, queued: map[SeqID]int{}}
+	runtime.SetFinalizer(c, (*Cache).Close)
+	return c, nil
+}
+
+// Close frees the cache and releases its sequences' nodes. Closing twice is
+// a no-op.
+func (c *Cache) Close() error {
+	c.tree.mu.Lock()
+	defer c.tree.mu.Unlock()
+	if c.p != nil {
+		C.clade_cache_free(c.p)
+		c.p = nil
+		c.tree.open--
+		runtime.SetFinalizer(c, nil)
+	}
+	return nil
+}
+
+func (c *Cache) locked(f func(p *C.clade_cache) error) error {
+	c.tree.mu.Lock()
+	defer c.tree.mu.Unlock()
+	if c.p == nil {
+		return closedErr("cache")
+	}
+	return f(c.p)
+}
+
+// Add attaches a new sequence to node, with its own first tokens (queued
+// and evaluated by the next Decode). private copies the path's KV into the
+// sequence (the flat baseline). No free slot: *Error with StatusCacheFull.
+func (c *Cache) Add(node NodeID, tokens []Token, private bool) (SeqID, error) {
+	var flags C.uint32_t
+	if private {
+		flags = C.CLADE_SEQ_PRIVATE
+	}
+	var out C.clade_seq_id
+	err := c.locked(func(p *C.clade_cache) error {
+		st, err := call(false, func() C.clade_status {
+			return C.clade_cache_add(p, C.clade_node_id(node), tokPtr(tokens), C.size_t(len(tokens)), flags, &out)
+		})
+		if st == StatusCacheFull {
+			return &Error{Status: st, Msg: "cache: no room for another sequence"}
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.queued[SeqID(out)] = len(tokens)
+	return SeqID(out), nil
+}
+
+// Remove drops a sequence and releases its node.
+func (c *Cache) Remove(seq SeqID) error {
+	err := c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_remove(p, C.clade_seq_id(seq)) })
+	})
+	if err == nil {
+		delete(c.queued, seq)
+	}
+	return err
+}
+
+// Truncate cuts a sequence's unique tokens back to length.
+func (c *Cache) Truncate(seq SeqID, length int) error {
+	return c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_truncate(p, C.clade_seq_id(seq), C.int32_t(length)) })
+	})
+}
+
+// Length is the number of unique tokens evaluated so far.
+func (c *Cache) Length(seq SeqID) (int, error) {
+	var n C.int32_t
+	err := c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_seq_length(p, C.clade_seq_id(seq), &n) })
+	})
+	return int(n), err
+}
+
+// KVBytes is the KV memory allocated by the cache.
+func (c *Cache) KVBytes() int {
+	var n C.size_t
+	_ = c.locked(func(p *C.clade_cache) error { n = C.clade_cache_kv_bytes(p); return nil })
+	return int(n)
+}
+
+// Step is one sequence's part of a decode step.
+type Step struct {
+	Seq    SeqID
+	Tokens []Token
+}
+
+// Decode runs one step. It returns the logits rows in the order of steps:
+// one per sequence that evaluates any token (queued or new), or with
+// allLogits one per evaluated token. No room: *Error with StatusCacheFull,
+// and nothing changed.
+func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
+	nv := c.tree.nVocab
+	nTok, rows := 0, 0
+	for _, s := range steps {
+		nTok += len(s.Tokens)
+		m := c.queued[s.Seq] + len(s.Tokens)
+		if allLogits {
+			rows += m
+		} else if m > 0 {
+			rows++
+		}
+	}
+	// The batch and its arrays live in C memory: cgo forbids handing C a Go
+	// struct that holds Go pointers.
+	size := func(n, elem int) C.size_t {
+		if n == 0 {
+			n = 1
+		}
+		return C.size_t(n * elem)
+	}
+	b := (*C.clade_batch)(C.malloc(C.size_t(unsafe.Sizeof(C.clade_batch{}))))
+	seqs := (*[1 << 28]C.clade_seq_id)(C.malloc(size(len(steps), 4)))
+	counts := (*[1 << 28]C.int32_t)(C.malloc(size(len(steps), 4)))
+	toks := (*[1 << 28]C.clade_token)(C.malloc(size(nTok, 4)))
+	logits := (*[1 << 30]C.float)(C.malloc(size(rows*nv, 4)))
+	defer C.free(unsafe.Pointer(b))
+	defer C.free(unsafe.Pointer(seqs))
+	defer C.free(unsafe.Pointer(counts))
+	defer C.free(unsafe.Pointer(toks))
+	defer C.free(unsafe.Pointer(logits))
+	k := 0
+	for i, s := range steps {
+		seqs[i] = C.clade_seq_id(s.Seq)
+		counts[i] = C.int32_t(len(s.Tokens))
+		for _, t := range s.Tokens {
+			toks[k] = C.clade_token(t)
+			k++
+		}
+	}
+	C.clade_batch_init(b)
+	b.n_seqs = C.size_t(len(steps))
+	b.seq_ids = &seqs[0]
+	b.n_tokens = &counts[0]
+	b.tokens = &toks[0]
+	if allLogits {
+		b.all_logits = 1
+	}
+	b.logits = &logits[0]
+	b.logits_rows = C.size_t(rows)
+	err := c.locked(func(p *C.clade_cache) error {
+		st, err := call(false, func() C.clade_status { return C.clade_decode(p, b) })
+		if st == StatusCacheFull {
+			return &Error{Status: st, Msg: "decode: no room for the step's tokens"}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range steps {
+		c.queued[s.Seq] = 0
+	}
+	out := make([][]float32, rows)
+	for r := range out {
+		out[r] = make([]float32, nv)
+		for j := 0; j < nv; j++ {
+			out[r][j] = float32(logits[r*nv+j])
+		}
+	}
+	return out, nil
+}
+
+// ---- sampler -------------------------------------------------------------------
+
+// SamplerParams are clade_sampler_params.
+type SamplerParams struct {
+	Temperature   float32 // 0: greedy
+	TopK          int
+	TopP          float32
+	MinP          float32
+	RepeatPenalty float32
+	Seed          uint64
+}
+
+// DefaultSamplerParams are the library's defaults.
+func DefaultSamplerParams() SamplerParams {
+	var p C.clade_sampler_params
+	C.clade_sampler_params_init(&p)
+	return SamplerParams{Temperature: float32(p.temperature), TopK: int(p.top_k), TopP: float32(p.top_p),
+		MinP: float32(p.min_p), RepeatPenalty: float32(p.repeat_penalty), Seed: uint64(p.seed)}
+}
+
+// Sampler holds sampling settings and per-stream random state.
+type Sampler struct {
+	p  *C.clade_sampler
+	mu sync.Mutex
+}
+
+// NewSampler creates a sampler; params may be nil for the defaults.
+func NewSampler(params *SamplerParams) (*Sampler, error) {
+	var p C.clade_sampler_params
+	C.clade_sampler_params_init(&p)
+	if params != nil {
+		p.temperature = C.float(params.Temperature)
+		p.top_k = C.int32_t(params.TopK)
+		p.top_p = C.float(params.TopP)
+		p.min_p = C.float(params.MinP)
+		p.repeat_penalty = C.float(params.RepeatPenalty)
+		p.seed = C.uint64_t(params.Seed)
+	}
+	var out *C.clade_sampler
+	if err := check(func() C.clade_status { return C.clade_sampler_create(&p, &out) }); err != nil {
+		return nil, err
+	}
+	s := &Sampler{p: out}
+	runtime.SetFinalizer(s, (*Sampler).Close)
+	return s, nil
+}
+
+// Close frees the sampler. Closing twice is a no-op.
+func (s *Sampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p != nil {
+		C.clade_sampler_free(s.p)
+		s.p = nil
+		runtime.SetFinalizer(s, nil)
+	}
+	return nil
+}
+
+// Sample draws a token from one row of logits for a stream; history feeds
+// the repetition penalty.
+func (s *Sampler) Sample(stream uint64, logits []float32, history []Token) (Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return 0, closedErr("sampler")
+	}
+	if len(logits) == 0 {
+		return 0, &Error{Status: StatusInvalidArg, Msg: "sample: no logits"}
+	}
+	var out C.clade_token
+	err := check(func() C.clade_status {
+		return C.clade_sample(s.p, C.uint64_t(stream), (*C.float)(unsafe.Pointer(&logits[0])),
+			C.int32_t(len(logits)), tokPtr(history), C.size_t(len(history)), &out)
+	})
+	return Token(out), err
+}
+
+// ---- generate ------------------------------------------------------------------
+
+// Generate produces n tokens for each of samples sequences sharing the
+// prompt (one tree node, evaluated once). temperature 0 is greedy.
+func Generate(m *Model, prompt []Token, n, samples int, temperature float32, seed uint64) ([][]Token, error) {
+	if len(prompt) == 0 {
+		return nil, &Error{Status: StatusInvalidArg, Msg: "generate: the prompt is empty"}
+	}
+	tree, err := m.NewTree(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tree.Close()
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = max1(samples), max1(n)
+	cache, err := tree.NewCache(&cp)
+	if err != nil {
+		return nil, err
+	}
+	defer cache.Close()
+	sp := DefaultSamplerParams()
+	sp.Temperature, sp.Seed = temperature, seed
+	sampler, err := NewSampler(&sp)
+	if err != nil {
+		return nil, err
+	}
+	defer sampler.Close()
+	node, first, err := tree.Append(Root, prompt, true)
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]SeqID, samples)
+	for i := range seqs {
+		if seqs[i], err = cache.Add(node, nil, false); err != nil {
+			return nil, err
+		}
+	}
+	if err := tree.Release(node); err != nil {
+		return nil, err
+	}
+	out := make([][]Token, samples)
+	rows := make([][]float32, samples)
+	for i := range rows {
+		rows[i] = first
+	}
+	for step := 0; step < n; step++ {
+		batch := make([]Step, samples)
+		for i := range out {
+			history := append(append([]Token{}, prompt...), out[i]...)
+			t, err := sampler.Sample(uint64(i), rows[i], history)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = append(out[i], t)
+			batch[i] = Step{Seq: seqs[i], Tokens: []Token{t}}
+		}
+		if step == n-1 {
+			break
+		}
+		if rows, err = cache.Decode(batch, false); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func max1(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
+}

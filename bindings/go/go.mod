@@ -1,0 +1,3 @@
+module clade
+
+go 1.19

@@ -1,0 +1,863 @@
+//! Safe Rust bindings to clade: Llama-family inference for many sequences
+//! that share prefixes, through clade's stable C ABI.
+//!
+//! ```no_run
+//! let model = clade::Model::load("model.gguf")?;
+//! let prompt = model.tokenize("Once upon a time", true, false)?;
+//! let samples = clade::generate(&model, &prompt, 16, 4, 0.8, 1)?;
+//! for s in &samples {
+//!     println!("{}", model.detokenize(s, false)?);
+//! }
+//! # Ok::<(), clade::Error>(())
+//! ```
+//!
+//! Ownership follows the C rules through lifetimes: a [`Tree`] borrows its
+//! [`Model`], a [`Cache`] borrows its [`Tree`], so neither can outlive what
+//! it was made from:
+//!
+//! ```compile_fail,E0597
+//! let model = clade::Model::load("m.gguf").unwrap();
+//! let cache;
+//! {
+//!     let tree = clade::Tree::new(&model, clade::TreeParams::default()).unwrap();
+//!     cache = clade::Cache::new(&tree, clade::CacheParams::default()).unwrap();
+//! } // error: `tree` does not live long enough
+//! drop(cache);
+//! ```
+//!
+//! ```compile_fail,E0505
+//! let model = clade::Model::load("m.gguf").unwrap();
+//! let tree = clade::Tree::new(&model, clade::TreeParams::default()).unwrap();
+//! drop(model); // error: cannot move out of `model` because it is borrowed
+//! drop(tree);
+//! ```
+//!
+//! A tree and its caches form one unit that must not be used from two
+//! threads at once: `Tree` is `Send` but not `Sync`, and a `Cache` is
+//! neither. A `Model` is `Send + Sync`.
+
+pub mod sys;
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::os::raw::c_char;
+use std::path::Path;
+use std::ptr::{self, NonNull};
+
+pub type Token = sys::clade_token;
+pub type NodeId = sys::clade_node_id;
+pub type SeqId = sys::clade_seq_id;
+
+/// The root of every tree.
+pub const ROOT: NodeId = 0;
+
+/// The run-time library version, e.g. "0.1.0".
+pub fn version() -> &'static str {
+    unsafe { CStr::from_ptr(sys::clade_version_string()) }
+        .to_str()
+        .unwrap_or("")
+}
+
+// ---- errors ----------------------------------------------------------------------
+
+/// What kind of failure a clade status is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    CacheFull,
+    Stopped,
+    BufferSmall,
+    InvalidArg,
+    NoMem,
+    Io,
+    Format,
+    Unsupported,
+    Token,
+    State,
+    Backend,
+    Utf8,
+    Internal,
+    Other(i32),
+}
+
+impl ErrorKind {
+    pub fn from_status(status: sys::clade_status) -> ErrorKind {
+        use ErrorKind::*;
+        match status {
+            sys::CLADE_CACHE_FULL => CacheFull,
+            sys::CLADE_STOPPED => Stopped,
+            sys::CLADE_BUFFER_SMALL => BufferSmall,
+            sys::CLADE_E_INVALID_ARG => InvalidArg,
+            sys::CLADE_E_NOMEM => NoMem,
+            sys::CLADE_E_IO => Io,
+            sys::CLADE_E_FORMAT => Format,
+            sys::CLADE_E_UNSUPPORTED => Unsupported,
+            sys::CLADE_E_TOKEN => Token,
+            sys::CLADE_E_STATE => State,
+            sys::CLADE_E_BACKEND => Backend,
+            sys::CLADE_E_UTF8 => Utf8,
+            sys::CLADE_E_INTERNAL => Internal,
+            s => Other(s),
+        }
+    }
+}
+
+/// A failed clade call: its status (the raw clade_status), its kind, and
+/// the message of clade_last_error() at the time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub status: i32,
+    pub message: String,
+}
+
+impl Error {
+    fn new(status: sys::clade_status, message: String) -> Error {
+        Error { kind: ErrorKind::from_status(status), status, message }
+    }
+    fn last(status: sys::clade_status) -> Error {
+        let msg = unsafe { CStr::from_ptr(sys::clade_last_error()) };
+        Error::new(status, msg.to_string_lossy().into_owned())
+    }
+}
+
+/// The static English name of a status.
+pub fn status_string(status: i32) -> &'static str {
+    unsafe { CStr::from_ptr(sys::clade_status_string(status)) }
+        .to_str()
+        .unwrap_or("")
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", status_string(self.status), self.status, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn check(status: sys::clade_status) -> Result<()> {
+    if status == sys::CLADE_OK {
+        Ok(())
+    } else {
+        Err(Error::last(status))
+    }
+}
+
+/// Ok(true) for CLADE_OK, Ok(false) for CLADE_BUFFER_SMALL, Err otherwise.
+fn check_fits(status: sys::clade_status) -> Result<bool> {
+    match status {
+        sys::CLADE_OK => Ok(true),
+        sys::CLADE_BUFFER_SMALL => Ok(false),
+        s => Err(Error::last(s)),
+    }
+}
+
+fn c_text(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+// ---- enums ---------------------------------------------------------------------------
+
+/// Element type of stored keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvType {
+    F32 = 0,
+    F16 = 1,
+    Bf16 = 2,
+}
+
+/// How a step attends to shared nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attention {
+    Auto = 0,
+    Shared = 1,
+    Flat = 2,
+    None = 3,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cpu = 0,
+    Cuda = 1,
+}
+
+// ---- model -----------------------------------------------------------------------------
+
+/// Loading options (clade_model_params).
+#[derive(Debug, Clone)]
+pub struct ModelParams {
+    pub backend: Backend,
+    pub n_threads: i32,
+    pub vocab_only: bool,
+    pub use_mmap: bool,
+}
+
+impl Default for ModelParams {
+    fn default() -> Self {
+        let mut p = MaybeUninit::<sys::clade_model_params>::zeroed();
+        let p = unsafe {
+            sys::clade_model_params_init(p.as_mut_ptr());
+            p.assume_init()
+        };
+        ModelParams {
+            backend: if p.backend == sys::CLADE_BACKEND_CUDA { Backend::Cuda } else { Backend::Cpu },
+            n_threads: p.n_threads,
+            vocab_only: p.vocab_only != 0,
+            use_mmap: p.use_mmap != 0,
+        }
+    }
+}
+
+/// clade_model_info with owned strings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    pub architecture: String,
+    pub name: String,
+    pub n_layers: i32,
+    pub n_embd: i32,
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub n_ff: i32,
+    pub n_vocab: i32,
+    pub n_ctx: i32,
+    pub rope_freq_base: f32,
+    pub rope_freq_scale: f32,
+    pub rope_scaling: i32,
+    pub norm_eps: f32,
+    pub weight_type: i32,
+    pub has_qkv_bias: bool,
+    pub tied_output: bool,
+    pub vocab_only: bool,
+    pub n_params: u64,
+    pub weight_bytes: u64,
+}
+
+/// Special tokens of the vocabulary (None where the model has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecialTokens {
+    pub bos: Option<Token>,
+    pub eos: Option<Token>,
+    pub eot: Option<Token>,
+    pub pad: Option<Token>,
+    pub unk: Option<Token>,
+    pub add_bos: bool,
+    pub add_eos: bool,
+}
+
+/// A loaded model: weights, configuration and tokenizer. Immutable and
+/// safe to share between threads.
+pub struct Model {
+    ptr: NonNull<sys::clade_model>,
+    n_vocab: usize,
+}
+
+// The header: "a clade_model is immutable once loaded and may be used from
+// any number of threads at once".
+unsafe impl Send for Model {}
+unsafe impl Sync for Model {}
+
+impl Model {
+    /// Load a GGUF file with the default parameters.
+    pub fn load<P: AsRef<Path>>(path: P) -> Result<Model> {
+        Model::load_with(path, &ModelParams::default())
+    }
+
+    pub fn load_with<P: AsRef<Path>>(path: P, params: &ModelParams) -> Result<Model> {
+        use std::os::unix::ffi::OsStrExt;
+        let cpath = CString::new(path.as_ref().as_os_str().as_bytes()).map_err(|_| {
+            Error::new(sys::CLADE_E_INVALID_ARG, "path contains a NUL byte".into())
+        })?;
+        let mut p = MaybeUninit::<sys::clade_model_params>::zeroed();
+        let mut p = unsafe {
+            sys::clade_model_params_init(p.as_mut_ptr());
+            p.assume_init()
+        };
+        p.backend = params.backend as i32;
+        p.n_threads = params.n_threads;
+        p.vocab_only = params.vocab_only as i32;
+        p.use_mmap = params.use_mmap as i32;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::clade_model_load(cpath.as_ptr(), &p, &mut out) })?;
+        let ptr = NonNull::new(out)
+            .ok_or_else(|| Error::new(sys::CLADE_E_INTERNAL, "clade_model_load gave NULL".into()))?;
+        let mut m = Model { ptr, n_vocab: 0 };
+        m.n_vocab = m.info()?.n_vocab as usize;
+        Ok(m)
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::clade_model {
+        self.ptr.as_ptr()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    pub fn info(&self) -> Result<ModelInfo> {
+        let mut i = unsafe { MaybeUninit::<sys::clade_model_info>::zeroed().assume_init() };
+        i.size = std::mem::size_of::<sys::clade_model_info>();
+        check(unsafe { sys::clade_model_describe(self.as_ptr(), &mut i) })?;
+        Ok(ModelInfo {
+            architecture: c_text(&i.architecture),
+            name: c_text(&i.name),
+            n_layers: i.n_layers,
+            n_embd: i.n_embd,
+            n_heads: i.n_heads,
+            n_kv_heads: i.n_kv_heads,
+            head_dim: i.head_dim,
+            n_ff: i.n_ff,
+            n_vocab: i.n_vocab,
+            n_ctx: i.n_ctx,
+            rope_freq_base: i.rope_freq_base,
+            rope_freq_scale: i.rope_freq_scale,
+            rope_scaling: i.rope_scaling,
+            norm_eps: i.norm_eps,
+            weight_type: i.weight_type,
+            has_qkv_bias: i.has_qkv_bias != 0,
+            tied_output: i.tied_output != 0,
+            vocab_only: i.vocab_only != 0,
+            n_params: i.n_params,
+            weight_bytes: i.weight_bytes,
+        })
+    }
+
+    pub fn special_tokens(&self) -> Result<SpecialTokens> {
+        let mut s = unsafe { MaybeUninit::<sys::clade_special_tokens>::zeroed().assume_init() };
+        s.size = std::mem::size_of::<sys::clade_special_tokens>();
+        check(unsafe { sys::clade_model_special_tokens(self.as_ptr(), &mut s) })?;
+        let opt = |t: Token| if t < 0 { None } else { Some(t) };
+        Ok(SpecialTokens {
+            bos: opt(s.bos),
+            eos: opt(s.eos),
+            eot: opt(s.eot),
+            pad: opt(s.pad),
+            unk: opt(s.unk),
+            add_bos: s.add_bos != 0,
+            add_eos: s.add_eos != 0,
+        })
+    }
+
+    /// True if the token ends a generation (EOS, EOT, ...).
+    pub fn is_eog(&self, token: Token) -> bool {
+        unsafe { sys::clade_token_is_eog(self.as_ptr(), token) != 0 }
+    }
+
+    /// Encode text into tokens.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<Token>> {
+        self.tokenize_bytes(text.as_bytes(), add_special, parse_special)
+    }
+
+    /// Encode UTF-8 bytes (anything else is ErrorKind::Utf8).
+    pub fn tokenize_bytes(&self, text: &[u8], add_special: bool, parse_special: bool) -> Result<Vec<Token>> {
+        let flags = if add_special { sys::CLADE_TOKENIZE_ADD_SPECIAL } else { 0 }
+            | if parse_special { sys::CLADE_TOKENIZE_PARSE_SPECIAL } else { 0 };
+        let mut buf: Vec<Token> = vec![0; text.len() + 8];
+        loop {
+            let mut n = 0usize;
+            let fits = check_fits(unsafe {
+                sys::clade_tokenize(self.as_ptr(), text.as_ptr() as *const c_char, text.len(), flags,
+                                    buf.as_mut_ptr(), buf.len(), &mut n)
+            })?;
+            if fits {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n, 0);
+        }
+    }
+
+    /// Decode tokens into bytes.
+    pub fn detokenize_bytes(&self, tokens: &[Token], special: bool) -> Result<Vec<u8>> {
+        let mut buf: Vec<u8> = vec![0; tokens.len() * 16 + 16];
+        loop {
+            let mut n = 0usize;
+            let fits = check_fits(unsafe {
+                sys::clade_detokenize(self.as_ptr(), tokens.as_ptr(), tokens.len(), special as i32,
+                                      buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n)
+            })?;
+            if fits {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n, 0);
+        }
+    }
+
+    /// Decode tokens into text (invalid UTF-8 is replaced by U+FFFD).
+    pub fn detokenize(&self, tokens: &[Token], special: bool) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.detokenize_bytes(tokens, special)?).into_owned())
+    }
+
+    /// The bytes of one token.
+    pub fn token_to_piece(&self, token: Token, special: bool) -> Result<Vec<u8>> {
+        let mut buf: Vec<u8> = vec![0; 64];
+        loop {
+            let mut n = 0usize;
+            let fits = check_fits(unsafe {
+                sys::clade_token_to_piece(self.as_ptr(), token, special as i32,
+                                          buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n)
+            })?;
+            if fits {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n, 0);
+        }
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        unsafe { sys::clade_model_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model").field("n_vocab", &self.n_vocab).finish()
+    }
+}
+
+// ---- streaming detokenizer ---------------------------------------------------------------
+
+/// Streaming detokenizer: push generated tokens one at a time and get the
+/// bytes that are complete (never a split UTF-8 character).
+pub struct Detokenizer<'m> {
+    ptr: NonNull<sys::clade_detokenizer>,
+    _model: PhantomData<&'m Model>,
+}
+
+unsafe impl Send for Detokenizer<'_> {}
+
+impl<'m> Detokenizer<'m> {
+    pub fn new(model: &'m Model, special: bool, first_in_text: bool) -> Result<Self> {
+        let mut out = ptr::null_mut();
+        check(unsafe {
+            sys::clade_detokenizer_create(model.as_ptr(), special as i32, first_in_text as i32, &mut out)
+        })?;
+        Ok(Detokenizer { ptr: NonNull::new(out).expect("clade_detokenizer_create gave NULL"), _model: PhantomData })
+    }
+
+    fn take(text: *const c_char, len: usize) -> Vec<u8> {
+        if len == 0 || text.is_null() {
+            Vec::new()
+        } else {
+            unsafe { std::slice::from_raw_parts(text as *const u8, len) }.to_vec()
+        }
+    }
+
+    pub fn push(&mut self, token: Token) -> Result<Vec<u8>> {
+        let (mut t, mut n) = (ptr::null(), 0usize);
+        check(unsafe { sys::clade_detokenizer_push(self.ptr.as_ptr(), token, &mut t, &mut n) })?;
+        Ok(Self::take(t, n))
+    }
+
+    pub fn flush(&mut self) -> Result<Vec<u8>> {
+        let (mut t, mut n) = (ptr::null(), 0usize);
+        check(unsafe { sys::clade_detokenizer_flush(self.ptr.as_ptr(), &mut t, &mut n) })?;
+        Ok(Self::take(t, n))
+    }
+}
+
+impl Drop for Detokenizer<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::clade_detokenizer_free(self.ptr.as_ptr()) }
+    }
+}
+
+// ---- tree ----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct TreeParams {
+    pub kv_type: KvType,
+    /// Tokens per forward pass in prefill; 0: the library's default.
+    pub prefill_chunk: i32,
+}
+
+impl Default for TreeParams {
+    fn default() -> Self {
+        TreeParams { kv_type: KvType::F16, prefill_chunk: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// None for the root.
+    pub parent: Option<NodeId>,
+    pub length: i32,
+    pub path_length: i32,
+    pub n_children: i32,
+    pub n_refs: i32,
+}
+
+/// The shared-cache tree of a model. Borrows the model. Node 0 ([`ROOT`])
+/// is the root.
+pub struct Tree<'m> {
+    ptr: NonNull<sys::clade_tree>,
+    n_vocab: usize,
+    _model: PhantomData<&'m Model>,
+}
+
+// A tree may move to another thread (its caches borrow it, so none can be
+// left behind), but it is not Sync: calls on a tree and its caches must not
+// overlap.
+unsafe impl Send for Tree<'_> {}
+
+impl<'m> Tree<'m> {
+    pub fn new(model: &'m Model, params: TreeParams) -> Result<Self> {
+        let mut p = unsafe { MaybeUninit::<sys::clade_tree_params>::zeroed().assume_init() };
+        unsafe { sys::clade_tree_params_init(&mut p) };
+        p.kv_type = params.kv_type as i32;
+        p.prefill_chunk = params.prefill_chunk;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::clade_tree_create(model.as_ptr(), &p, &mut out) })?;
+        Ok(Tree {
+            ptr: NonNull::new(out).expect("clade_tree_create gave NULL"),
+            n_vocab: model.n_vocab(),
+            _model: PhantomData,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::clade_tree {
+        self.ptr.as_ptr()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Append a node of tokens under parent; they are evaluated now. The
+    /// caller holds a reference to the new node: [`Tree::release`] it.
+    pub fn append(&self, parent: NodeId, tokens: &[Token]) -> Result<NodeId> {
+        self.append_impl(parent, tokens, ptr::null_mut())
+    }
+
+    /// As [`Tree::append`], also giving the logits of the node's last token.
+    pub fn append_logits(&self, parent: NodeId, tokens: &[Token]) -> Result<(NodeId, Vec<f32>)> {
+        let mut logits = vec![0f32; self.n_vocab];
+        let id = self.append_impl(parent, tokens, logits.as_mut_ptr())?;
+        Ok((id, logits))
+    }
+
+    fn append_impl(&self, parent: NodeId, tokens: &[Token], logits: *mut f32) -> Result<NodeId> {
+        let mut out: NodeId = 0;
+        check(unsafe {
+            sys::clade_tree_append(self.as_ptr(), parent, tokens.as_ptr(), tokens.len(), logits, &mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// Drop the caller's reference to a node.
+    pub fn release(&self, node: NodeId) -> Result<()> {
+        check(unsafe { sys::clade_tree_release(self.as_ptr(), node) })
+    }
+
+    pub fn node_info(&self, node: NodeId) -> Result<NodeInfo> {
+        let mut i = unsafe { MaybeUninit::<sys::clade_node_info>::zeroed().assume_init() };
+        i.size = std::mem::size_of::<sys::clade_node_info>();
+        check(unsafe { sys::clade_tree_node_info(self.as_ptr(), node, &mut i) })?;
+        Ok(NodeInfo {
+            parent: if i.parent < 0 { None } else { Some(i.parent) },
+            length: i.length,
+            path_length: i.path_length,
+            n_children: i.n_children,
+            n_refs: i.n_refs,
+        })
+    }
+
+    pub fn node_tokens(&self, node: NodeId) -> Result<Vec<Token>> {
+        let mut buf: Vec<Token> = Vec::new();
+        loop {
+            let mut n = 0usize;
+            let p = if buf.is_empty() { ptr::null_mut() } else { buf.as_mut_ptr() };
+            if check_fits(unsafe { sys::clade_tree_node_tokens(self.as_ptr(), node, p, buf.len(), &mut n) })? {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n, 0);
+        }
+    }
+
+    /// Bytes of KV held by the tree's live nodes.
+    pub fn kv_bytes(&self) -> usize {
+        unsafe { sys::clade_tree_kv_bytes(self.as_ptr()) }
+    }
+}
+
+impl Drop for Tree<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::clade_tree_free(self.ptr.as_ptr()) }
+    }
+}
+
+// ---- cache -----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct CacheParams {
+    pub max_seqs: i32,
+    pub max_tokens: i32,
+    /// None: the tree's.
+    pub kv_type: Option<KvType>,
+    pub attention: Attention,
+}
+
+impl Default for CacheParams {
+    fn default() -> Self {
+        let mut p = unsafe { MaybeUninit::<sys::clade_cache_params>::zeroed().assume_init() };
+        unsafe { sys::clade_cache_params_init(&mut p) };
+        CacheParams { max_seqs: p.max_seqs, max_tokens: p.max_tokens, kv_type: None, attention: Attention::Auto }
+    }
+}
+
+/// Unique caches of up to max_seqs sequences of a tree, and decode steps.
+/// Borrows the tree (and so, the model).
+pub struct Cache<'t> {
+    ptr: NonNull<sys::clade_cache>,
+    n_vocab: usize,
+    max_seqs: usize,
+    queued: Vec<usize>, // tokens queued by add(), per sequence id
+    // Borrows the tree; neither Send nor Sync (a tree and its caches are one
+    // single-threaded unit).
+    _tree: PhantomData<(&'t (), *mut ())>,
+}
+
+impl<'t> Cache<'t> {
+    pub fn new<'m: 't>(tree: &'t Tree<'m>, params: CacheParams) -> Result<Self> {
+        let mut p = unsafe { MaybeUninit::<sys::clade_cache_params>::zeroed().assume_init() };
+        unsafe { sys::clade_cache_params_init(&mut p) };
+        p.max_seqs = params.max_seqs;
+        p.max_tokens = params.max_tokens;
+        if let Some(k) = params.kv_type {
+            p.kv_type = k as i32;
+        }
+        p.attention = params.attention as i32;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::clade_cache_create(tree.as_ptr(), &p, &mut out) })?;
+        let max_seqs = params.max_seqs.max(0) as usize;
+        Ok(Cache {
+            ptr: NonNull::new(out).expect("clade_cache_create gave NULL"),
+            n_vocab: tree.n_vocab(),
+            max_seqs,
+            queued: vec![0; max_seqs],
+            _tree: PhantomData,
+        })
+    }
+
+    pub fn as_ptr(&self) -> *mut sys::clade_cache {
+        self.ptr.as_ptr()
+    }
+
+    fn queued_mut(&mut self, seq: SeqId) -> Option<&mut usize> {
+        if seq >= 0 && (seq as usize) < self.max_seqs {
+            self.queued.get_mut(seq as usize)
+        } else {
+            None
+        }
+    }
+
+    /// Add a sequence attached to node, with its own first tokens (queued
+    /// and evaluated by the next decode). private: copy the path's KV into
+    /// the sequence (the flat baseline).
+    pub fn add(&mut self, node: NodeId, tokens: &[Token], private: bool) -> Result<SeqId> {
+        let flags = if private { sys::CLADE_SEQ_PRIVATE } else { 0 };
+        let mut out: SeqId = 0;
+        let st = unsafe { sys::clade_cache_add(self.as_ptr(), node, tokens.as_ptr(), tokens.len(), flags, &mut out) };
+        if st == sys::CLADE_CACHE_FULL {
+            return Err(Error::new(st, "cache: no room for another sequence".into()));
+        }
+        check(st)?;
+        if let Some(q) = self.queued_mut(out) {
+            *q = tokens.len();
+        }
+        Ok(out)
+    }
+
+    pub fn remove(&mut self, seq: SeqId) -> Result<()> {
+        check(unsafe { sys::clade_cache_remove(self.as_ptr(), seq) })?;
+        if let Some(q) = self.queued_mut(seq) {
+            *q = 0;
+        }
+        Ok(())
+    }
+
+    pub fn truncate(&mut self, seq: SeqId, length: i32) -> Result<()> {
+        check(unsafe { sys::clade_cache_truncate(self.as_ptr(), seq, length) })
+    }
+
+    /// Unique tokens evaluated so far.
+    pub fn length(&self, seq: SeqId) -> Result<i32> {
+        let mut n = 0i32;
+        check(unsafe { sys::clade_cache_seq_length(self.as_ptr(), seq, &mut n) })?;
+        Ok(n)
+    }
+
+    pub fn kv_bytes(&self) -> usize {
+        unsafe { sys::clade_cache_kv_bytes(self.as_ptr()) }
+    }
+
+    /// One decode step: each (sequence, new tokens) pair, in order. Returns
+    /// the logits rows (n_vocab floats each) in that order: one per sequence
+    /// that evaluates any token (queued or new), or with all_logits one per
+    /// evaluated token. No room: Err with ErrorKind::CacheFull, and nothing
+    /// changed.
+    pub fn decode(&mut self, step: &[(SeqId, &[Token])], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        let seqs: Vec<SeqId> = step.iter().map(|s| s.0).collect();
+        let counts: Vec<i32> = step.iter().map(|s| s.1.len() as i32).collect();
+        let tokens: Vec<Token> = step.iter().flat_map(|s| s.1.iter().copied()).collect();
+        let mut rows = 0usize;
+        for &(seq, toks) in step {
+            let q = if seq >= 0 { self.queued.get(seq as usize).copied().unwrap_or(0) } else { 0 };
+            let m = q + toks.len();
+            rows += if all_logits { m } else { (m > 0) as usize };
+        }
+        let mut logits = vec![0f32; rows * self.n_vocab];
+        let mut b = unsafe { MaybeUninit::<sys::clade_batch>::zeroed().assume_init() };
+        unsafe { sys::clade_batch_init(&mut b) };
+        b.n_seqs = seqs.len();
+        b.seq_ids = seqs.as_ptr();
+        b.n_tokens = counts.as_ptr();
+        b.tokens = tokens.as_ptr();
+        b.all_logits = all_logits as i32;
+        b.logits = logits.as_mut_ptr();
+        b.logits_rows = rows;
+        let st = unsafe { sys::clade_decode(self.as_ptr(), &b) };
+        if st == sys::CLADE_CACHE_FULL {
+            return Err(Error::new(st, "decode: no room for the step's tokens".into()));
+        }
+        check(st)?;
+        for &s in &seqs {
+            if let Some(q) = self.queued_mut(s) {
+                *q = 0;
+            }
+        }
+        Ok(logits.chunks(self.n_vocab.max(1)).take(rows).map(|r| r.to_vec()).collect())
+    }
+}
+
+impl Drop for Cache<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::clade_cache_free(self.ptr.as_ptr()) }
+    }
+}
+
+// ---- sampler -------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct SamplerParams {
+    /// 0: greedy.
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        let mut p = unsafe { MaybeUninit::<sys::clade_sampler_params>::zeroed().assume_init() };
+        unsafe { sys::clade_sampler_params_init(&mut p) };
+        SamplerParams {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repeat_penalty: p.repeat_penalty,
+            seed: p.seed,
+        }
+    }
+}
+
+/// Sampling settings and per-stream random state.
+pub struct Sampler {
+    ptr: NonNull<sys::clade_sampler>,
+}
+
+unsafe impl Send for Sampler {}
+
+impl Sampler {
+    pub fn new(params: SamplerParams) -> Result<Self> {
+        let mut p = unsafe { MaybeUninit::<sys::clade_sampler_params>::zeroed().assume_init() };
+        unsafe { sys::clade_sampler_params_init(&mut p) };
+        p.temperature = params.temperature;
+        p.top_k = params.top_k;
+        p.top_p = params.top_p;
+        p.min_p = params.min_p;
+        p.repeat_penalty = params.repeat_penalty;
+        p.seed = params.seed;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::clade_sampler_create(&p, &mut out) })?;
+        Ok(Sampler { ptr: NonNull::new(out).expect("clade_sampler_create gave NULL") })
+    }
+
+    /// A greedy sampler.
+    pub fn greedy() -> Result<Self> {
+        Sampler::new(SamplerParams { temperature: 0.0, ..SamplerParams::default() })
+    }
+
+    /// Sample a token from one row of logits for stream `stream`; history
+    /// feeds the repetition penalty.
+    pub fn sample(&mut self, stream: u64, logits: &[f32], history: &[Token]) -> Result<Token> {
+        let mut out: Token = 0;
+        let h = if history.is_empty() { ptr::null() } else { history.as_ptr() };
+        check(unsafe {
+            sys::clade_sample(self.ptr.as_ptr(), stream, logits.as_ptr(), logits.len() as i32, h,
+                              history.len(), &mut out)
+        })?;
+        Ok(out)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        unsafe { sys::clade_sampler_free(self.ptr.as_ptr()) }
+    }
+}
+
+// ---- generate ------------------------------------------------------------------------------
+
+/// Generate n tokens for `samples` sequences sharing the prompt (one tree
+/// node, evaluated once). temperature 0 is greedy. Returns one token list
+/// per sample.
+pub fn generate(model: &Model, prompt: &[Token], n: usize, samples: usize, temperature: f32,
+                seed: u64) -> Result<Vec<Vec<Token>>> {
+    if prompt.is_empty() {
+        return Err(Error::new(sys::CLADE_E_INVALID_ARG, "generate: the prompt is empty".into()));
+    }
+    let tree = Tree::new(model, TreeParams::default())?;
+    let mut cache = Cache::new(&tree, CacheParams {
+        max_seqs: samples.max(1) as i32,
+        max_tokens: n.max(1) as i32,
+        ..CacheParams::default()
+    })?;
+    let mut sampler = Sampler::new(SamplerParams { temperature, seed, ..SamplerParams::default() })?;
+    let (node, first) = tree.append_logits(ROOT, prompt)?;
+    let mut seqs = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        seqs.push(cache.add(node, &[], false)?);
+    }
+    tree.release(node)?;
+    let mut out: Vec<Vec<Token>> = vec![Vec::new(); samples];
+    let mut rows: Vec<Vec<f32>> = vec![first; samples];
+    for step in 0..n {
+        for i in 0..samples {
+            let mut history = prompt.to_vec();
+            history.extend_from_slice(&out[i]);
+            let t = sampler.sample(i as u64, &rows[i], &history)?;
+            out[i].push(t);
+        }
+        if step + 1 == n {
+            break;
+        }
+        let last: Vec<[Token; 1]> = out.iter().map(|o| [*o.last().unwrap()]).collect();
+        let batch: Vec<(SeqId, &[Token])> = seqs.iter().zip(&last).map(|(&s, t)| (s, &t[..])).collect();
+        rows = cache.decode(&batch, false)?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,432 @@
+//! Raw declarations of include/clade/clade.h, one to one: `#[repr(C)]`
+//! structs, the status and enum constants, and the `extern "C"` functions.
+//! Everything here is unsafe to call; the safe layer is in lib.rs.
+#![allow(non_camel_case_types)]
+
+use std::os::raw::{c_char, c_int};
+
+// ---- version ---------------------------------------------------------------
+
+pub const CLADE_VERSION_MAJOR: c_int = 0;
+pub const CLADE_VERSION_MINOR: c_int = 1;
+pub const CLADE_VERSION_PATCH: c_int = 0;
+pub const CLADE_VERSION_NUMBER: c_int =
+    CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
+pub const CLADE_VERSION_STRING: &str = "0.1.0";
+pub const CLADE_ABI_MAJOR: c_int = 0;
+
+// ---- opaque handles --------------------------------------------------------
+
+macro_rules! opaque {
+    ($($name:ident),*) => {$(
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+            _not_send_sync: std::marker::PhantomData<(*mut u8, std::marker::PhantomPinned)>,
+        }
+    )*};
+}
+opaque!(clade_model, clade_tree, clade_cache, clade_sampler, clade_detokenizer);
+
+pub type clade_node_id = i32;
+pub type clade_seq_id = i32;
+pub type clade_token = i32;
+
+// ---- status codes ----------------------------------------------------------
+
+pub type clade_status = c_int;
+pub const CLADE_OK: clade_status = 0;
+pub const CLADE_CACHE_FULL: clade_status = 1;
+pub const CLADE_STOPPED: clade_status = 2;
+pub const CLADE_BUFFER_SMALL: clade_status = 3;
+pub const CLADE_E_INVALID_ARG: clade_status = -1;
+pub const CLADE_E_NOMEM: clade_status = -2;
+pub const CLADE_E_IO: clade_status = -3;
+pub const CLADE_E_FORMAT: clade_status = -4;
+pub const CLADE_E_UNSUPPORTED: clade_status = -5;
+pub const CLADE_E_TOKEN: clade_status = -6;
+pub const CLADE_E_STATE: clade_status = -7;
+pub const CLADE_E_BACKEND: clade_status = -8;
+pub const CLADE_E_UTF8: clade_status = -9;
+pub const CLADE_E_INTERNAL: clade_status = -100;
+
+// ---- enums -------------------------------------------------------------------
+
+pub type clade_backend = c_int;
+pub const CLADE_BACKEND_CPU: clade_backend = 0;
+pub const CLADE_BACKEND_CUDA: clade_backend = 1;
+
+pub type clade_kv_type = c_int;
+pub const CLADE_KV_F32: clade_kv_type = 0;
+pub const CLADE_KV_F16: clade_kv_type = 1;
+pub const CLADE_KV_BF16: clade_kv_type = 2;
+
+pub type clade_weight_type = c_int;
+pub const CLADE_WEIGHT_F32: clade_weight_type = 0;
+pub const CLADE_WEIGHT_F16: clade_weight_type = 1;
+pub const CLADE_WEIGHT_Q4_0: clade_weight_type = 2;
+pub const CLADE_WEIGHT_Q8_0: clade_weight_type = 8;
+pub const CLADE_WEIGHT_BF16: clade_weight_type = 30;
+
+pub type clade_rope_scaling = c_int;
+pub const CLADE_ROPE_SCALING_NONE: clade_rope_scaling = 0;
+pub const CLADE_ROPE_SCALING_LINEAR: clade_rope_scaling = 1;
+pub const CLADE_ROPE_SCALING_LLAMA3: clade_rope_scaling = 2;
+
+pub type clade_attention = c_int;
+pub const CLADE_ATTENTION_AUTO: clade_attention = 0;
+pub const CLADE_ATTENTION_SHARED: clade_attention = 1;
+pub const CLADE_ATTENTION_FLAT: clade_attention = 2;
+pub const CLADE_ATTENTION_NONE: clade_attention = 3;
+
+// ---- structs -----------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_model_params {
+    pub size: usize,
+    pub backend: clade_backend,
+    pub n_threads: i32,
+    pub vocab_only: i32,
+    pub use_mmap: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_model_info {
+    pub size: usize,
+    pub architecture: [c_char; 32],
+    pub name: [c_char; 96],
+    pub n_layers: i32,
+    pub n_embd: i32,
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub n_ff: i32,
+    pub n_vocab: i32,
+    pub n_ctx: i32,
+    pub rope_freq_base: f32,
+    pub rope_freq_scale: f32,
+    pub rope_scaling: clade_rope_scaling,
+    pub norm_eps: f32,
+    pub weight_type: clade_weight_type,
+    pub has_qkv_bias: i32,
+    pub tied_output: i32,
+    pub vocab_only: i32,
+    pub n_params: u64,
+    pub weight_bytes: u64,
+}
+
+pub const CLADE_TOKENIZE_ADD_SPECIAL: u32 = 1;
+pub const CLADE_TOKENIZE_PARSE_SPECIAL: u32 = 2;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_special_tokens {
+    pub size: usize,
+    pub bos: clade_token,
+    pub eos: clade_token,
+    pub eot: clade_token,
+    pub pad: clade_token,
+    pub unk: clade_token,
+    pub add_bos: i32,
+    pub add_eos: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_tree_params {
+    pub size: usize,
+    pub kv_type: clade_kv_type,
+    pub prefill_chunk: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_node_info {
+    pub size: usize,
+    pub parent: clade_node_id,
+    pub length: i32,
+    pub path_length: i32,
+    pub n_children: i32,
+    pub n_refs: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_cache_params {
+    pub size: usize,
+    pub max_seqs: i32,
+    pub max_tokens: i32,
+    pub kv_type: clade_kv_type,
+    pub attention: clade_attention,
+}
+
+pub const CLADE_SEQ_PRIVATE: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_batch {
+    pub size: usize,
+    pub n_seqs: usize,
+    pub seq_ids: *const clade_seq_id,
+    pub n_tokens: *const i32,
+    pub tokens: *const clade_token,
+    pub all_logits: i32,
+    pub logits: *mut f32,
+    pub logits_rows: usize,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_sampler_params {
+    pub size: usize,
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub seed: u64,
+}
+
+// ---- functions -----------------------------------------------------------------
+
+extern "C" {
+    // int clade_version_number(void);
+    pub fn clade_version_number() -> c_int;
+    // const char *clade_version_string(void);
+    pub fn clade_version_string() -> *const c_char;
+
+    // const char *clade_status_string(clade_status status);
+    pub fn clade_status_string(status: clade_status) -> *const c_char;
+    // const char *clade_last_error(void);
+    pub fn clade_last_error() -> *const c_char;
+
+    // void clade_model_params_init(clade_model_params *params);
+    pub fn clade_model_params_init(params: *mut clade_model_params);
+    // clade_status clade_model_load(const char *path, const clade_model_params *params,
+    //                               clade_model **out);
+    pub fn clade_model_load(
+        path: *const c_char,
+        params: *const clade_model_params,
+        out: *mut *mut clade_model,
+    ) -> clade_status;
+    // void clade_model_free(clade_model *model);
+    pub fn clade_model_free(model: *mut clade_model);
+    // clade_status clade_model_describe(const clade_model *model, clade_model_info *info);
+    pub fn clade_model_describe(model: *const clade_model, info: *mut clade_model_info)
+        -> clade_status;
+
+    // clade_status clade_tokenize(const clade_model *model, const char *text, size_t len,
+    //                             uint32_t flags, clade_token *tokens, size_t capacity,
+    //                             size_t *n_tokens);
+    pub fn clade_tokenize(
+        model: *const clade_model,
+        text: *const c_char,
+        len: usize,
+        flags: u32,
+        tokens: *mut clade_token,
+        capacity: usize,
+        n_tokens: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_detokenize(const clade_model *model, const clade_token *tokens,
+    //                               size_t n_tokens, int32_t special, char *buf,
+    //                               size_t capacity, size_t *n_bytes);
+    pub fn clade_detokenize(
+        model: *const clade_model,
+        tokens: *const clade_token,
+        n_tokens: usize,
+        special: i32,
+        buf: *mut c_char,
+        capacity: usize,
+        n_bytes: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_token_to_piece(const clade_model *model, clade_token token,
+    //                                   int32_t special, char *buf, size_t capacity,
+    //                                   size_t *n_bytes);
+    pub fn clade_token_to_piece(
+        model: *const clade_model,
+        token: clade_token,
+        special: i32,
+        buf: *mut c_char,
+        capacity: usize,
+        n_bytes: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_model_special_tokens(const clade_model *model,
+    //                                         clade_special_tokens *out);
+    pub fn clade_model_special_tokens(
+        model: *const clade_model,
+        out: *mut clade_special_tokens,
+    ) -> clade_status;
+    // int32_t clade_token_is_eog(const clade_model *model, clade_token token);
+    pub fn clade_token_is_eog(model: *const clade_model, token: clade_token) -> i32;
+
+    // clade_status clade_detokenizer_create(const clade_model *model, int32_t special,
+    //                                       int32_t first_in_text, clade_detokenizer **out);
+    pub fn clade_detokenizer_create(
+        model: *const clade_model,
+        special: i32,
+        first_in_text: i32,
+        out: *mut *mut clade_detokenizer,
+    ) -> clade_status;
+    // clade_status clade_detokenizer_push(clade_detokenizer *detok, clade_token token,
+    //                                     const char **text, size_t *len);
+    pub fn clade_detokenizer_push(
+        detok: *mut clade_detokenizer,
+        token: clade_token,
+        text: *mut *const c_char,
+        len: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_detokenizer_flush(clade_detokenizer *detok, const char **text,
+    //                                      size_t *len);
+    pub fn clade_detokenizer_flush(
+        detok: *mut clade_detokenizer,
+        text: *mut *const c_char,
+        len: *mut usize,
+    ) -> clade_status;
+    // void clade_detokenizer_free(clade_detokenizer *detok);
+    pub fn clade_detokenizer_free(detok: *mut clade_detokenizer);
+
+    // void clade_tree_params_init(clade_tree_params *params);
+    pub fn clade_tree_params_init(params: *mut clade_tree_params);
+    // clade_status clade_tree_create(clade_model *model, const clade_tree_params *params,
+    //                                clade_tree **out);
+    pub fn clade_tree_create(
+        model: *mut clade_model,
+        params: *const clade_tree_params,
+        out: *mut *mut clade_tree,
+    ) -> clade_status;
+    // void clade_tree_free(clade_tree *tree);
+    pub fn clade_tree_free(tree: *mut clade_tree);
+    // clade_status clade_tree_append(clade_tree *tree, clade_node_id parent,
+    //                                const clade_token *tokens, size_t n_tokens,
+    //                                float *logits, clade_node_id *out);
+    pub fn clade_tree_append(
+        tree: *mut clade_tree,
+        parent: clade_node_id,
+        tokens: *const clade_token,
+        n_tokens: usize,
+        logits: *mut f32,
+        out: *mut clade_node_id,
+    ) -> clade_status;
+    // clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
+    pub fn clade_tree_release(tree: *mut clade_tree, node: clade_node_id) -> clade_status;
+    // clade_status clade_tree_node_info(const clade_tree *tree, clade_node_id node,
+    //                                   clade_node_info *info);
+    pub fn clade_tree_node_info(
+        tree: *const clade_tree,
+        node: clade_node_id,
+        info: *mut clade_node_info,
+    ) -> clade_status;
+    // clade_status clade_tree_node_tokens(const clade_tree *tree, clade_node_id node,
+    //                                     clade_token *tokens, size_t capacity,
+    //                                     size_t *n_tokens);
+    pub fn clade_tree_node_tokens(
+        tree: *const clade_tree,
+        node: clade_node_id,
+        tokens: *mut clade_token,
+        capacity: usize,
+        n_tokens: *mut usize,
+    ) -> clade_status;
+    // size_t clade_tree_kv_bytes(const clade_tree *tree);
+    pub fn clade_tree_kv_bytes(tree: *const clade_tree) -> usize;
+
+    // void clade_cache_params_init(clade_cache_params *params);
+    pub fn clade_cache_params_init(params: *mut clade_cache_params);
+    // clade_status clade_cache_create(clade_tree *tree, const clade_cache_params *params,
+    //                                 clade_cache **out);
+    pub fn clade_cache_create(
+        tree: *mut clade_tree,
+        params: *const clade_cache_params,
+        out: *mut *mut clade_cache,
+    ) -> clade_status;
+    // void clade_cache_free(clade_cache *cache);
+    pub fn clade_cache_free(cache: *mut clade_cache);
+    // clade_status clade_cache_add(clade_cache *cache, clade_node_id node,
+    //                              const clade_token *tokens, size_t n_tokens,
+    //                              uint32_t flags, clade_seq_id *out);
+    pub fn clade_cache_add(
+        cache: *mut clade_cache,
+        node: clade_node_id,
+        tokens: *const clade_token,
+        n_tokens: usize,
+        flags: u32,
+        out: *mut clade_seq_id,
+    ) -> clade_status;
+    // clade_status clade_cache_remove(clade_cache *cache, clade_seq_id seq);
+    pub fn clade_cache_remove(cache: *mut clade_cache, seq: clade_seq_id) -> clade_status;
+    // clade_status clade_cache_truncate(clade_cache *cache, clade_seq_id seq, int32_t length);
+    pub fn clade_cache_truncate(cache: *mut clade_cache, seq: clade_seq_id, length: i32)
+        -> clade_status;
+    // clade_status clade_cache_seq_length(const clade_cache *cache, clade_seq_id seq,
+    //                                     int32_t *length);
+    pub fn clade_cache_seq_length(
+        cache: *const clade_cache,
+        seq: clade_seq_id,
+        length: *mut i32,
+    ) -> clade_status;
+    // size_t clade_cache_kv_bytes(const clade_cache *cache);
+    pub fn clade_cache_kv_bytes(cache: *const clade_cache) -> usize;
+
+    // void clade_batch_init(clade_batch *batch);
+    pub fn clade_batch_init(batch: *mut clade_batch);
+    // clade_status clade_decode(clade_cache *cache, const clade_batch *batch);
+    pub fn clade_decode(cache: *mut clade_cache, batch: *const clade_batch) -> clade_status;
+
+    // void clade_sampler_params_init(clade_sampler_params *params);
+    pub fn clade_sampler_params_init(params: *mut clade_sampler_params);
+    // clade_status clade_sampler_create(const clade_sampler_params *p, clade_sampler **out);
+    pub fn clade_sampler_create(
+        p: *const clade_sampler_params,
+        out: *mut *mut clade_sampler,
+    ) -> clade_status;
+    // void clade_sampler_free(clade_sampler *sampler);
+    pub fn clade_sampler_free(sampler: *mut clade_sampler);
+    // clade_status clade_sample(clade_sampler *sampler, uint64_t stream, const float *logits,
+    //                           int32_t n_vocab, const clade_token *history,
+    //                           size_t n_history, clade_token *out);
+    pub fn clade_sample(
+        sampler: *mut clade_sampler,
+        stream: u64,
+        logits: *const f32,
+        n_vocab: i32,
+        history: *const clade_token,
+        n_history: usize,
+        out: *mut clade_token,
+    ) -> clade_status;
+}
+
+#[cfg(test)]
+mod layout {
+    use super::*;
+    use std::mem::{align_of, size_of};
+
+    // Sizes on LP64 targets (x86_64, aarch64 Linux), checked against the C
+    // header with sizeof().
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn struct_sizes_match_the_header() {
+        assert_eq!(size_of::<clade_model_params>(), 24);
+        assert_eq!(size_of::<clade_model_info>(), 216);
+        assert_eq!(size_of::<clade_special_tokens>(), 40);
+        assert_eq!(size_of::<clade_tree_params>(), 16);
+        assert_eq!(size_of::<clade_node_info>(), 32);
+        assert_eq!(size_of::<clade_cache_params>(), 24);
+        assert_eq!(size_of::<clade_batch>(), 64);
+        assert_eq!(size_of::<clade_sampler_params>(), 40);
+        assert_eq!(align_of::<clade_model_info>(), 8);
+    }
+
+    #[test]
+    fn init_functions_set_the_size() {
+        unsafe {
+            let mut p = std::mem::MaybeUninit::<clade_model_params>::zeroed().assume_init();
+            clade_model_params_init(&mut p);
+            assert_eq!(p.size, size_of::<clade_model_params>());
+            let mut b = std::mem::MaybeUninit::<clade_batch>::zeroed().assume_init();
+            clade_batch_init(&mut b);
+            assert_eq!(b.size, size_of::<clade_batch>());
+            assert_eq!(clade_version_number(), CLADE_VERSION_NUMBER);
+        }
+    }
+}
