@@ -13,7 +13,7 @@
 #endif
 
 #ifndef CLADE_PREFETCH
-#define CLADE_PREFETCH 4096
+#define CLADE_PREFETCH 2048
 #endif
 
 namespace clade {
