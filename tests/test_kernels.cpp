@@ -73,7 +73,7 @@ int main() {
   }
   // gemm: every block shape (rows 1..13 x inputs 1..9), 16-bit and f32 rows
   for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
-    const int k = 96;
+    for (int k : {96, 40})
     for (int rows : {1, 2, 3, 4, 5, 7, 13})
       for (int n : {1, 2, 3, 4, 5, 9}) {
         std::vector<float> wf((size_t)rows * k), x((size_t)n * k), y1((size_t)n * rows), y2((size_t)n * rows);
