@@ -33,6 +33,8 @@ int main() {
     ref.axpy(y1.data(), b.data(), 0.37f, n);
     opt.axpy(y2.data(), b.data(), 0.37f, n);
     for (int i = 0; i < n; i++) CHECK(std::fabs(y1[(size_t)i] - y2[(size_t)i]) <= 1e-6f * (1 + std::fabs(y1[(size_t)i])));
+    CHECK(opt.max(a.data(), n) == ref.max(a.data(), n));
+    CHECK(ref.max(a.data(), n) == *std::max_element(a.begin(), a.end()));
     // exp_sum on x - max <= 0, including very negative values
     std::vector<float> e1 = a, e2 = a;
     for (auto& x : e1) x *= 20;
@@ -89,6 +91,41 @@ int main() {
                     tensor_type_name(t), rows, n);
       }
   }
+  // scores and pv with 16-bit K/V against the portable path
+  for (TensorType t : {TensorType::F16, TensorType::BF16})
+    for (int hd : {64, 128})
+      for (int R : {1, 2, 4, 5}) {
+        int jb = 19;
+        std::vector<float> q((size_t)R * hd), kf((size_t)jb * hd), p((size_t)R * jb), s1((size_t)R * jb),
+            s2((size_t)R * jb), a1((size_t)R * hd, 0.5f), a2((size_t)R * hd, 0.5f);
+        for (auto& x : q) x = nd(rng);
+        for (auto& x : kf) x = nd(rng);
+        for (auto& x : p) x = std::fabs(nd(rng));
+        std::vector<uint16_t> kh(kf.size());
+        quantize_row(t, kf.data(), kh.data(), (int64_t)kf.size());
+        ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data());
+        opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data());
+        for (size_t i = 0; i < s1.size(); i++)
+          CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d", hd, R);
+        ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd);
+        opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd);
+        for (size_t i = 0; i < a1.size(); i++)
+          CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d", hd, R);
+      }
+  // pv: acc += P V for few rows
+  for (int hd : {64, 128, 40})
+    for (int R : {1, 3, 4, 5, 8}) {
+      int jb = 37;
+      std::vector<float> p((size_t)R * jb), v((size_t)jb * hd), a1((size_t)R * hd), a2;
+      for (auto& x : p) x = std::fabs(nd(rng));
+      for (auto& x : v) x = nd(rng);
+      for (auto& x : a1) x = nd(rng);
+      a2 = a1;
+      ref.pv(a1.data(), R, p.data(), jb, TensorType::F32, v.data(), hd);
+      opt.pv(a2.data(), R, p.data(), jb, TensorType::F32, v.data(), hd);
+      for (size_t i = 0; i < a1.size(); i++)
+        CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (1 + std::fabs(a1[i])), "pv hd=%d R=%d", hd, R);
+    }
   // scores: against fp64, both within a few ulps of the magnitude
   for (int hd : {64, 128, 40}) {
     for (int R : {1, 2, 3, 9}) {
@@ -96,8 +133,8 @@ int main() {
       std::vector<float> q((size_t)R * hd), k((size_t)jb * hd), s1((size_t)R * jb), s2((size_t)R * jb);
       for (auto& v : q) v = nd(rng);
       for (auto& v : k) v = nd(rng);
-      ref.scores(q.data(), R, k.data(), jb, hd, s1.data());
-      opt.scores(q.data(), R, k.data(), jb, hd, s2.data());
+      ref.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s1.data());
+      opt.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s2.data());
       for (int r = 0; r < R; r++)
         for (int j = 0; j < jb; j++) {
           double e = 0, mag = 0;

@@ -36,6 +36,8 @@ constexpr int kAttnBlock = 128;
 constexpr int kMaxHeadDim = 256;
 // From this many query rows, P.V uses sgemm; below, axpy loops.
 constexpr int kAttnGemmRows = 8;
+// Up to this many query rows, 16-bit K/V are read directly by the kernels.
+constexpr int kAttnDirectRows = 1 << 30;
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
@@ -243,21 +245,23 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   const int end = std::min(c1, max_limit);
   for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
     const int jb = std::min(kAttnBlock, end - j0);
-    const float* K;
-    const float* V;
     const uint8_t* kp = static_cast<const uint8_t*>(p.k) + (size_t)j0 * hd * es;
     const uint8_t* vp = static_cast<const uint8_t*>(p.v) + (size_t)j0 * hd * es;
-    if (kt == TensorType::F32) {
-      K = reinterpret_cast<const float*>(kp);
-      V = reinterpret_cast<const float*>(vp);
-    } else {
+    // Few rows read 16-bit keys and values directly (widened in registers:
+    // one pass over memory); many rows widen each block once into L1.
+    const bool widen = kt != TensorType::F32 && R > kAttnDirectRows;
+    const void* K = kp;
+    const void* V = vp;
+    TensorType kvt = kt;
+    if (widen) {
       k_.to_f32(kt, kp, s.kb.data(), (int64_t)jb * hd);
       k_.to_f32(kt, vp, s.vb.data(), (int64_t)jb * hd);
       K = s.kb.data();
       V = s.vb.data();
+      kvt = TensorType::F32;
     }
     float* S = s.s.data();
-    k_.scores(s.q.data(), R, K, jb, hd, S);
+    k_.scores(s.q.data(), R, kvt, K, jb, hd, S);
     for (int r = 0; r < R; r++) {
       float* Sr = S + (size_t)r * jb;
       int lim = p.limit ? p.limit[r0 + r] : p.len;
@@ -266,7 +270,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
         std::fill(Sr, Sr + jb, 0.0f);
         continue;
       }
-      float mx = *std::max_element(Sr, Sr + vis);
+      float mx = k_.max(Sr, vis);
       float nm = std::max(s.m[(size_t)r], mx);
       float corr = std::exp(s.m[(size_t)r] - nm);  // exp(-inf) = 0 on the first block
       if (corr != 1.0f) {
@@ -278,14 +282,11 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       s.l[(size_t)r] = s.l[(size_t)r] * corr + sum;
       s.m[(size_t)r] = nm;
     }
-    if (R >= kAttnGemmRows) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, hd, jb, 1.0f, S, jb, V, hd, 1.0f, s.acc.data(), hd);
+    if (R >= kAttnGemmRows && kvt == TensorType::F32) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, hd, jb, 1.0f, S, jb, static_cast<const float*>(V), hd,
+                  1.0f, s.acc.data(), hd);
     } else {
-      for (int r = 0; r < R; r++)
-        for (int j = 0; j < jb; j++) {
-          float w = S[(size_t)r * jb + j];
-          if (w != 0.0f) k_.axpy(s.acc.data() + (size_t)r * hd, V + (size_t)j * hd, w, hd);
-        }
+      k_.pv(s.acc.data(), R, S, jb, kvt, V, hd);
     }
   }
   for (int r = 0; r < R; r++) {

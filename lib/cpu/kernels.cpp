@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -37,6 +38,12 @@ void axpy_plain(float* y, const float* x, float alpha, int64_t n) {
 void to_f32_plain(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
 void from_f32_plain(TensorType t, const float* src, void* dst, int64_t n) { quantize_row(t, src, dst, n); }
 
+float max_plain(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; i++) m = std::max(m, x[i]);
+  return m;
+}
+
 float exp_sum_plain(float* x, float m, int64_t n) {
   float s = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -46,10 +53,14 @@ float exp_sum_plain(float* x, float m, int64_t n) {
   return s;
 }
 
-template <float (*Dot)(const float*, const float*, int64_t)>
-void scores_generic(const float* q, int R, const float* k, int jb, int hd, float* s) {
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < jb; j++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, k + (size_t)j * hd, hd);
+template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
+void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
+  std::vector<float> row((size_t)hd);
+  const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
+  for (int j = 0; j < jb; j++) {
+    ToF32(kt, static_cast<const uint8_t*>(k) + j * rb, row.data(), hd);
+    for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row.data(), hd);
+  }
 }
 
 template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
@@ -65,6 +76,18 @@ void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, 
   for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
 }
 
+void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
+  std::vector<float> row((size_t)hd);
+  const size_t rb = (size_t)hd * (vt == TensorType::F32 ? 4 : 2);
+  for (int j = 0; j < jb; j++) {
+    dequantize_row(vt, static_cast<const uint8_t*>(v) + j * rb, row.data(), hd);
+    for (int r = 0; r < R; r++) {
+      float w = p[(size_t)r * jb + j];
+      if (w != 0.0f) axpy_plain(acc + (size_t)r * hd, row.data(), w, hd);
+    }
+  }
+}
+
 void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
                 int64_t k, float* y, int64_t ldy) {
   std::vector<float> row((size_t)k);
@@ -75,8 +98,8 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 }
 
 const CpuKernels kPortable = {
-    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, exp_sum_plain, scores_generic<dot_plain>,
-    gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
+    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp_sum_plain, scores_generic<dot_plain, to_f32_plain>,
+    pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
 #if defined(__x86_64__)
@@ -188,6 +211,21 @@ AVX2 inline __m256 exp_avx2(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+AVX2 float max_avx2(const float* x, int64_t n) {
+  int64_t i = 0;
+  float m = x[0];
+  if (n >= 8) {
+    __m256 v = _mm256_loadu_ps(x);
+    for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    m = t[0];
+    for (int j = 1; j < 8; j++) m = std::max(m, t[j]);
+  }
+  for (; i < n; i++) m = std::max(m, x[i]);
+  return m;
+}
+
 AVX2 float exp_sum_avx2(float* x, float m, int64_t n) {
   __m256 vm = _mm256_set1_ps(m), s = _mm256_setzero_ps();
   int64_t i = 0;
@@ -208,46 +246,6 @@ AVX2 float exp_sum_avx2(float* x, float m, int64_t n) {
 AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
-// 2 query rows x 4 keys per step: 8 accumulators, 6 loads per 8 FMAs.
-AVX2 void scores_avx2(const float* q, int R, const float* k, int jb, int hd, float* s) {
-  if (hd % 8 != 0) return scores_generic<dot_avx2>(q, R, k, jb, hd, s);
-  int r = 0;
-  for (; r + 2 <= R; r += 2) {
-    const float* q0 = q + (size_t)r * hd;
-    const float* q1 = q0 + hd;
-    float* s0 = s + (size_t)r * jb;
-    float* s1 = s0 + jb;
-    int j = 0;
-    for (; j + 4 <= jb; j += 4) {
-      const float* k0 = k + (size_t)j * hd;
-      const float* k1 = k0 + hd;
-      const float* k2 = k1 + hd;
-      const float* k3 = k2 + hd;
-      __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-      for (int d = 0; d < hd; d += 8) {
-        __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
-        __m256 y0 = _mm256_loadu_ps(k0 + d), y1 = _mm256_loadu_ps(k1 + d);
-        __m256 y2 = _mm256_loadu_ps(k2 + d), y3 = _mm256_loadu_ps(k3 + d);
-        a00 = _mm256_fmadd_ps(x0, y0, a00);
-        a01 = _mm256_fmadd_ps(x0, y1, a01);
-        a02 = _mm256_fmadd_ps(x0, y2, a02);
-        a03 = _mm256_fmadd_ps(x0, y3, a03);
-        a10 = _mm256_fmadd_ps(x1, y0, a10);
-        a11 = _mm256_fmadd_ps(x1, y1, a11);
-        a12 = _mm256_fmadd_ps(x1, y2, a12);
-        a13 = _mm256_fmadd_ps(x1, y3, a13);
-      }
-      _mm_storeu_ps(s0 + j, hsum4(a00, a01, a02, a03));
-      _mm_storeu_ps(s1 + j, hsum4(a10, a11, a12, a13));
-    }
-    for (; j < jb; j++) {
-      s0[j] = dot_avx2(q0, k + (size_t)j * hd, hd);
-      s1[j] = dot_avx2(q1, k + (size_t)j * hd, hd);
-    }
-  }
-  if (r < R) scores_generic<dot_avx2>(q + (size_t)r * hd, R - r, k, jb, hd, s + (size_t)r * jb);
 }
 
 template <int T>
@@ -277,6 +275,69 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
   }
   for (int r = 0; r < RB; r++)
     for (int j = 0; j < XB; j++) y[(int64_t)j * ldy + r] = hsum(acc[r][j]);
+}
+
+// 2 query rows x 4 keys per step: 8 accumulators, 6 loads per 8 FMAs; 16-bit
+// keys widened in registers.
+template <int T>
+AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, float* s) {
+  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
+  const size_t kr = (size_t)hd * es;
+  int r = 0;
+  for (; r + 2 <= R; r += 2) {
+    const float* q0 = q + (size_t)r * hd;
+    const float* q1 = q0 + hd;
+    float* s0 = s + (size_t)r * jb;
+    float* s1 = s0 + jb;
+    int j = 0;
+    for (; j + 4 <= jb; j += 4) {
+      const uint8_t* k0 = k + (size_t)j * kr;
+      __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+      for (int d = 0; d < hd; d += 8) {
+        __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
+        __m256 y0 = load_w<T>(k0, d), y1 = load_w<T>(k0 + kr, d);
+        __m256 y2 = load_w<T>(k0 + 2 * kr, d), y3 = load_w<T>(k0 + 3 * kr, d);
+        a00 = _mm256_fmadd_ps(x0, y0, a00);
+        a01 = _mm256_fmadd_ps(x0, y1, a01);
+        a02 = _mm256_fmadd_ps(x0, y2, a02);
+        a03 = _mm256_fmadd_ps(x0, y3, a03);
+        a10 = _mm256_fmadd_ps(x1, y0, a10);
+        a11 = _mm256_fmadd_ps(x1, y1, a11);
+        a12 = _mm256_fmadd_ps(x1, y2, a12);
+        a13 = _mm256_fmadd_ps(x1, y3, a13);
+      }
+      _mm_storeu_ps(s0 + j, hsum4(a00, a01, a02, a03));
+      _mm_storeu_ps(s1 + j, hsum4(a10, a11, a12, a13));
+    }
+    for (; j < jb; j++) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+      for (int d = 0; d < hd; d += 8) {
+        __m256 y = load_w<T>(k + (size_t)j * kr, d);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), y, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), y, a1);
+      }
+      s0[j] = hsum(a0);
+      s1[j] = hsum(a1);
+    }
+  }
+  for (; r < R; r++) {
+    const float* q0 = q + (size_t)r * hd;
+    for (int j = 0; j < jb; j++) {
+      __m256 a0 = _mm256_setzero_ps();
+      for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), load_w<T>(k + (size_t)j * kr, d), a0);
+      s[(size_t)r * jb + j] = hsum(a0);
+    }
+  }
+}
+
+AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
+  const uint8_t* kb = static_cast<const uint8_t*>(k);
+  if (hd % 8 != 0) return scores_generic<dot_avx2, to_f32_avx2>(q, R, kt, k, jb, hd, s);
+  switch (kt) {
+    case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, hd, s);
+    case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, hd, s);
+    default: return scores_typed<(int)TensorType::F32>(q, R, kb, jb, hd, s);
+  }
 }
 
 // One weight row against XB input rows, U accumulators per input row along
@@ -345,6 +406,58 @@ AVX2 void gemm_typed(const uint8_t* w, uint64_t wstride, int rows, const float* 
   }
 }
 
+// Groups of up to 4 rows x 16 columns: 8 accumulators stay in registers
+// while the values stream by (16-bit values widened in registers).
+template <int T, int RR>
+AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd, int d0) {
+  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
+  const size_t vr = (size_t)hd * es;
+  __m256 a[RR][2];
+  for (int r = 0; r < RR; r++) {
+    a[r][0] = _mm256_loadu_ps(acc + (size_t)r * hd + d0);
+    a[r][1] = _mm256_loadu_ps(acc + (size_t)r * hd + d0 + 8);
+  }
+  for (int j = 0; j < jb; j++) {
+    __m256 v0 = load_w<T>(v + (size_t)j * vr, d0), v1 = load_w<T>(v + (size_t)j * vr, d0 + 8);
+    for (int r = 0; r < RR; r++) {
+      __m256 w = _mm256_broadcast_ss(p + (size_t)r * jb + j);
+      a[r][0] = _mm256_fmadd_ps(w, v0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(w, v1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < RR; r++) {
+    _mm256_storeu_ps(acc + (size_t)r * hd + d0, a[r][0]);
+    _mm256_storeu_ps(acc + (size_t)r * hd + d0 + 8, a[r][1]);
+  }
+}
+
+template <int T>
+AVX2 void pv_typed(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd) {
+  for (int r0 = 0; r0 < R; r0 += 4) {
+    int rr = std::min(4, R - r0);
+    float* a = acc + (size_t)r0 * hd;
+    const float* pr = p + (size_t)r0 * jb;
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+      switch (rr) {
+        case 1: pv_block<T, 1>(a, pr, jb, v, hd, d0); break;
+        case 2: pv_block<T, 2>(a, pr, jb, v, hd, d0); break;
+        case 3: pv_block<T, 3>(a, pr, jb, v, hd, d0); break;
+        default: pv_block<T, 4>(a, pr, jb, v, hd, d0); break;
+      }
+    }
+  }
+}
+
+AVX2 void pv_avx2(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
+  if (hd % 16 != 0) return pv_plain(acc, R, p, jb, vt, v, hd);
+  const uint8_t* vb = static_cast<const uint8_t*>(v);
+  switch (vt) {
+    case TensorType::F16: return pv_typed<(int)TensorType::F16>(acc, R, p, jb, vb, hd);
+    case TensorType::BF16: return pv_typed<(int)TensorType::BF16>(acc, R, p, jb, vb, hd);
+    default: return pv_typed<(int)TensorType::F32>(acc, R, p, jb, vb, hd);
+  }
+}
+
 AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
                     int64_t k, float* y, int64_t ldy) {
   if (k % 8 != 0) return gemm_plain(t, w, wstride, rows, x, ldx, n, k, y, ldy);
@@ -376,7 +489,138 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, exp_sum_avx2, scores_avx2, gemm_avx2, row_dots_avx2,
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx2, pv_avx2, gemm_avx2, row_dots_avx2,
+};
+
+// ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
+// 32 registers let 4 query rows share every widened key and value: each
+// 16-bit element is converted once per 4 rows instead of once per 2.
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their
+// own _mm512_undefined values.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+template <int T>
+AVX512 inline __m512 load16(const uint8_t* p, int64_t k) {
+  if (T == (int)TensorType::F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(p + 2 * k)));
+  if (T == (int)TensorType::BF16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(p + 2 * k))), 16));
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + k);
+}
+
+AVX512 inline __m256 fold512(__m512 x) {
+  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+}
+
+// [sum(a), sum(b), sum(c), sum(d)] of four 16-lane vectors
+AVX512 inline __m128 hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
+  return hsum4(fold512(a), fold512(b), fold512(c), fold512(d));
+}
+
+// 4 query rows x 4 keys: 16 accumulators.
+template <int T, int RR>
+AVX512 void scores_rows512(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s) {
+  int j = 0;
+  for (; j + 4 <= jb; j += 4) {
+    __m512 a[RR][4];
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+    const uint8_t* k0 = k + (size_t)j * kr;
+    for (int d = 0; d < hd; d += 16) {
+      __m512 y[4];
+      for (int c = 0; c < 4; c++) y[c] = load16<T>(k0 + c * kr, d);
+      for (int r = 0; r < RR; r++) {
+        __m512 x = _mm512_loadu_ps(q + (size_t)r * hd + d);
+        for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(x, y[c], a[r][c]);
+      }
+    }
+    for (int r = 0; r < RR; r++) _mm_storeu_ps(s + (size_t)r * jb + j, hsum4_512(a[r][0], a[r][1], a[r][2], a[r][3]));
+  }
+  for (; j < jb; j++)
+    for (int r = 0; r < RR; r++) {
+      __m512 a = _mm512_setzero_ps();
+      for (int d = 0; d < hd; d += 16)
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)r * hd + d), load16<T>(k + (size_t)j * kr, d), a);
+      s[(size_t)r * jb + j] = hsum(fold512(a));
+    }
+}
+
+template <int T>
+AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int hd, float* s) {
+  const size_t kr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
+  for (int r0 = 0; r0 < R; r0 += 4) {
+    const float* qr = q + (size_t)r0 * hd;
+    float* sr = s + (size_t)r0 * jb;
+    switch (std::min(4, R - r0)) {
+      case 1: scores_rows512<T, 1>(qr, k, kr, jb, hd, sr); break;
+      case 2: scores_rows512<T, 2>(qr, k, kr, jb, hd, sr); break;
+      case 3: scores_rows512<T, 3>(qr, k, kr, jb, hd, sr); break;
+      default: scores_rows512<T, 4>(qr, k, kr, jb, hd, sr); break;
+    }
+  }
+}
+
+AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
+  if (hd % 16 != 0) return scores_avx2(q, R, kt, k, jb, hd, s);
+  const uint8_t* kb = static_cast<const uint8_t*>(k);
+  switch (kt) {
+    case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, hd, s);
+    case TensorType::BF16: return scores_typed512<(int)TensorType::BF16>(q, R, kb, jb, hd, s);
+    default: return scores_typed512<(int)TensorType::F32>(q, R, kb, jb, hd, s);
+  }
+}
+
+// 4 rows x 64 columns: 16 accumulators; each value row widened once.
+template <int T, int RR>
+AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, size_t vr, int hd, int d0) {
+  __m512 a[RR][4];
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
+  for (int j = 0; j < jb; j++) {
+    __m512 vv[4];
+    for (int c = 0; c < 4; c++) vv[c] = load16<T>(v + (size_t)j * vr, d0 + 16 * c);
+    for (int r = 0; r < RR; r++) {
+      __m512 w = _mm512_set1_ps(p[(size_t)r * jb + j]);
+      for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(w, vv[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < 4; c++) _mm512_storeu_ps(acc + (size_t)r * hd + d0 + 16 * c, a[r][c]);
+}
+
+template <int T>
+AVX512 void pv_typed512(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd) {
+  const size_t vr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
+  for (int r0 = 0; r0 < R; r0 += 4) {
+    float* a = acc + (size_t)r0 * hd;
+    const float* pr = p + (size_t)r0 * jb;
+    for (int d0 = 0; d0 < hd; d0 += 64) switch (std::min(4, R - r0)) {
+        case 1: pv_block512<T, 1>(a, pr, jb, v, vr, hd, d0); break;
+        case 2: pv_block512<T, 2>(a, pr, jb, v, vr, hd, d0); break;
+        case 3: pv_block512<T, 3>(a, pr, jb, v, vr, hd, d0); break;
+        default: pv_block512<T, 4>(a, pr, jb, v, vr, hd, d0); break;
+      }
+  }
+}
+
+AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
+  if (hd % 64 != 0) return pv_avx2(acc, R, p, jb, vt, v, hd);
+  const uint8_t* vb = static_cast<const uint8_t*>(v);
+  switch (vt) {
+    case TensorType::F16: return pv_typed512<(int)TensorType::F16>(acc, R, p, jb, vb, hd);
+    case TensorType::BF16: return pv_typed512<(int)TensorType::BF16>(acc, R, p, jb, vb, hd);
+    default: return pv_typed512<(int)TensorType::F32>(acc, R, p, jb, vb, hd);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+const CpuKernels kAvx512 = {
+    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx512, pv_avx512, gemm_avx2,
+    row_dots_avx2,
 };
 #endif
 
@@ -388,6 +632,9 @@ const CpuKernels& cpu_kernels() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && !std::getenv("CLADE_NO_AVX512");
+  if (avx512) return kAvx512;
   if (avx2) return kAvx2;
 #endif
   return kPortable;

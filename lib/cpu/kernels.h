@@ -18,13 +18,20 @@ struct CpuKernels {
   void (*to_f32)(TensorType t, const void* src, float* dst, int64_t n);
   // narrow n f32 to type t (F32, F16 or BF16)
   void (*from_f32)(TensorType t, const float* src, void* dst, int64_t n);
+  // max of x[0..n), n >= 1
+  float (*max)(const float* x, int64_t n);
   // x[i] = exp(x[i] - m), returns the sum
   float (*exp_sum)(float* x, float m, int64_t n);
   // S[r][j] = dot(Q row r, K row j), Q [R][hd], K [jb][hd], S [R][jb].
   // Each dot product keeps 8 short accumulation chains (hd/8 terms each):
   // OpenBLAS's sgemm kernel for larger R uses one chain of hd terms, which
   // doubled the attention error against fp64 (tests/test_attention.cpp).
-  void (*scores)(const float* q, int R, const float* k, int jb, int hd, float* s);
+  // K rows of type kt (F32, F16, BF16; 16-bit rows are widened in
+  // registers, so few rows need no conversion pass).
+  void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s);
+  // acc[r][d] += sum_j p[r][j] * v[j][d]: acc [R][hd], p [R][jb], v [jb][hd]
+  // of type vt (the attention value product for few rows; sgemm takes many).
+  void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd);
   // y[j][o] = dot(W row o, x row j) for o < rows, j < n. W rows are of type
   // t (F32, F16 or BF16; quantized rows are widened to F32 by the caller),
   // wstride bytes apart; x [n][ldx], y [n][ldy]. Register-blocked: 16-bit
