@@ -279,8 +279,8 @@ CLADE_API clade_status clade_tree_create(clade_model *model,
 CLADE_API void clade_tree_free(clade_tree *tree);
 
 /* Append a node of n_tokens tokens under parent. Its tokens are evaluated
-   now (prefill, attending to the whole path above it) and its KV is kept,
-   read-only. The caller holds one reference to the new node (release it
+   now (prefill in passes of prefill_chunk tokens, attending to the whole
+   path above it) and its KV is kept, read-only. The caller holds one reference to the new node (release it
    with clade_tree_release); sequences and child nodes hold their own.
    If logits is not NULL it receives the n_vocab logits of the node's last
    token (the distribution of the token after it). n_tokens may be 0. */
@@ -325,14 +325,16 @@ typedef struct clade_cache_params {
   size_t size;              /* sizeof(clade_cache_params) */
   int32_t max_seqs;         /* live sequences at most; default 64 */
   int32_t max_tokens;       /* unique tokens per sequence; default 1024 */
-  clade_kv_type kv_type;    /* default: the tree's */
+  clade_kv_type kv_type;    /* default CLADE_KV_DEFAULT: the tree's */
   clade_attention attention;/* default AUTO */
 } clade_cache_params;
 
 CLADE_API void clade_cache_params_init(clade_cache_params *params);
 
 /* Create unique caches for up to max_seqs sequences of the tree. Memory is
-   allocated as sequences grow, up to max_tokens each. */
+   allocated as sequences grow (in steps of an eighth, at least 16 tokens),
+   up to max_tokens each. The cache borrows the tree, which must outlive it;
+   a tree and its caches are used by one thread at a time. */
 CLADE_API clade_status clade_cache_create(clade_tree *tree,
                                           const clade_cache_params *params,
                                           clade_cache **out);
@@ -372,8 +374,13 @@ CLADE_API size_t clade_cache_kv_bytes(const clade_cache *cache);
    one row per sequence (the distribution after its last token; a sequence
    with no tokens at all gives no row) unless all_logits is set, in which
    case one row per evaluated token, in order. logits_rows is the capacity
-   in rows. If there is no room for a sequence's tokens, returns
-   CLADE_CACHE_FULL and changes nothing. logits may be NULL. */
+   in rows (too few: CLADE_BUFFER_SMALL, nothing changed). If there is no
+   room for a sequence's tokens, returns CLADE_CACHE_FULL and changes
+   nothing; on an error nothing is changed either. logits may be NULL.
+   Each sequence's step attends to every tree node on its path and to its
+   own tokens; nodes shared by several sequences of the step are attended
+   once for all of them when the cost model says that pays (the cache's
+   attention setting). The batch's arrays are only read during the call. */
 typedef struct clade_batch {
   size_t size;              /* sizeof(clade_batch) */
   size_t n_seqs;

@@ -33,6 +33,8 @@ constexpr int64_t kXGroup = 64;
 // Query rows per attention work item, and keys per inner block.
 constexpr int kAttnRows = 64;
 constexpr int kAttnBlock = 128;
+// Keys per attention work item at least (when a span is split).
+constexpr int kAttnMinChunk = 256;
 constexpr int kMaxHeadDim = 256;
 // From this many query rows, P.V uses sgemm; below, axpy loops.
 constexpr int kAttnGemmRows = 8;
@@ -313,23 +315,24 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     float* o;
     double* lse;
   };
-  // Row blocks first; if they give too few items for the cores, split the
-  // keys too (each split gives partial (o, lse) pairs merged below).
-  int64_t row_items = 0;
+  // Items: blocks of kAttnRows rows, and the keys of a problem split into
+  // chunks (each chunk gives partial (o, lse) pairs, merged below) so that
+  // no item holds more than about 1/(4 x threads) of the step's work: a
+  // step with one long span (a single sequence) still uses every core, and
+  // many small problems are left whole.
+  double total_work = 0;
   for (size_t i = 0; i < n_problems; i++)
-    if (problems[i].len > 0) row_items += (problems[i].n_rows + kAttnRows - 1) / kAttnRows;
-  const int64_t want = 4 * (int64_t)pool_.size();
+    if (problems[i].len > 0 && problems[i].n_rows > 0) total_work += (double)problems[i].len * problems[i].n_rows;
+  const double item_work = std::max(1.0, total_work / (4.0 * pool_.size()));
   std::vector<Item> items;
   std::vector<int> splits(n_problems, 1);
   size_t part_floats = 0, part_rows = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.len <= 0 || p.n_rows <= 0) continue;
-    int split = 1;
-    if (row_items < want) {
-      split = (int)std::min<int64_t>((want + row_items - 1) / row_items, (p.len + 511) / 512);
-      split = std::max(split, 1);
-    }
+    const int rows_per_item = std::min(p.n_rows, kAttnRows);
+    int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
+    split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
     splits[i] = split;
     if (split > 1) {
       part_floats += (size_t)split * p.n_rows * head_dim;

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Turn `clade bench decode` CSV into the tables of bench/README.md.
+
+usage: bench/report.py MACHINE_CSV DECODE_CSV KV_HEADS [--layers 8 --heads 16 --head-dim 64 --kv-bytes 2]
+
+For every (batch, prefix) point: step time per mode, shared/flat throughput,
+the attention part of a step (mode step time minus the noattn step time) and
+its roofline, max(KV bytes read / bandwidth, attention FLOPs / GEMM peak),
+both measured by `clade bench machine` on the same machine.
+
+KV bytes read per step: flat reads every sequence's whole context; shared
+reads the prefix once plus every sequence's own tokens. Attention FLOPs
+(both): 4 * head_dim * query_heads * layers per (query, key) pair.
+The timed steps see on average gen/2 + 1 unique tokens of their own.
+"""
+import csv
+import sys
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) < 3:
+        print(__doc__)
+        sys.exit(2)
+    machine_csv, decode_csv, kv_heads = args[0], args[1], int(args[2])
+    opts = {"--layers": 8, "--heads": 16, "--head-dim": 64, "--kv-bytes": 2}
+    rest = args[3:]
+    for i in range(0, len(rest), 2):
+        opts[rest[i]] = int(rest[i + 1])
+    layers, heads, hd, kvb = opts["--layers"], opts["--heads"], opts["--head-dim"], opts["--kv-bytes"]
+    with open(machine_csv) as f:
+        m = list(csv.DictReader(f))[0]
+    bw = float(m.get("read_bandwidth_gb_s") or m["bandwidth_gb_s"]) * 1e9
+    peak = float(m["gemm_gflop_s"]) * 1e9
+    per_token = layers * 2 * kv_heads * hd * kvb  # K and V bytes of one token
+
+    points = {}
+    with open(decode_csv) as f:
+        for row in csv.DictReader(f):
+            key = (int(row["prefix"]), int(row["batch"]))
+            points.setdefault(key, {})[row["mode"]] = row
+    print("bandwidth %.1f GB/s, GEMM peak %.1f GFLOP/s (clade bench machine)\n" % (bw / 1e9, peak / 1e9))
+    print("| prefix | batch | shared ms | flat ms | noattn ms | shared/flat speed | attn shared ms (roofline, x) "
+          "| attn flat ms (roofline, x) |")
+    print("|---:|---:|---:|---:|---:|---:|---|---|")
+    for (prefix, batch) in sorted(points):
+        p = points[(prefix, batch)]
+        gen = int(next(iter(p.values()))["gen"])
+        suffix = int(next(iter(p.values()))["suffix"])
+        own = suffix + gen / 2 + 1
+        ms = {k: (None if v["ms_per_step"] == "x" else float(v["ms_per_step"])) for k, v in p.items()}
+        flops = 4.0 * hd * heads * layers * batch * (prefix + own)
+        roof = {
+            "shared": max((prefix + batch * own) * per_token / bw, flops / peak) * 1e3,
+            "flat": max(batch * (prefix + own) * per_token / bw, flops / peak) * 1e3,
+        }
+
+        def cell(mode):
+            if ms.get(mode) is None or ms.get("noattn") is None:
+                return "x"
+            a = ms[mode] - ms["noattn"]
+            return "%.1f (%.1f, %.2fx)" % (a, roof[mode], a / roof[mode])
+
+        ratio = "x"
+        if ms.get("shared") and ms.get("flat"):
+            ratio = "%.2f" % (ms["flat"] / ms["shared"])
+        fmt = lambda v: "x" if v is None else "%.1f" % v
+        print("| %d | %d | %s | %s | %s | %s | %s | %s |" % (prefix, batch, fmt(ms.get("shared")), fmt(ms.get("flat")),
+                                                         fmt(ms.get("noattn")), ratio, cell("shared"), cell("flat")))
+
+
+if __name__ == "__main__":
+    main()
