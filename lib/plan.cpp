@@ -45,9 +45,11 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
   // Each output row collects (partial row) entries; build per-row lists.
   std::vector<std::vector<int32_t>> per_row((size_t)n_out_rows);
 
-  Group shared_g{shared_type, {}};
-  // Own spans may differ in type from the tree's; group them by type.
-  std::map<int, Group> own_g;
+  // Problems grouped by KV element type: shared spans have the tree's type,
+  // own spans their cache's. Usually there is one type, so one backend call
+  // (one parallel region) per layer solves every problem of the step.
+  std::map<int, Group> by_type;
+  Group& shared_g = by_type.try_emplace((int)shared_type, Group{shared_type, {}}).first->second;
 
   auto add_rows = [&](const PassSeq& s, int h, bool causal) {
     for (int t = 0; t < s.n_tokens; t++)
@@ -99,11 +101,10 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
         }
     }
   }
-  if (!shared_g.problems.empty()) groups.push_back(std::move(shared_g));
 
   for (const PassSeq& s : seqs) {
     if (s.n_tokens == 0) continue;
-    Group& g = own_g.try_emplace((int)s.own->type(), Group{s.own->type(), {}}).first->second;
+    Group& g = by_type.try_emplace((int)s.own->type(), Group{s.own->type(), {}}).first->second;
     for (int h = 0; h < kv_heads; h++) {
       Problem p{s.own, h, s.own_before + s.n_tokens, 0, (int64_t)rows.size(), true, (int64_t)rows.size()};
       add_rows(s, h, true);
@@ -111,7 +112,8 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
       g.problems.push_back(p);
     }
   }
-  for (auto& kv : own_g) groups.push_back(std::move(kv.second));
+  for (auto& kv : by_type)
+    if (!kv.second.problems.empty()) groups.push_back(std::move(kv.second));
 
   part_begin.assign((size_t)n_out_rows + 1, 0);
   for (int64_t r = 0; r < n_out_rows; r++) {

@@ -147,6 +147,46 @@ int main() {
         }
     }
   }
+  // keys in lanes: transpose_k exactly as the portable path (zero padding
+  // included), scores_t against fp64 like scores
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+    for (int hd : {64, 128, 40})
+      for (int jb : {1, 16, 19, 45, 128}) {
+        const int ldk = (jb + 15) / 16 * 16;
+        const size_t es = t == TensorType::F32 ? 4 : 2;
+        std::vector<float> kf((size_t)jb * hd);
+        for (auto& x : kf) x = nd(rng);
+        std::vector<uint8_t> kb(kf.size() * es);
+        if (t == TensorType::F32) std::memcpy(kb.data(), kf.data(), kb.size());
+        else quantize_row(t, kf.data(), kb.data(), (int64_t)kf.size());
+        std::vector<float> kt1((size_t)hd * ldk, -1.0f), kt2((size_t)hd * ldk, -2.0f);
+        ref.transpose_k(t, kb.data(), jb, hd, kt1.data(), ldk);
+        opt.transpose_k(t, kb.data(), jb, hd, kt2.data(), ldk);
+        CHECK_MSG(std::memcmp(kt1.data(), kt2.data(), kt1.size() * 4) == 0, "transpose_k %s hd=%d jb=%d",
+                  tensor_type_name(t), hd, jb);
+        std::vector<float> kw((size_t)jb * hd);  // the stored keys, widened
+        ref.to_f32(t, kb.data(), kw.data(), (int64_t)kw.size());
+        for (int j = 0; j < ldk; j++)
+          for (int d = 0; d < hd; d++)
+            CHECK(kt1[(size_t)d * ldk + j] == (j < jb ? kw[(size_t)j * hd + d] : 0.0f));
+        for (int R : {1, 3, 4, 9}) {
+          std::vector<float> q((size_t)R * hd), s1((size_t)R * jb, 7.0f), s2((size_t)R * jb + 16, 7.0f);
+          for (auto& x : q) x = nd(rng);
+          ref.scores_t(q.data(), R, kt1.data(), ldk, jb, hd, s1.data());
+          opt.scores_t(q.data(), R, kt1.data(), ldk, jb, hd, s2.data());
+          for (size_t i = (size_t)R * jb; i < s2.size(); i++) CHECK_MSG(s2[i] == 7.0f, "scores_t wrote past the end");
+          for (int r = 0; r < R; r++)
+            for (int j = 0; j < jb; j++) {
+              double e = 0, mag = 0;
+              for (int d = 0; d < hd; d++) {
+                e += (double)q[(size_t)r * hd + d] * kw[(size_t)j * hd + d];
+                mag += std::fabs((double)q[(size_t)r * hd + d] * kw[(size_t)j * hd + d]);
+              }
+              CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t ref hd=%d R=%d jb=%d", hd, R, jb);
+              CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t hd=%d R=%d jb=%d", hd, R, jb);
+            }
+        }
+      }
   // half conversions: every f16 bit pattern round trips through float
   for (uint32_t h = 0; h < 65536; h++) {
     float f = half_to_float((uint16_t)h);

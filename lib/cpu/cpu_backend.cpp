@@ -38,13 +38,15 @@ constexpr int kAttnMinChunk = 256;
 constexpr int kMaxHeadDim = 256;
 // From this many query rows, P.V uses sgemm; below, axpy loops.
 constexpr int kAttnGemmRows = 8;
+// From this many query rows, scores use keys transposed into lanes.
+constexpr int kAttnTransRows = 16;
 // Up to this many query rows, 16-bit K/V are read directly by the kernels.
 constexpr int kAttnDirectRows = 1 << 30;
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
   std::vector<float> row;    // one widened row
-  std::vector<float> q, s, acc, kb, vb, m, l;
+  std::vector<float> q, s, acc, kb, vb, kt, m, l;
 };
 
 class CpuBackend final : public Backend {
@@ -235,6 +237,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   s.acc.assign((size_t)R * hd, 0.0f);
   s.kb.resize((size_t)kAttnBlock * hd);
   s.vb.resize((size_t)kAttnBlock * hd);
+  if (R >= kAttnTransRows) s.kt.resize((size_t)kAttnBlock * hd);
   s.m.assign((size_t)R, -std::numeric_limits<float>::infinity());
   s.l.assign((size_t)R, 0.0f);
   int max_limit = 0;
@@ -263,7 +266,15 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       kvt = TensorType::F32;
     }
     float* S = s.s.data();
-    k_.scores(s.q.data(), R, kvt, K, jb, hd, S);
+    if (R >= kAttnTransRows) {
+      // Many rows: widen and transpose the block's keys once, then a
+      // GEMM-shaped product with the keys in lanes.
+      const int ldk = (jb + 15) / 16 * 16;
+      k_.transpose_k(kvt, K, jb, hd, s.kt.data(), ldk);
+      k_.scores_t(s.q.data(), R, s.kt.data(), ldk, jb, hd, S);
+    } else {
+      k_.scores(s.q.data(), R, kvt, K, jb, hd, S);
+    }
     for (int r = 0; r < R; r++) {
       float* Sr = S + (size_t)r * jb;
       int lim = p.limit ? p.limit[r0 + r] : p.len;

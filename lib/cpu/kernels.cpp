@@ -76,6 +76,29 @@ void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, 
   for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
 }
 
+void transpose_k_plain(TensorType kt, const void* k, int jb, int hd, float* out, int ldk) {
+  std::vector<float> row((size_t)hd);
+  const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
+  for (int j = 0; j < ldk; j++) {
+    if (j < jb) dequantize_row(kt, static_cast<const uint8_t*>(k) + j * rb, row.data(), hd);
+    for (int d = 0; d < hd; d++) out[(size_t)d * ldk + j] = j < jb ? row[(size_t)d] : 0.0f;
+  }
+}
+
+void scores_t_plain(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s) {
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < jb; j++) {
+      float e = 0, o = 0;
+      int d = 0;
+      for (; d + 2 <= hd; d += 2) {
+        e += q[(size_t)r * hd + d] * kt[(size_t)d * ldk + j];
+        o += q[(size_t)r * hd + d + 1] * kt[(size_t)(d + 1) * ldk + j];
+      }
+      if (d < hd) e += q[(size_t)r * hd + d] * kt[(size_t)d * ldk + j];
+      s[(size_t)r * jb + j] = e + o;
+    }
+}
+
 void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
   std::vector<float> row((size_t)hd);
   const size_t rb = (size_t)hd * (vt == TensorType::F32 ? 4 : 2);
@@ -99,7 +122,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp_sum_plain, scores_generic<dot_plain, to_f32_plain>,
-    pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
+    transpose_k_plain, scores_t_plain, pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
 #if defined(__x86_64__)
@@ -489,7 +512,8 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx2, pv_avx2, gemm_avx2, row_dots_avx2,
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx2, transpose_k_plain,
+    scores_t_plain, pv_avx2, gemm_avx2, row_dots_avx2,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -501,6 +525,7 @@ const CpuKernels kAvx2 = {
 // own _mm512_undefined values.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 template <int T>
 AVX512 inline __m512 load16(const uint8_t* p, int64_t k) {
@@ -616,10 +641,142 @@ AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, 
   }
 }
 
+// ---- keys in lanes (many query rows) ----
+
+// In place: r[i] lane j <- r[j] lane i (a 16x16 f32 transpose; 64 shuffles).
+AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {  // lane L of r[4i+k]: rows 4i..4i+3, column 4L+k
+    __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; k++) {  // gather lane L of r[k], r[4+k], r[8+k], r[12+k] into column 4L+k
+    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
+    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
+    t[k] = _mm512_shuffle_f32x4(a, c, 0x88);
+    t[8 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);
+    t[4 + k] = _mm512_shuffle_f32x4(b, d, 0x88);
+    t[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+template <int T>
+AVX512 void transpose_k_typed512(const uint8_t* k, int jb, int hd, float* out, int ldk) {
+  const size_t kr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
+  for (int j0 = 0; j0 < ldk; j0 += 16)
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++) r[i] = j0 + i < jb ? load16<T>(k + (size_t)(j0 + i) * kr, d0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 16; i++) _mm512_storeu_ps(out + (size_t)(d0 + i) * ldk + j0, r[i]);
+    }
+}
+
+AVX512 void transpose_k_avx512(TensorType kt, const void* k, int jb, int hd, float* out, int ldk) {
+  if (hd % 16 != 0 || ldk % 16 != 0) return transpose_k_plain(kt, k, jb, hd, out, ldk);
+  const uint8_t* kb = static_cast<const uint8_t*>(k);
+  switch (kt) {
+    case TensorType::F16: return transpose_k_typed512<(int)TensorType::F16>(kb, jb, hd, out, ldk);
+    case TensorType::BF16: return transpose_k_typed512<(int)TensorType::BF16>(kb, jb, hd, out, ldk);
+    default: return transpose_k_typed512<(int)TensorType::F32>(kb, jb, hd, out, ldk);
+  }
+}
+
+// RR rows x 16*JV keys: RR*JV*2 accumulators (two chains per score: even
+// and odd d), query elements broadcast, keys loaded in lanes.
+template <int RR, int JV>
+AVX512 void scores_t_block(const float* q, int hd, const float* kt, int ldk, float* s, int lds, int nj) {
+  __m512 a[RR][JV][2];
+  for (int r = 0; r < RR; r++)
+    for (int v = 0; v < JV; v++) a[r][v][0] = a[r][v][1] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; d += 2) {
+    __m512 k0[JV], k1[JV];
+    for (int v = 0; v < JV; v++) {
+      k0[v] = _mm512_loadu_ps(kt + (size_t)d * ldk + 16 * v);
+      k1[v] = _mm512_loadu_ps(kt + (size_t)(d + 1) * ldk + 16 * v);
+    }
+    for (int r = 0; r < RR; r++) {
+      __m512 b0 = _mm512_set1_ps(q[(size_t)r * hd + d]), b1 = _mm512_set1_ps(q[(size_t)r * hd + d + 1]);
+      for (int v = 0; v < JV; v++) {
+        a[r][v][0] = _mm512_fmadd_ps(b0, k0[v], a[r][v][0]);
+        a[r][v][1] = _mm512_fmadd_ps(b1, k1[v], a[r][v][1]);
+      }
+    }
+  }
+  for (int r = 0; r < RR; r++)
+    for (int v = 0; v < JV; v++) {
+      int n = std::min(16, nj - 16 * v);
+      if (n <= 0) break;
+      __m512 x = _mm512_add_ps(a[r][v][0], a[r][v][1]);
+      if (n == 16) _mm512_storeu_ps(s + (size_t)r * lds + 16 * v, x);
+      else _mm512_mask_storeu_ps(s + (size_t)r * lds + 16 * v, (__mmask16)((1u << n) - 1), x);
+    }
+}
+
+template <int RR>
+AVX512 void scores_t_rows(const float* q, int hd, const float* kt, int ldk, int jb, float* s) {
+  int j = 0;
+  for (; j + 16 < jb; j += 32) scores_t_block<RR, 2>(q, hd, kt + j, ldk, s + j, jb, jb - j);
+  if (j < jb) scores_t_block<RR, 1>(q, hd, kt + j, ldk, s + j, jb, jb - j);
+}
+
+AVX512 void scores_t_avx512(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s) {
+  if (hd % 2 != 0) return scores_t_plain(q, R, kt, ldk, jb, hd, s);
+  int r = 0;
+  for (; r + 4 <= R; r += 4) scores_t_rows<4>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
+  for (; r < R; r++) scores_t_rows<1>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
+}
+
+// exp as exp_avx2, 16 lanes.
+AVX512 inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+AVX512 float exp_sum_avx512(float* x, float m, int64_t n) {
+  __m512 vm = _mm512_set1_ps(m), s = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    _mm512_storeu_ps(x + i, e);
+    s = _mm512_add_ps(s, e);
+  }
+  if (i < n) {
+    __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, x + i), vm));
+    _mm512_mask_storeu_ps(x + i, mk, e);
+    s = _mm512_add_ps(s, _mm512_maskz_mov_ps(mk, e));
+  }
+  return hsum(fold512(s));
+}
+
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
-    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx512, pv_avx512, gemm_avx2,
+    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx512, scores_avx512, transpose_k_avx512,
+    scores_t_avx512, pv_avx512, gemm_avx2,
     row_dots_avx2,
 };
 #endif

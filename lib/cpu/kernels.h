@@ -29,6 +29,14 @@ struct CpuKernels {
   // K rows of type kt (F32, F16, BF16; 16-bit rows are widened in
   // registers, so few rows need no conversion pass).
   void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s);
+  // Keys in lanes, for many query rows: KT[d][j] = K row j, element d,
+  // widened to f32, for j < jb, and 0 for jb <= j < ldk (ldk: a multiple of
+  // 16, >= jb); KT [hd][ldk]. K rows of type kt (F32, F16, BF16).
+  void (*transpose_k)(TensorType kt, const void* k, int jb, int hd, float* kt_out, int ldk);
+  // S[r][j] = dot(Q row r, K row j) from KT (above); S [R][jb]. Each score
+  // sums its products in two chains (even and odd d), added at the end: a
+  // GEMM-shaped product with no horizontal sums.
+  void (*scores_t)(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s);
   // acc[r][d] += sum_j p[r][j] * v[j][d]: acc [R][hd], p [R][jb], v [jb][hd]
   // of type vt (the attention value product for few rows; sgemm takes many).
   void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd);

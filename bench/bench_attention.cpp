@@ -1,0 +1,143 @@
+// Attention alone, against its roofline: the backend's attention op on the
+// problems one decode step of one layer gives, flat (every sequence reads
+// its own copy of the prefix) and shared (the prefix read once for all the
+// query rows of a KV head), KV in f16/bf16/f32.
+//
+// usage: bench_attention [--batch B] [--len L] [--kv-heads H] [--group G]
+//                        [--head-dim D] [--kv f16|bf16|f32] [--threads T]
+//                        [--reps N] [--bw GB/s] [--peak GFLOP/s] [--mode flat|shared]
+//
+// Prints, per mode, ms per call, GB/s of KV read, GFLOP/s, and the ratio to
+// the roofline max(bytes / bw, FLOPs / peak) (bw and peak: give the figures
+// of `clade bench machine`, or leave the defaults measured there).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "half.h"
+
+using namespace clade;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5;
+  double bw = 52.5, peak = 202.0;
+  std::string kv = "f16", only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    const char* v = argv[i + 1];
+    if (a == "--batch") batch = std::atoi(v);
+    else if (a == "--len") len = std::atoi(v);
+    else if (a == "--kv-heads") kvh = std::atoi(v);
+    else if (a == "--group") group = std::atoi(v);
+    else if (a == "--head-dim") hd = std::atoi(v);
+    else if (a == "--threads") threads = std::atoi(v);
+    else if (a == "--reps") reps = std::atoi(v);
+    else if (a == "--bw") bw = std::atof(v);
+    else if (a == "--peak") peak = std::atof(v);
+    else if (a == "--kv") kv = v;
+    else if (a == "--mode") only = v;
+    else {
+      std::fprintf(stderr, "bench_attention: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const clade_kv_type type = kv == "f32" ? CLADE_KV_F32 : kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
+  const size_t es = kv_type_size(type);
+  auto be = make_cpu_backend(threads);
+  const int nh = kvh * group;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+
+  // One token per sequence: q [batch][nh][hd].
+  std::vector<float> q((size_t)batch * nh * hd);
+  for (float& x : q) x = nd(rng);
+  // Flat: batch copies of the span; shared: one. Each [kvh][len][hd].
+  const size_t span = (size_t)kvh * len * hd;
+  auto fill = [&](size_t n) {
+    std::vector<uint8_t> buf(n * es);
+    for (size_t i = 0; i < n; i++) {
+      float x = nd(rng);
+      if (type == CLADE_KV_F32) std::memcpy(buf.data() + 4 * i, &x, 4);
+      else {
+        uint16_t h = type == CLADE_KV_F16 ? float_to_half(x) : float_to_bf16(x);
+        std::memcpy(buf.data() + 2 * i, &h, 2);
+      }
+    }
+    return buf;
+  };
+  std::vector<uint8_t> one_k = fill(span), one_v = fill(span);
+  std::vector<uint8_t> flat_k((size_t)batch * span * es), flat_v((size_t)batch * span * es);
+  for (int b = 0; b < batch; b++) {
+    std::memcpy(flat_k.data() + (size_t)b * span * es, one_k.data(), span * es);
+    std::memcpy(flat_v.data() + (size_t)b * span * es, one_v.data(), span * es);
+  }
+  std::vector<float> o((size_t)batch * nh * hd);
+  std::vector<double> lse((size_t)batch * nh);
+  const float scale = 1.0f / std::sqrt((float)hd);
+
+  // Rows: query row index = token * nh + head; KV head h serves heads
+  // h*group .. h*group+group-1.
+  std::vector<int32_t> flat_rows, shared_rows;
+  std::vector<AttnProblem> flat, shared;
+  flat_rows.reserve((size_t)batch * nh);
+  shared_rows.reserve((size_t)batch * nh);
+  for (int b = 0; b < batch; b++)
+    for (int h = 0; h < kvh; h++)
+      for (int j = 0; j < group; j++) flat_rows.push_back(b * nh + h * group + j);
+  for (int h = 0; h < kvh; h++)
+    for (int b = 0; b < batch; b++)
+      for (int j = 0; j < group; j++) shared_rows.push_back(b * nh + h * group + j);
+  for (int b = 0; b < batch; b++)
+    for (int h = 0; h < kvh; h++) {
+      AttnProblem p;
+      size_t at = (size_t)b * span + (size_t)h * len * hd;
+      p.rows = flat_rows.data() + ((size_t)b * kvh + h) * group;
+      p.n_rows = group;
+      p.k = flat_k.data() + at * es;
+      p.v = flat_v.data() + at * es;
+      p.len = len;
+      p.o = o.data() + ((size_t)b * kvh + h) * group * hd;
+      p.lse = lse.data() + ((size_t)b * kvh + h) * group;
+      flat.push_back(p);
+    }
+  for (int h = 0; h < kvh; h++) {
+    AttnProblem p;
+    p.rows = shared_rows.data() + (size_t)h * batch * group;
+    p.n_rows = batch * group;
+    p.k = one_k.data() + (size_t)h * len * hd * es;
+    p.v = one_v.data() + (size_t)h * len * hd * es;
+    p.len = len;
+    p.o = o.data() + (size_t)h * batch * group * hd;
+    p.lse = lse.data() + (size_t)h * batch * group;
+    shared.push_back(p);
+  }
+
+  const double flops = 4.0 * hd * (double)nh * batch * len;
+  std::printf("mode,batch,len,kv_heads,group,head_dim,kv,threads,ms,kv_gb_s,gflop_s,roofline_ms,x_roofline\n");
+  for (int m = 0; m < 2; m++) {
+    if (!only.empty() && only != (m == 0 ? "flat" : "shared")) continue;
+    const std::vector<AttnProblem>& probs = m == 0 ? flat : shared;
+    const double bytes = 2.0 * (double)span * es * (m == 0 ? batch : 1);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+      auto t0 = Clock::now();
+      be->attention(q.data(), hd, scale, type, probs.data(), probs.size());
+      double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (std::getenv("BENCH_VERBOSE")) std::fprintf(stderr, "rep %d: %.3f ms\n", r, t * 1e3);
+      best = std::min(best, t);
+    }
+    const double roof = std::max(bytes / (bw * 1e9), flops / (peak * 1e9));
+    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f\n", m == 0 ? "flat" : "shared", batch, len, kvh,
+                group, hd, kv.c_str(), threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9, roof * 1e3,
+                best / roof);
+  }
+  return 0;
+}
