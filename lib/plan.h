@@ -34,12 +34,15 @@ struct PassSeq {
 };
 
 // Machine constants of the cost model (seconds per byte, per FLOP). The
-// defaults were calibrated with `clade bench decode` on the development
-// machine (2 Zen 4 cores): see bench/README.md.
+// defaults were measured on the development machine (2 Zen 4 cores) with
+// build/bench/bench_attention (attention alone, f16 KV, head dim 64):
+// streaming KV reaches about 35 GB/s (one row per KV head, flat), the
+// keys-in-lanes path for many rows about 150 GFLOP/s, few rows (2 to 8)
+// about 120-145 GFLOP/s from cache; see bench/README.md.
 struct AttnCost {
-  double bandwidth = 40e9;        // bytes/s reading KV from memory
-  double gemm_flops = 120e9;      // FLOP/s of the batched (sgemm) path
-  double small_flops = 25e9;      // FLOP/s of the few-row (dot loop) path
+  double bandwidth = 35e9;        // bytes/s reading KV from memory
+  double gemm_flops = 150e9;      // FLOP/s of the many-row path
+  double small_flops = 120e9;     // FLOP/s of the few-row path
   double item_overhead = 2e-6;    // seconds per problem (gather, setup)
   double merge_per_row = 30e-9;   // seconds per extra partial per row
   // Estimated seconds for rows query rows against len keys of one KV head.

@@ -73,11 +73,11 @@ int main() {
     opt.from_f32(t, src.data(), h2.data(), n);
     CHECK_MSG(h1 == h2, "from_f32 %s", tensor_type_name(t));
   }
-  // gemm: every block shape (rows 1..13 x inputs 1..9), 16-bit and f32 rows
+  // gemm: every block shape (rows 1..13 x inputs 1..13), 16-bit and f32 rows
   for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
     for (int k : {96, 40})
-    for (int rows : {1, 2, 3, 4, 5, 7, 13})
-      for (int n : {1, 2, 3, 4, 5, 9}) {
+    for (int rows : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13})
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 9, 13}) {
         std::vector<float> wf((size_t)rows * k), x((size_t)n * k), y1((size_t)n * rows), y2((size_t)n * rows);
         for (auto& v : wf) v = nd(rng);
         for (auto& v : x) v = nd(rng);
