@@ -73,12 +73,21 @@ int main(int argc, char** argv) {
     }
     return buf;
   };
-  std::vector<uint8_t> one_k = fill(span), one_v = fill(span);
-  std::vector<uint8_t> flat_k((size_t)batch * span * es), flat_v((size_t)batch * span * es);
-  for (int b = 0; b < batch; b++) {
-    std::memcpy(flat_k.data() + (size_t)b * span * es, one_k.data(), span * es);
-    std::memcpy(flat_v.data() + (size_t)b * span * es, one_v.data(), span * es);
-  }
+  // KV in the backend's memory, as the library keeps it (one buffer per
+  // span: per sequence when flat).
+  std::vector<uint8_t> host_k = fill(span), host_v = fill(span);
+  struct Span {
+    uint8_t *k, *v;
+  };
+  auto make_span = [&]() {
+    Span sp{static_cast<uint8_t*>(be->alloc(span * es)), static_cast<uint8_t*>(be->alloc(span * es))};
+    be->copy_to(sp.k, host_k.data(), span * es);
+    be->copy_to(sp.v, host_v.data(), span * es);
+    return sp;
+  };
+  Span one = make_span();
+  std::vector<Span> flat_spans;
+  for (int b = 0; b < batch && only != "shared"; b++) flat_spans.push_back(make_span());
   std::vector<float> o((size_t)batch * nh * hd);
   std::vector<double> lse((size_t)batch * nh);
   const float scale = 1.0f / std::sqrt((float)hd);
@@ -95,14 +104,14 @@ int main(int argc, char** argv) {
   for (int h = 0; h < kvh; h++)
     for (int b = 0; b < batch; b++)
       for (int j = 0; j < group; j++) shared_rows.push_back(b * nh + h * group + j);
-  for (int b = 0; b < batch; b++)
+  for (int b = 0; b < (int)flat_spans.size(); b++)
     for (int h = 0; h < kvh; h++) {
       AttnProblem p;
-      size_t at = (size_t)b * span + (size_t)h * len * hd;
+      size_t at = (size_t)h * len * hd;
       p.rows = flat_rows.data() + ((size_t)b * kvh + h) * group;
       p.n_rows = group;
-      p.k = flat_k.data() + at * es;
-      p.v = flat_v.data() + at * es;
+      p.k = flat_spans[(size_t)b].k + at * es;
+      p.v = flat_spans[(size_t)b].v + at * es;
       p.len = len;
       p.o = o.data() + ((size_t)b * kvh + h) * group * hd;
       p.lse = lse.data() + ((size_t)b * kvh + h) * group;
@@ -112,8 +121,8 @@ int main(int argc, char** argv) {
     AttnProblem p;
     p.rows = shared_rows.data() + (size_t)h * batch * group;
     p.n_rows = batch * group;
-    p.k = one_k.data() + (size_t)h * len * hd * es;
-    p.v = one_v.data() + (size_t)h * len * hd * es;
+    p.k = one.k + (size_t)h * len * hd * es;
+    p.v = one.v + (size_t)h * len * hd * es;
     p.len = len;
     p.o = o.data() + (size_t)h * batch * group * hd;
     p.lse = lse.data() + (size_t)h * batch * group;
@@ -139,5 +148,11 @@ int main(int argc, char** argv) {
                 group, hd, kv.c_str(), threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9, roof * 1e3,
                 best / roof);
   }
+  for (Span& sp : flat_spans) {
+    be->release(sp.k);
+    be->release(sp.v);
+  }
+  be->release(one.k);
+  be->release(one.v);
   return 0;
 }

@@ -17,4 +17,12 @@ $clade bench decode -m "$m4" --batch 1,4,16,64,256 --prefix 512,2048,8192 --mode
   --gen 32 --suffix 0 --threads 2 --rounds 3 --csv > "$out/decode-kv4.csv" 2> "$out/decode-kv4.log"
 $clade bench decode -m "$m16" --batch 32 --prefix 8192 --mode shared,flat,noattn \
   --gen 32 --suffix 0 --threads 2 --rounds 3 --csv > "$out/decode-kv16.csv" 2> "$out/decode-kv16.log"
+# Attention alone (one layer of one decode step) against its roofline, with
+# this run's bandwidth and GEMM peak.
+bw=$(tail -1 "$out/machine.csv" | cut -d, -f3)
+peak=$(tail -1 "$out/machine.csv" | cut -d, -f4)
+{
+  $build/bench/bench_attention --batch 64 --len 8192 --kv-heads 4 --group 4 --bw "$bw" --peak "$peak" --reps 10
+  $build/bench/bench_attention --batch 32 --len 8192 --kv-heads 16 --group 1 --bw "$bw" --peak "$peak" --reps 10 | tail -n +2
+} > "$out/attention.csv"
 echo done
