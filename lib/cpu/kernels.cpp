@@ -549,33 +549,36 @@ AVX512 inline __m128 hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
   return hsum4(fold512(a), fold512(b), fold512(c), fold512(d));
 }
 
-// 4 query rows x 4 keys: 16 accumulators.
+// 4 query rows x 4 keys: 16 accumulators of 8 lanes (the AVX-512 register
+// file holds them plus the widened keys, so 4 rows share each conversion).
+// 8 lanes rather than 16: a score's horizontal sum is then 8 -> 1, a third
+// of the shuffles of 16 -> 1, for the same FMA throughput on this CPU (two
+// 256-bit FMA pipes); measured about 5% faster with bench_attention.
 template <int T, int RR>
-AVX512 void scores_rows512(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s) {
+AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s) {
   int j = 0;
   for (; j + 4 <= jb; j += 4) {
-    __m512 a[RR][4];
+    __m256 a[RR][4];
     for (int r = 0; r < RR; r++)
-      for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+      for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
     const uint8_t* k0 = k + (size_t)j * kr;
-    // The keys stream from memory: ask for those PF rows ahead now.
     for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(k0 + PF * kr + b), _MM_HINT_T0);
-    for (int d = 0; d < hd; d += 16) {
-      __m512 y[4];
-      for (int c = 0; c < 4; c++) y[c] = load16<T>(k0 + c * kr, d);
+    for (int d = 0; d < hd; d += 8) {
+      __m256 y[4];
+      for (int c = 0; c < 4; c++) y[c] = load_w<T>(k0 + c * kr, d);
       for (int r = 0; r < RR; r++) {
-        __m512 x = _mm512_loadu_ps(q + (size_t)r * hd + d);
-        for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(x, y[c], a[r][c]);
+        __m256 x = _mm256_loadu_ps(q + (size_t)r * hd + d);
+        for (int c = 0; c < 4; c++) a[r][c] = _mm256_fmadd_ps(x, y[c], a[r][c]);
       }
     }
-    for (int r = 0; r < RR; r++) _mm_storeu_ps(s + (size_t)r * jb + j, hsum4_512(a[r][0], a[r][1], a[r][2], a[r][3]));
+    for (int r = 0; r < RR; r++) _mm_storeu_ps(s + (size_t)r * jb + j, hsum4(a[r][0], a[r][1], a[r][2], a[r][3]));
   }
   for (; j < jb; j++)
     for (int r = 0; r < RR; r++) {
-      __m512 a = _mm512_setzero_ps();
-      for (int d = 0; d < hd; d += 16)
-        a = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)r * hd + d), load16<T>(k + (size_t)j * kr, d), a);
-      s[(size_t)r * jb + j] = hsum(fold512(a));
+      __m256 a = _mm256_setzero_ps();
+      for (int d = 0; d < hd; d += 8)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)r * hd + d), load_w<T>(k + (size_t)j * kr, d), a);
+      s[(size_t)r * jb + j] = hsum(a);
     }
 }
 
@@ -586,16 +589,16 @@ AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int
     const float* qr = q + (size_t)r0 * hd;
     float* sr = s + (size_t)r0 * jb;
     switch (std::min(4, R - r0)) {
-      case 1: scores_rows512<T, 1>(qr, k, kr, jb, hd, sr); break;
-      case 2: scores_rows512<T, 2>(qr, k, kr, jb, hd, sr); break;
-      case 3: scores_rows512<T, 3>(qr, k, kr, jb, hd, sr); break;
-      default: scores_rows512<T, 4>(qr, k, kr, jb, hd, sr); break;
+      case 1: scores_rows256<T, 1>(qr, k, kr, jb, hd, sr); break;
+      case 2: scores_rows256<T, 2>(qr, k, kr, jb, hd, sr); break;
+      case 3: scores_rows256<T, 3>(qr, k, kr, jb, hd, sr); break;
+      default: scores_rows256<T, 4>(qr, k, kr, jb, hd, sr); break;
     }
   }
 }
 
 AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
-  if (hd % 16 != 0) return scores_avx2(q, R, kt, k, jb, hd, s);
+  if (hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s);
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   switch (kt) {
     case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, hd, s);
