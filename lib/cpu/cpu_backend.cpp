@@ -73,7 +73,8 @@ class CpuBackend final : public Backend {
     // prefetchers stop there). Only whole 2 MiB pieces inside the buffer
     // are advised, so nothing beyond what is touched becomes resident.
     const bool big = n >= kHugeFrom;
-    void* p = std::aligned_alloc(big ? kHugePage : 64, n ? n : 64);
+    void* p = nullptr;  // posix_memalign: no rule tying the size to the alignment
+    if (posix_memalign(&p, big ? kHugePage : 64, n ? n : 64) != 0) p = nullptr;
     if (!p) fail(CLADE_E_NOMEM, "cpu: cannot allocate " + std::to_string(bytes) + " bytes");
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (big) madvise(p, n / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only: failure is harmless
@@ -409,14 +410,15 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.o, w.lse);
   });
   // Merge the key splits.
+  std::vector<int32_t> idx;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     int split = splits[i];
     if (split <= 1 || p.len <= 0 || p.n_rows <= 0) continue;
     const float* po = part_.data() + part_at[i];
     const double* pl = part_lse_.data() + lse_at[i];
+    idx.resize((size_t)split);
     for (int r = 0; r < p.n_rows; r++) {
-      std::vector<int32_t> idx((size_t)split);
       for (int c = 0; c < split; c++) idx[(size_t)c] = c * p.n_rows + r;
       p.lse[r] = merge_row(idx.data(), split, po, pl, head_dim, p.o + (size_t)r * head_dim);
     }
