@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "backend.h"
-#include "half.h"
+#include "quant.h"
 
 using namespace clade;
 using Clock = std::chrono::steady_clock;
@@ -61,16 +61,12 @@ int main(int argc, char** argv) {
   for (float& x : q) x = nd(rng);
   // Flat: batch copies of the span; shared: one. Each [kvh][len][hd].
   const size_t span = (size_t)kvh * len * hd;
+  const TensorType tt = type == CLADE_KV_F32 ? TensorType::F32 : type == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F16;
   auto fill = [&](size_t n) {
+    std::vector<float> f(n);
+    for (float& x : f) x = nd(rng);
     std::vector<uint8_t> buf(n * es);
-    for (size_t i = 0; i < n; i++) {
-      float x = nd(rng);
-      if (type == CLADE_KV_F32) std::memcpy(buf.data() + 4 * i, &x, 4);
-      else {
-        uint16_t h = type == CLADE_KV_F16 ? float_to_half(x) : float_to_bf16(x);
-        std::memcpy(buf.data() + 2 * i, &h, 2);
-      }
-    }
+    quantize_row(tt, f.data(), buf.data(), (int64_t)n);
     return buf;
   };
   // KV in the backend's memory, as the library keeps it (one buffer per

@@ -17,7 +17,7 @@
 
 #include "backend.h"
 #include "cpu/kernels.h"
-#include "half.h"
+#include "quant.h"
 
 using namespace clade;
 
@@ -43,15 +43,10 @@ int main(int argc, char** argv) {
   const size_t es = t == TensorType::F32 ? 4 : 2;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<uint8_t> w((size_t)(rows * cols) * es);
-  for (size_t i = 0; i < (size_t)(rows * cols); i++) {
-    float x = nd(rng) * 0.05f;
-    if (t == TensorType::F32) std::memcpy(w.data() + 4 * i, &x, 4);
-    else {
-      uint16_t h = t == TensorType::F16 ? float_to_half(x) : float_to_bf16(x);
-      std::memcpy(w.data() + 2 * i, &h, 2);
-    }
-  }
+  std::vector<float> wf((size_t)(rows * cols));
+  for (float& x : wf) x = nd(rng) * 0.05f;
+  std::vector<uint8_t> w(wf.size() * es);
+  quantize_row(t, wf.data(), w.data(), (int64_t)wf.size());
   auto be = make_cpu_backend(threads);
   Weight W;
   W.type = t;

@@ -12,6 +12,22 @@
 
 using namespace clade;
 
+namespace {
+
+// The fp64 dot product of a and b[0..n), and the sum of |a_i b_i| (the
+// scale its rounding error is judged against).
+double exact_dot(const float* a, const float* b, int n, double* mag) {
+  double e = 0, m = 0;
+  for (int i = 0; i < n; i++) {
+    e += (double)a[i] * b[i];
+    m += std::fabs((double)a[i] * b[i]);
+  }
+  *mag = m;
+  return e;
+}
+
+}  // namespace
+
 int main() {
   const CpuKernels& ref = cpu_kernels_portable();
   const CpuKernels& opt = cpu_kernels();
@@ -137,11 +153,8 @@ int main() {
       opt.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s2.data());
       for (int r = 0; r < R; r++)
         for (int j = 0; j < jb; j++) {
-          double e = 0, mag = 0;
-          for (int d = 0; d < hd; d++) {
-            e += (double)q[(size_t)r * hd + d] * k[(size_t)j * hd + d];
-            mag += std::fabs((double)q[(size_t)r * hd + d] * k[(size_t)j * hd + d]);
-          }
+          double mag;
+          const double e = exact_dot(q.data() + (size_t)r * hd, k.data() + (size_t)j * hd, hd, &mag);
           CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
           CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
         }
@@ -177,11 +190,8 @@ int main() {
           for (size_t i = (size_t)R * jb; i < s2.size(); i++) CHECK_MSG(s2[i] == 7.0f, "scores_t wrote past the end");
           for (int r = 0; r < R; r++)
             for (int j = 0; j < jb; j++) {
-              double e = 0, mag = 0;
-              for (int d = 0; d < hd; d++) {
-                e += (double)q[(size_t)r * hd + d] * kw[(size_t)j * hd + d];
-                mag += std::fabs((double)q[(size_t)r * hd + d] * kw[(size_t)j * hd + d]);
-              }
+              double mag;
+              const double e = exact_dot(q.data() + (size_t)r * hd, kw.data() + (size_t)j * hd, hd, &mag);
               CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t ref hd=%d R=%d jb=%d", hd, R, jb);
               CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t hd=%d R=%d jb=%d", hd, R, jb);
             }

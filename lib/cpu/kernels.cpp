@@ -214,20 +214,23 @@ AVX2 void from_f32_avx2(TensorType t, const float* src, void* dst, int64_t n) {
 
 // exp(x) for x <= 0 (softmax after subtracting the max): range reduction
 // x = k ln2 + r, |r| <= ln2/2, a degree-6 polynomial for e^r (relative error
-// about 2e-7), then scaling by 2^k through the exponent bits.
+// about 2e-7), then scaling by 2^k through the exponent bits. The constants
+// serve the 8-lane (exp_avx2) and the 16-lane (exp512) versions.
+namespace expc {
+constexpr float lo = -87.3f, log2e = 1.44269504088896341f;
+constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;  // ln 2 = hi + lo
+// e^r = 1 + r + r^2 (p5 + r (p4 + r (p3 + r (p2 + r (p1 + r p0)))))
+constexpr float p[6] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                        4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+}  // namespace expc
+
 AVX2 inline __m256 exp_avx2(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3f);
-  x = _mm256_max_ps(x, lo);
-  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(expc::lo));
+  __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(expc::log2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(expc::ln2_hi), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(expc::ln2_lo), r);
+  __m256 p = _mm256_set1_ps(expc::p[0]);
+  for (int i = 1; i < 6; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(expc::p[i]));
   __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
@@ -544,11 +547,6 @@ AVX512 inline __m256 fold512(__m512 x) {
   return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
-// [sum(a), sum(b), sum(c), sum(d)] of four 16-lane vectors
-AVX512 inline __m128 hsum4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
-  return hsum4(fold512(a), fold512(b), fold512(c), fold512(d));
-}
-
 // 4 query rows x 4 keys: 16 accumulators of 8 lanes (the AVX-512 register
 // file holds them plus the widened keys, so 4 rows share each conversion).
 // 8 lanes rather than 16: a score's horizontal sum is then 8 -> 1, a third
@@ -747,19 +745,15 @@ AVX512 void scores_t_avx512(const float* q, int R, const float* kt, int ldk, int
   for (; r < R; r++) scores_t_rows<1>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
 }
 
-// exp as exp_avx2, 16 lanes.
+// exp_avx2 (same constants), 16 lanes.
 AVX512 inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  x = _mm512_max_ps(x, _mm512_set1_ps(expc::lo));
+  __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(expc::log2e)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(expc::ln2_hi), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(expc::ln2_lo), r);
+  __m512 p = _mm512_set1_ps(expc::p[0]);
+  for (int i = 1; i < 6; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expc::p[i]));
   __m512 r2 = _mm512_mul_ps(r, r);
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
