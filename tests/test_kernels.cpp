@@ -119,12 +119,12 @@ int main() {
         for (auto& x : p) x = std::fabs(nd(rng));
         std::vector<uint16_t> kh(kf.size());
         quantize_row(t, kf.data(), kh.data(), (int64_t)kf.size());
-        ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data());
-        opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data());
+        ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data(), nullptr);
+        opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data(), kh.data());  // prefetch: any rows
         for (size_t i = 0; i < s1.size(); i++)
           CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d", hd, R);
-        ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd);
-        opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd);
+        ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd, nullptr);
+        opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd, kh.data());
         for (size_t i = 0; i < a1.size(); i++)
           CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d", hd, R);
       }
@@ -137,8 +137,8 @@ int main() {
       for (auto& x : v) x = nd(rng);
       for (auto& x : a1) x = nd(rng);
       a2 = a1;
-      ref.pv(a1.data(), R, p.data(), jb, TensorType::F32, v.data(), hd);
-      opt.pv(a2.data(), R, p.data(), jb, TensorType::F32, v.data(), hd);
+      ref.pv(a1.data(), R, p.data(), jb, TensorType::F32, v.data(), hd, nullptr);
+      opt.pv(a2.data(), R, p.data(), jb, TensorType::F32, v.data(), hd, nullptr);
       for (size_t i = 0; i < a1.size(); i++)
         CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (1 + std::fabs(a1[i])), "pv hd=%d R=%d", hd, R);
     }
@@ -149,8 +149,8 @@ int main() {
       std::vector<float> q((size_t)R * hd), k((size_t)jb * hd), s1((size_t)R * jb), s2((size_t)R * jb);
       for (auto& v : q) v = nd(rng);
       for (auto& v : k) v = nd(rng);
-      ref.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s1.data());
-      opt.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s2.data());
+      ref.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s1.data(), nullptr);
+      opt.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s2.data(), nullptr);
       for (int r = 0; r < R; r++)
         for (int j = 0; j < jb; j++) {
           double mag;
@@ -173,8 +173,8 @@ int main() {
         if (t == TensorType::F32) std::memcpy(kb.data(), kf.data(), kb.size());
         else quantize_row(t, kf.data(), kb.data(), (int64_t)kf.size());
         std::vector<float> kt1((size_t)hd * ldk, -1.0f), kt2((size_t)hd * ldk, -2.0f);
-        ref.transpose_k(t, kb.data(), jb, hd, kt1.data(), ldk);
-        opt.transpose_k(t, kb.data(), jb, hd, kt2.data(), ldk);
+        ref.transpose_k(t, kb.data(), jb, hd, kt1.data(), ldk, nullptr);
+        opt.transpose_k(t, kb.data(), jb, hd, kt2.data(), ldk, kb.data());
         CHECK_MSG(std::memcmp(kt1.data(), kt2.data(), kt1.size() * 4) == 0, "transpose_k %s hd=%d jb=%d",
                   tensor_type_name(t), hd, jb);
         std::vector<float> kw((size_t)jb * hd);  // the stored keys, widened

@@ -54,7 +54,7 @@ float exp_sum_plain(float* x, float m, int64_t n) {
 }
 
 template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
-void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
+void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void*) {
   std::vector<float> row((size_t)hd);
   const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
   for (int j = 0; j < jb; j++) {
@@ -76,7 +76,7 @@ void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, 
   for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
 }
 
-void transpose_k_plain(TensorType kt, const void* k, int jb, int hd, float* out, int ldk) {
+void transpose_k_plain(TensorType kt, const void* k, int jb, int hd, float* out, int ldk, const void*) {
   std::vector<float> row((size_t)hd);
   const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
   for (int j = 0; j < ldk; j++) {
@@ -99,7 +99,7 @@ void scores_t_plain(const float* q, int R, const float* kt, int ldk, int jb, int
     }
 }
 
-void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
+void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void*) {
   std::vector<float> row((size_t)hd);
   const size_t rb = (size_t)hd * (vt == TensorType::F32 ? 4 : 2);
   for (int j = 0; j < jb; j++) {
@@ -306,7 +306,7 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
 // 2 query rows x 4 keys per step: 8 accumulators, 6 loads per 8 FMAs; 16-bit
 // keys widened in registers.
 template <int T>
-AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, float* s) {
+AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, float* s, const uint8_t* pf) {
   constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
   const size_t kr = (size_t)hd * es;
   int r = 0;
@@ -318,6 +318,8 @@ AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, 
     int j = 0;
     for (; j + 4 <= jb; j += 4) {
       const uint8_t* k0 = k + (size_t)j * kr;
+      if (pf && r == 0)
+        for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * kr + b), _MM_HINT_T1);
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
       for (int d = 0; d < hd; d += 8) {
         __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
@@ -356,13 +358,14 @@ AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, 
   }
 }
 
-AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
+AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void* pf) {
   const uint8_t* kb = static_cast<const uint8_t*>(k);
-  if (hd % 8 != 0) return scores_generic<dot_avx2, to_f32_avx2>(q, R, kt, k, jb, hd, s);
+  const uint8_t* pb = static_cast<const uint8_t*>(pf);
+  if (hd % 8 != 0) return scores_generic<dot_avx2, to_f32_avx2>(q, R, kt, k, jb, hd, s, pf);
   switch (kt) {
-    case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, hd, s);
-    case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, hd, s);
-    default: return scores_typed<(int)TensorType::F32>(q, R, kb, jb, hd, s);
+    case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, hd, s, pb);
+    case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, hd, s, pb);
+    default: return scores_typed<(int)TensorType::F32>(q, R, kb, jb, hd, s, pb);
   }
 }
 
@@ -435,7 +438,7 @@ AVX2 void gemm_typed(const uint8_t* w, uint64_t wstride, int rows, const float* 
 // Groups of up to 4 rows x 16 columns: 8 accumulators stay in registers
 // while the values stream by (16-bit values widened in registers).
 template <int T, int RR>
-AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd, int d0) {
+AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd, int d0, const uint8_t* pf) {
   constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
   const size_t vr = (size_t)hd * es;
   __m256 a[RR][2];
@@ -444,6 +447,8 @@ AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd,
     a[r][1] = _mm256_loadu_ps(acc + (size_t)r * hd + d0 + 8);
   }
   for (int j = 0; j < jb; j++) {
+    if (pf)
+      for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * vr + b), _MM_HINT_T1);
     __m256 v0 = load_w<T>(v + (size_t)j * vr, d0), v1 = load_w<T>(v + (size_t)j * vr, d0 + 8);
     for (int r = 0; r < RR; r++) {
       __m256 w = _mm256_broadcast_ss(p + (size_t)r * jb + j);
@@ -458,29 +463,30 @@ AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd,
 }
 
 template <int T>
-AVX2 void pv_typed(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd) {
+AVX2 void pv_typed(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd, const uint8_t* pf) {
   for (int r0 = 0; r0 < R; r0 += 4) {
     int rr = std::min(4, R - r0);
     float* a = acc + (size_t)r0 * hd;
     const float* pr = p + (size_t)r0 * jb;
     for (int d0 = 0; d0 < hd; d0 += 16) {
       switch (rr) {
-        case 1: pv_block<T, 1>(a, pr, jb, v, hd, d0); break;
-        case 2: pv_block<T, 2>(a, pr, jb, v, hd, d0); break;
-        case 3: pv_block<T, 3>(a, pr, jb, v, hd, d0); break;
-        default: pv_block<T, 4>(a, pr, jb, v, hd, d0); break;
+        case 1: pv_block<T, 1>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
+        case 2: pv_block<T, 2>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
+        case 3: pv_block<T, 3>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
+        default: pv_block<T, 4>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
       }
     }
   }
 }
 
-AVX2 void pv_avx2(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
-  if (hd % 16 != 0) return pv_plain(acc, R, p, jb, vt, v, hd);
+AVX2 void pv_avx2(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf) {
+  if (hd % 16 != 0) return pv_plain(acc, R, p, jb, vt, v, hd, pf);
   const uint8_t* vb = static_cast<const uint8_t*>(v);
+  const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (vt) {
-    case TensorType::F16: return pv_typed<(int)TensorType::F16>(acc, R, p, jb, vb, hd);
-    case TensorType::BF16: return pv_typed<(int)TensorType::BF16>(acc, R, p, jb, vb, hd);
-    default: return pv_typed<(int)TensorType::F32>(acc, R, p, jb, vb, hd);
+    case TensorType::F16: return pv_typed<(int)TensorType::F16>(acc, R, p, jb, vb, hd, pb);
+    case TensorType::BF16: return pv_typed<(int)TensorType::BF16>(acc, R, p, jb, vb, hd, pb);
+    default: return pv_typed<(int)TensorType::F32>(acc, R, p, jb, vb, hd, pb);
   }
 }
 
@@ -553,7 +559,7 @@ AVX512 inline __m256 fold512(__m512 x) {
 // of the shuffles of 16 -> 1, for the same FMA throughput on this CPU (two
 // 256-bit FMA pipes); measured about 5% faster with bench_attention.
 template <int T, int RR>
-AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s) {
+AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s, const uint8_t* pf) {
   int j = 0;
   for (; j + 4 <= jb; j += 4) {
     __m256 a[RR][4];
@@ -561,6 +567,8 @@ AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, 
       for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
     const uint8_t* k0 = k + (size_t)j * kr;
     for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(k0 + PF * kr + b), _MM_HINT_T0);
+    if (pf)
+      for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * kr + b), _MM_HINT_T1);
     for (int d = 0; d < hd; d += 8) {
       __m256 y[4];
       for (int c = 0; c < 4; c++) y[c] = load_w<T>(k0 + c * kr, d);
@@ -581,33 +589,37 @@ AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, 
 }
 
 template <int T>
-AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int hd, float* s) {
+AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int hd, float* s, const uint8_t* pf) {
   const size_t kr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
   for (int r0 = 0; r0 < R; r0 += 4) {
     const float* qr = q + (size_t)r0 * hd;
     float* sr = s + (size_t)r0 * jb;
+    const uint8_t* p = r0 == 0 ? pf : nullptr;  // once
     switch (std::min(4, R - r0)) {
-      case 1: scores_rows256<T, 1>(qr, k, kr, jb, hd, sr); break;
-      case 2: scores_rows256<T, 2>(qr, k, kr, jb, hd, sr); break;
-      case 3: scores_rows256<T, 3>(qr, k, kr, jb, hd, sr); break;
-      default: scores_rows256<T, 4>(qr, k, kr, jb, hd, sr); break;
+      case 1: scores_rows256<T, 1>(qr, k, kr, jb, hd, sr, p); break;
+      case 2: scores_rows256<T, 2>(qr, k, kr, jb, hd, sr, p); break;
+      case 3: scores_rows256<T, 3>(qr, k, kr, jb, hd, sr, p); break;
+      default: scores_rows256<T, 4>(qr, k, kr, jb, hd, sr, p); break;
     }
   }
 }
 
-AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s) {
-  if (hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s);
+AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s,
+                          const void* pf) {
+  if (hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s, pf);
   const uint8_t* kb = static_cast<const uint8_t*>(k);
+  const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (kt) {
-    case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, hd, s);
-    case TensorType::BF16: return scores_typed512<(int)TensorType::BF16>(q, R, kb, jb, hd, s);
-    default: return scores_typed512<(int)TensorType::F32>(q, R, kb, jb, hd, s);
+    case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, hd, s, pb);
+    case TensorType::BF16: return scores_typed512<(int)TensorType::BF16>(q, R, kb, jb, hd, s, pb);
+    default: return scores_typed512<(int)TensorType::F32>(q, R, kb, jb, hd, s, pb);
   }
 }
 
 // 4 rows x 64 columns: 16 accumulators; each value row widened once.
 template <int T, int RR>
-AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, size_t vr, int hd, int d0) {
+AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, size_t vr, int hd, int d0,
+                        const uint8_t* pf) {
   __m512 a[RR][4];
   for (int r = 0; r < RR; r++)
     for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
@@ -615,6 +627,8 @@ AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, si
     __m512 vv[4];
     if (d0 == 0)
       for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(v + (size_t)(j + PF) * vr + b), _MM_HINT_T0);
+    if (pf)
+      for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * vr + b), _MM_HINT_T1);
     for (int c = 0; c < 4; c++) vv[c] = load16<T>(v + (size_t)j * vr, d0 + 16 * c);
     for (int r = 0; r < RR; r++) {
       __m512 w = _mm512_set1_ps(p[(size_t)r * jb + j]);
@@ -626,27 +640,31 @@ AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, si
 }
 
 template <int T>
-AVX512 void pv_typed512(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd) {
+AVX512 void pv_typed512(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd, const uint8_t* pf) {
   const size_t vr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
   for (int r0 = 0; r0 < R; r0 += 4) {
     float* a = acc + (size_t)r0 * hd;
     const float* pr = p + (size_t)r0 * jb;
-    for (int d0 = 0; d0 < hd; d0 += 64) switch (std::min(4, R - r0)) {
-        case 1: pv_block512<T, 1>(a, pr, jb, v, vr, hd, d0); break;
-        case 2: pv_block512<T, 2>(a, pr, jb, v, vr, hd, d0); break;
-        case 3: pv_block512<T, 3>(a, pr, jb, v, vr, hd, d0); break;
-        default: pv_block512<T, 4>(a, pr, jb, v, vr, hd, d0); break;
+    for (int d0 = 0; d0 < hd; d0 += 64) {
+      const uint8_t* f = r0 == 0 && d0 == 0 ? pf : nullptr;  // once
+      switch (std::min(4, R - r0)) {
+        case 1: pv_block512<T, 1>(a, pr, jb, v, vr, hd, d0, f); break;
+        case 2: pv_block512<T, 2>(a, pr, jb, v, vr, hd, d0, f); break;
+        case 3: pv_block512<T, 3>(a, pr, jb, v, vr, hd, d0, f); break;
+        default: pv_block512<T, 4>(a, pr, jb, v, vr, hd, d0, f); break;
       }
+    }
   }
 }
 
-AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd) {
-  if (hd % 64 != 0) return pv_avx2(acc, R, p, jb, vt, v, hd);
+AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf) {
+  if (hd % 64 != 0) return pv_avx2(acc, R, p, jb, vt, v, hd, pf);
   const uint8_t* vb = static_cast<const uint8_t*>(v);
+  const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (vt) {
-    case TensorType::F16: return pv_typed512<(int)TensorType::F16>(acc, R, p, jb, vb, hd);
-    case TensorType::BF16: return pv_typed512<(int)TensorType::BF16>(acc, R, p, jb, vb, hd);
-    default: return pv_typed512<(int)TensorType::F32>(acc, R, p, jb, vb, hd);
+    case TensorType::F16: return pv_typed512<(int)TensorType::F16>(acc, R, p, jb, vb, hd, pb);
+    case TensorType::BF16: return pv_typed512<(int)TensorType::BF16>(acc, R, p, jb, vb, hd, pb);
+    default: return pv_typed512<(int)TensorType::F32>(acc, R, p, jb, vb, hd, pb);
   }
 }
 
@@ -679,10 +697,14 @@ AVX512 inline void transpose16(__m512 r[16]) {
 }
 
 template <int T>
-AVX512 void transpose_k_typed512(const uint8_t* k, int jb, int hd, float* out, int ldk) {
-  const size_t kr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
+AVX512 void transpose_k_typed512(const uint8_t* k, int jb, int hd, float* out, int ldk, const uint8_t* pf) {
+  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
+  const size_t kr = (size_t)hd * es;
   for (int j0 = 0; j0 < ldk; j0 += 16)
     for (int d0 = 0; d0 < hd; d0 += 16) {
+      if (pf && (d0 * es) % 64 == 0)
+        for (int i = 0; i < 16 && j0 + i < jb; i++)
+          _mm_prefetch((const char*)(pf + (size_t)(j0 + i) * kr + d0 * es), _MM_HINT_T1);
       __m512 r[16];
       for (int i = 0; i < 16; i++) r[i] = j0 + i < jb ? load16<T>(k + (size_t)(j0 + i) * kr, d0) : _mm512_setzero_ps();
       transpose16(r);
@@ -690,13 +712,14 @@ AVX512 void transpose_k_typed512(const uint8_t* k, int jb, int hd, float* out, i
     }
 }
 
-AVX512 void transpose_k_avx512(TensorType kt, const void* k, int jb, int hd, float* out, int ldk) {
-  if (hd % 16 != 0 || ldk % 16 != 0) return transpose_k_plain(kt, k, jb, hd, out, ldk);
+AVX512 void transpose_k_avx512(TensorType kt, const void* k, int jb, int hd, float* out, int ldk, const void* pf) {
+  if (hd % 16 != 0 || ldk % 16 != 0) return transpose_k_plain(kt, k, jb, hd, out, ldk, pf);
   const uint8_t* kb = static_cast<const uint8_t*>(k);
+  const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (kt) {
-    case TensorType::F16: return transpose_k_typed512<(int)TensorType::F16>(kb, jb, hd, out, ldk);
-    case TensorType::BF16: return transpose_k_typed512<(int)TensorType::BF16>(kb, jb, hd, out, ldk);
-    default: return transpose_k_typed512<(int)TensorType::F32>(kb, jb, hd, out, ldk);
+    case TensorType::F16: return transpose_k_typed512<(int)TensorType::F16>(kb, jb, hd, out, ldk, pb);
+    case TensorType::BF16: return transpose_k_typed512<(int)TensorType::BF16>(kb, jb, hd, out, ldk, pb);
+    default: return transpose_k_typed512<(int)TensorType::F32>(kb, jb, hd, out, ldk, pb);
   }
 }
 

@@ -28,18 +28,24 @@ struct CpuKernels {
   // doubled the attention error against fp64 (tests/test_attention.cpp).
   // K rows of type kt (F32, F16, BF16; 16-bit rows are widened in
   // registers, so few rows need no conversion pass).
-  void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s);
+  //
+  // pf (scores, transpose_k, pv): nullptr, or jb rows laid out like k (or
+  // v), fetched toward L2 while the kernel works through its own rows: the
+  // next phase's data (V of the same keys while scoring; K of the next
+  // block while summing values), so that attention streaming from memory
+  // keeps both of its streams in flight instead of one at a time.
+  void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void* pf);
   // Keys in lanes, for many query rows: KT[d][j] = K row j, element d,
   // widened to f32, for j < jb, and 0 for jb <= j < ldk (ldk: a multiple of
   // 16, >= jb); KT [hd][ldk]. K rows of type kt (F32, F16, BF16).
-  void (*transpose_k)(TensorType kt, const void* k, int jb, int hd, float* kt_out, int ldk);
+  void (*transpose_k)(TensorType kt, const void* k, int jb, int hd, float* kt_out, int ldk, const void* pf);
   // S[r][j] = dot(Q row r, K row j) from KT (above); S [R][jb]. Each score
   // sums its products in two chains (even and odd d), added at the end: a
   // GEMM-shaped product with no horizontal sums.
   void (*scores_t)(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s);
   // acc[r][d] += sum_j p[r][j] * v[j][d]: acc [R][hd], p [R][jb], v [jb][hd]
   // of type vt (the attention value product for few rows; sgemm takes many).
-  void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd);
+  void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf);
   // y[j][o] = dot(W row o, x row j) for o < rows, j < n. W rows are of type
   // t (F32, F16 or BF16; quantized rows are widened to F32 by the caller),
   // wstride bytes apart; x [n][ldx], y [n][ldy]. Register-blocked: 16-bit
