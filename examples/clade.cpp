@@ -65,7 +65,8 @@ const char* kUsage =
     "      each -p / --tokens is one level of the prompt tree; siblings are separated by '|'\n"
     "  tokenize -m FILE [--no-bos] [--special] [--pieces] [--file PATH | TEXT]\n"
     "  bench decode -m FILE --batch B[,B..] --prefix P[,P..] [--suffix S] [--gen G]\n"
-    "           [--mode shared,flat,noattn] [--threads T] [--rounds R] [--kv f16|bf16|f32] [--csv]\n"
+    "           [--mode shared,flat,noattn] [--threads T] [--rounds R] [--min-seconds S] [--machine]\n"
+    "           [--kv f16|bf16|f32] [--csv]\n"
     "  bench machine [--threads T] [--csv]\n";
 
 clade_model* load_model(const std::string& path, int threads, bool vocab_only) {

@@ -155,8 +155,9 @@ int bench_decode(Args& a) {
   std::vector<long> batches{1}, prefixes{512};
   std::vector<std::string> modes{"flat"};
   long suffix = 0, gen = 32;
-  int threads = 0, rounds = 3;
-  bool csv = false;
+  int threads = 0, rounds = 3, max_rounds = 50;
+  double min_seconds = 0;
+  bool csv = false, machine = false;
   std::string kv = "f16";
   while (!a.done()) {
     std::string f = a.next("");
@@ -169,13 +170,17 @@ int bench_decode(Args& a) {
     else if (f == "--threads") threads = (int)to_long(a.next(f), f);
     else if (f == "--kv") kv = a.next(f);
     else if (f == "--rounds") rounds = (int)to_long(a.next(f), f);
+    else if (f == "--min-seconds") min_seconds = (double)to_long(a.next(f), f);
+    else if (f == "--machine") machine = true;
     else if (f == "--csv") csv = true;
     else Args::die("bench decode: unknown option " + f);
   }
   if (model.empty()) Args::die("bench decode: -m FILE is required");
   for (const std::string& m : modes)
     if (m != "shared" && m != "flat" && m != "noattn") Args::die("bench decode: --mode takes shared, flat, noattn");
-  if (gen < 2 || suffix < 0 || rounds < 1) Args::die("bench decode: --gen >= 2, --suffix >= 0, --rounds >= 1");
+  if (gen < 2 || suffix < 0 || rounds < 1 || min_seconds < 0)
+    Args::die("bench decode: --gen >= 2, --suffix >= 0, --rounds >= 1, --min-seconds >= 0");
+  max_rounds = std::max(max_rounds, rounds);
   clade_model_params mp;
   clade_model_params_init(&mp);
   mp.n_threads = threads;
@@ -189,7 +194,8 @@ int bench_decode(Args& a) {
   const size_t kv_bytes_per_token = (size_t)info.n_layers * 2 * info.n_kv_heads * info.head_dim * (kvt == CLADE_KV_F32 ? 4 : 2);
   const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
 
-  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step\n");
+  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds%s\n",
+              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "");
   std::fflush(stdout);
   uint64_t rng = 12345;
   auto rand_tok = [&]() {
@@ -219,7 +225,7 @@ int bench_decode(Args& a) {
         std::string mode;
         clade_cache* cache = nullptr;
         std::vector<clade_seq_id> ids;
-        double best = 1e300;
+        std::vector<double> times;  // seconds per step, one per round
         bool fits = true;
       };
       std::vector<Run> runs;
@@ -254,7 +260,18 @@ int bench_decode(Args& a) {
       std::vector<clade_token> toks((size_t)batch);
       std::vector<float> logits((size_t)batch * info.n_vocab);  // a real step needs them
       const long steps = std::max(1L, gen - 1);
-      for (int round = 0; round < rounds; round++) {
+      // With --machine, every round also measures the read bandwidth and the
+      // GEMM peak (as `clade bench machine` does); the point keeps the best
+      // of each, as it keeps each mode's best round: rooflines and step
+      // times then come from the same minutes of a shared machine.
+      double bw_best = 0, peak_best = 0, timed = 0;
+      int round = 0;
+      for (; round < rounds || (round < max_rounds && timed < min_seconds); round++) {
+        if (machine) {
+          bw_best = std::max(bw_best, measure_read_bandwidth(threads));
+          peak_best = std::max(peak_best, measure_gemm(threads, 2048, 2048, 2048));
+        }
+        double round_sum = 0;
         for (Run& r : runs) {
           if (!r.fits) continue;
           clade_batch bt;
@@ -274,7 +291,9 @@ int bench_decode(Args& a) {
             for (auto& t : toks) t = rand_tok();
             check(clade_decode(r.cache, &bt), "decode");
           }
-          r.best = std::min(r.best, secs(t0, Clock::now()) / steps);
+          const double total = secs(t0, Clock::now());
+          r.times.push_back(total / steps);
+          round_sum += total;
           if (round == 0) {
             // KV memory against the ideal: (prefix once + every unique token) x bytes per token
             bool flat = r.mode == "flat";
@@ -285,16 +304,22 @@ int bench_decode(Args& a) {
                          r.mode.c_str(), batch, (tree_b + cache_b) / 1048576.0, tree_b / 1048576.0,
                          cache_b / 1048576.0, ideal / 1048576.0, (tree_b + cache_b) / ideal);
           }
-          if (round + 1 < rounds)
-            for (clade_seq_id id : r.ids) check(clade_cache_truncate(r.cache, id, (int32_t)suffix + 1), "truncate");
+          for (clade_seq_id id : r.ids) check(clade_cache_truncate(r.cache, id, (int32_t)suffix + 1), "truncate");
         }
+        timed += round_sum;
       }
+      char extra[64] = "";
+      if (machine) std::snprintf(extra, sizeof extra, ",%.1f,%.1f", bw_best / 1e9, peak_best / 1e9);
       for (Run& r : runs) {
-        if (!r.fits)
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x\n", r.mode.c_str(), batch, prefix, suffix, gen, threads);
-        else
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f\n", r.mode.c_str(), batch, prefix, suffix, gen, threads,
-                      batch / r.best, r.best * 1e3);
+        if (!r.fits) {
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra);
+        } else {
+          std::vector<double> t = r.times;
+          std::sort(t.begin(), t.end());
+          const double best = t.front(), median = t[t.size() / 2];
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
+                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), extra);
+        }
         clade_cache_free(r.cache);
       }
       std::fflush(stdout);
