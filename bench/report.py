@@ -6,7 +6,15 @@ usage: bench/report.py MACHINE_CSV DECODE_CSV KV_HEADS [--layers 8 --heads 16 --
 For every (batch, prefix) point: step time per mode, shared/flat throughput,
 the attention part of a step (mode step time minus the noattn step time) and
 its roofline, max(KV bytes read / bandwidth, attention FLOPs / GEMM peak),
-both measured by `clade bench machine` on the same machine.
+both measured on the same machine: per point when the decode CSV has them
+(`clade bench decode --machine`: the best of every round, as the step times
+are), else from MACHINE_CSV (`clade bench machine`).
+
+The attention part: the paired median when the CSV has it (attn_ms: per
+round, mode minus noattn of the same round; median over rounds), else best
+mode step minus best noattn step. Noise: the largest (median - best) step
+time of the point's modes; an unpaired attention part below twice that is
+marked "~" (not resolved by the run).
 
 KV bytes read per step: flat reads every sequence's whole context; shared
 reads the prefix once plus every sequence's own tokens. Attention FLOPs
@@ -41,32 +49,41 @@ def main():
             points.setdefault(key, {})[row["mode"]] = row
     print("bandwidth %.1f GB/s, GEMM peak %.1f GFLOP/s (clade bench machine)\n" % (bw / 1e9, peak / 1e9))
     print("| prefix | batch | shared ms | flat ms | noattn ms | shared/flat speed | attn shared ms (roofline, x) "
-          "| attn flat ms (roofline, x) |")
-    print("|---:|---:|---:|---:|---:|---:|---|---|")
+          "| attn flat ms (roofline, x) | noise ms | GB/s, GFLOP/s |")
+    print("|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
     for (prefix, batch) in sorted(points):
         p = points[(prefix, batch)]
         gen = int(next(iter(p.values()))["gen"])
         suffix = int(next(iter(p.values()))["suffix"])
         own = suffix + gen / 2 + 1
         ms = {k: (None if v["ms_per_step"] == "x" else float(v["ms_per_step"])) for k, v in p.items()}
+        med = {k: float(v["ms_median"]) for k, v in p.items() if v.get("ms_median") not in (None, "", "x")}
+        noise = max([med[k] - ms[k] for k in med if ms.get(k) is not None] or [0.0])
+        pbw, ppeak = bw, peak
+        row0 = next(iter(p.values()))
+        if row0.get("read_bandwidth_gb_s"):
+            pbw, ppeak = float(row0["read_bandwidth_gb_s"]) * 1e9, float(row0["gemm_gflop_s"]) * 1e9
         flops = 4.0 * hd * heads * layers * batch * (prefix + own)
         roof = {
-            "shared": max((prefix + batch * own) * per_token / bw, flops / peak) * 1e3,
-            "flat": max(batch * (prefix + own) * per_token / bw, flops / peak) * 1e3,
+            "shared": max((prefix + batch * own) * per_token / pbw, flops / ppeak) * 1e3,
+            "flat": max(batch * (prefix + own) * per_token / pbw, flops / ppeak) * 1e3,
         }
 
         def cell(mode):
             if ms.get(mode) is None or ms.get("noattn") is None:
                 return "x"
-            a = ms[mode] - ms["noattn"]
-            return "%.1f (%.1f, %.2fx)" % (a, roof[mode], a / roof[mode])
+            paired = p[mode].get("attn_ms") not in (None, "", "x")
+            a = float(p[mode]["attn_ms"]) if paired else ms[mode] - ms["noattn"]
+            vague = not paired and a < 2 * noise
+            return "%.1f (%.1f, %.2fx%s)" % (a, roof[mode], a / roof[mode], " ~" if vague else "")
 
         ratio = "x"
         if ms.get("shared") and ms.get("flat"):
             ratio = "%.2f" % (ms["flat"] / ms["shared"])
         fmt = lambda v: "x" if v is None else "%.1f" % v
-        print("| %d | %d | %s | %s | %s | %s | %s | %s |" % (prefix, batch, fmt(ms.get("shared")), fmt(ms.get("flat")),
-                                                         fmt(ms.get("noattn")), ratio, cell("shared"), cell("flat")))
+        print("| %d | %d | %s | %s | %s | %s | %s | %s | %.1f | %.1f, %.0f |" % (
+            prefix, batch, fmt(ms.get("shared")), fmt(ms.get("flat")), fmt(ms.get("noattn")), ratio, cell("shared"),
+            cell("flat"), noise, pbw / 1e9, ppeak / 1e9))
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ int bench_decode(Args& a) {
   const size_t kv_bytes_per_token = (size_t)info.n_layers * 2 * info.n_kv_heads * info.head_dim * (kvt == CLADE_KV_F32 ? 4 : 2);
   const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
 
-  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds%s\n",
+  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s\n",
               machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "");
   std::fflush(stdout);
   uint64_t rng = 12345;
@@ -310,15 +310,31 @@ int bench_decode(Args& a) {
       }
       char extra[64] = "";
       if (machine) std::snprintf(extra, sizeof extra, ",%.1f,%.1f", bw_best / 1e9, peak_best / 1e9);
+      // The attention part of a step, paired: per round, this mode's step
+      // time minus the noattn step time of the same round (seconds apart),
+      // median over rounds; a slow minute then shifts both sides of a
+      // difference instead of one.
+      const Run* na = nullptr;
+      for (const Run& r : runs)
+        if (r.mode == "noattn" && r.fits) na = &r;
       for (Run& r : runs) {
         if (!r.fits) {
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra);
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra);
         } else {
           std::vector<double> t = r.times;
           std::sort(t.begin(), t.end());
           const double best = t.front(), median = t[t.size() / 2];
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
-                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), extra);
+          std::string attn = "x";
+          if (na && na->times.size() == r.times.size()) {
+            std::vector<double> d;
+            for (size_t i = 0; i < r.times.size(); i++) d.push_back(r.times[i] - na->times[i]);
+            std::sort(d.begin(), d.end());
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.3f", d[d.size() / 2] * 1e3);
+            attn = buf;
+          }
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
+                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), attn.c_str(), extra);
         }
         clade_cache_free(r.cache);
       }
