@@ -270,9 +270,15 @@ int bench_decode(Args& a) {
         if (machine) {
           bw_best = std::max(bw_best, measure_read_bandwidth(threads));
           peak_best = std::max(peak_best, measure_gemm(threads, 2048, 2048, 2048));
+          // OpenBLAS's threads spin for a while after a parallel GEMM; let
+          // them sleep before the first mode is timed.
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
         double round_sum = 0;
-        for (Run& r : runs) {
+        // Each round starts with the next mode, so that no mode is always
+        // the one right after the machine measurement or the truncation.
+        for (size_t ri = 0; ri < runs.size(); ri++) {
+          Run& r = runs[(ri + (size_t)round) % runs.size()];
           if (!r.fits) continue;
           clade_batch bt;
           clade_batch_init(&bt);
