@@ -253,6 +253,8 @@ int run_generate(const GenOptions& o) {
       for (const Leaf& p : leaves) {
         Leaf c = p;
         c.parts.push_back(ids);
+        // Text levels join as written; token levels are lists, joined by a space.
+        if (o.levels_are_tokens && !c.text.empty()) c.text += ' ';
         c.text += sib;
         next.push_back(c);
       }
