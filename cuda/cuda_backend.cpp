@@ -118,8 +118,8 @@ class CudaBackend final : public Backend {
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
-  void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
-                int32_t start, const float* k, const float* v, int64_t n) override;
+  void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
+                const float* k, const float* v, int64_t n) override;
   void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
                  size_t n_problems) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
@@ -423,8 +423,8 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
   launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq, stream_), "rope");
 }
 
-void CudaBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
-                           int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) {
+void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
+                           int32_t start, const float* k, const float* v, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   if (n <= 0 || kv_heads <= 0 || head_dim <= 0) return;
@@ -432,7 +432,7 @@ void CudaBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t
     fail(CLADE_E_INTERNAL, "cuda: kv_write: positions " + std::to_string(start) + ".." +
                                std::to_string((int64_t)start + n) + " beyond capacity " + std::to_string(capacity));
   if (!kv_type_valid(type)) fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
-  launched(cuda::launch_kv_write((int)type, k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n, stream_),
+  launched(cuda::launch_kv_write((int)type, kv_dst, capacity, kv_heads, head_dim, start, k, v, n, stream_),
            "kv_write");
 }
 
@@ -455,12 +455,13 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
     AttnDesc d;
     d.rows = p.rows;
     d.limit = p.limit;
-    d.k = p.k;
-    d.v = p.v;
+    d.kv = p.kv;
+    d.cap = p.cap;
     d.o = p.o;
     d.lse = p.lse;
     d.n_rows = p.n_rows;
     d.len = std::max(p.len, 0);
+    if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
     descs.push_back(d);
     begin.push_back(begin.back() + p.n_rows);
   }

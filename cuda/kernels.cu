@@ -84,21 +84,20 @@ cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neo
   return cudaGetLastError();
 }
 
-cudaError_t launch_kv_write(int kv_type, void* k_dst, void* v_dst, int capacity, int kv_heads, int head_dim,
-                            int start, const float* k, const float* v, int64_t n, cudaStream_t stream) {
+cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
+                            const float* k, const float* v, int64_t n, cudaStream_t stream) {
   const int64_t total = n * kv_heads * (int64_t)head_dim;
   if (total <= 0) return cudaSuccess;
   const unsigned grid = blocks_for(total, kThreads);
   switch (kv_type) {
     case kKvF32:
-      kv_write_kernel<kKvF32><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      kv_write_kernel<kKvF32><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
       break;
     case kKvF16:
-      kv_write_kernel<kKvF16><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      kv_write_kernel<kKvF16><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
       break;
     case kKvBF16:
-      kv_write_kernel<kKvBF16><<<grid, kThreads, 0, stream>>>(k_dst, v_dst, capacity, kv_heads, head_dim, start, k, v,
-                                                              n);
+      kv_write_kernel<kKvBF16><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
       break;
     default:
       return cudaErrorInvalidValue;

@@ -184,25 +184,39 @@ __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, bool
   }
 }
 
+// Rows of key j's K and V within one head of a span of capacity cap: the
+// block layout of lib/backend.h (kv_k_row, kv_v_row), blocks of kKVBlock.
+constexpr int64_t kKVBlock = 128;
+__device__ inline int64_t kv_k_row(int64_t j, int64_t /*cap*/) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  return 2 * b + (j - b);
+}
+__device__ inline int64_t kv_v_row(int64_t j, int64_t cap) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  return 2 * b + (cap - b < kKVBlock ? cap - b : kKVBlock) + (j - b);
+}
+
 // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span
-// [kv_heads][capacity][head_dim] of type KV at positions start.. .
+// [kv_heads][2 * capacity][head_dim] of type KV at positions start.. .
 template <int KV>
-__global__ void kv_write_kernel(void* k_dst, void* v_dst, int capacity, int kv_heads, int head_dim, int start,
-                                const float* k, const float* v, int64_t n) {
+__global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int head_dim, int start, const float* k,
+                                const float* v, int64_t n) {
   const int64_t total = n * kv_heads * (int64_t)head_dim;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % head_dim, th = i / head_dim;
     int64_t h = th % kv_heads, t = th / kv_heads;
-    int64_t off = (h * capacity + start + t) * head_dim + d;
+    const int64_t head = h * 2 * (int64_t)capacity * head_dim;
+    const int64_t ko = head + kv_k_row(start + t, capacity) * head_dim + d;
+    const int64_t vo = head + kv_v_row(start + t, capacity) * head_dim + d;
     if (KV == kKvF32) {
-      static_cast<float*>(k_dst)[off] = k[i];
-      static_cast<float*>(v_dst)[off] = v[i];
+      static_cast<float*>(kv_dst)[ko] = k[i];
+      static_cast<float*>(kv_dst)[vo] = v[i];
     } else if (KV == kKvF16) {
-      static_cast<__half*>(k_dst)[off] = __float2half_rn(k[i]);
-      static_cast<__half*>(v_dst)[off] = __float2half_rn(v[i]);
+      static_cast<__half*>(kv_dst)[ko] = __float2half_rn(k[i]);
+      static_cast<__half*>(kv_dst)[vo] = __float2half_rn(v[i]);
     } else {
-      static_cast<__nv_bfloat16*>(k_dst)[off] = __float2bfloat16_rn(k[i]);
-      static_cast<__nv_bfloat16*>(v_dst)[off] = __float2bfloat16_rn(v[i]);
+      static_cast<__nv_bfloat16*>(kv_dst)[ko] = __float2bfloat16_rn(k[i]);
+      static_cast<__nv_bfloat16*>(kv_dst)[vo] = __float2bfloat16_rn(v[i]);
     }
   }
 }
@@ -247,9 +261,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       const int jb = min(kAttnTile, lim - j0);
       // Scores: a warp per key, lanes across the head dimension.
       for (int j = warp; j < jb; j += n_warps) {
-        const int64_t base = (int64_t)(j0 + j) * head_dim;
+        const int64_t base = kv_k_row(j0 + j, P.cap) * head_dim;
         float s = 0.0f;
-        for (int d = lane; d < head_dim; d += 32) s += qs[d] * kv_load<KV>(P.k, base + d);
+        for (int d = lane; d < head_dim; d += 32) s += qs[d] * kv_load<KV>(P.kv, base + d);
         s = warp_sum(s);
         if (lane == 0) sc[j] = s;
       }
@@ -270,7 +284,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
         const int d = tid + a * kAttnThreads;
         if (d < head_dim) {
           float t = acc[a] * corr;
-          for (int j = 0; j < jb; j++) t += sc[j] * kv_load<KV>(P.v, (int64_t)(j0 + j) * head_dim + d);
+          for (int j = 0; j < jb; j++) t += sc[j] * kv_load<KV>(P.kv, kv_v_row(j0 + j, P.cap) * head_dim + d);
           acc[a] = t;
         }
       }

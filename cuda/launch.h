@@ -28,12 +28,13 @@ constexpr int kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2;
 struct AttnDesc {
   const int32_t* rows;   // [n_rows] query row indices into q
   const int32_t* limit;  // [n_rows] keys visible per row, or nullptr: all
-  const void* k;         // [len][head_dim] of the KV type
-  const void* v;         // [len][head_dim] of the KV type
+  const void* kv;        // one head of a span: [2 * cap][head_dim] of the KV type, K and V rows in blocks of
+                         // kKVBlock keys (lib/backend.h)
   float* o;              // [n_rows][head_dim]
   double* lse;           // [n_rows], natural log, fp64 (see AttnProblem)
   int32_t n_rows;        // > 0
   int32_t len;           // >= 0
+  int32_t cap;           // the span's capacity, >= len
 };
 
 // out [n][width] f32 = rows tokens[i] of table [n_rows][width] (type code,
@@ -67,11 +68,12 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t 
 cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
                         float pos_scale, const float* inv_freq, cudaStream_t stream);
 
-// Store k, v [n][kv_heads][head_dim] f32 into spans k_dst, v_dst
-// [kv_heads][capacity][head_dim] of KV type kv_type at positions
-// start .. start + n - 1 (the caller checks they fit).
-cudaError_t launch_kv_write(int kv_type, void* k_dst, void* v_dst, int capacity, int kv_heads, int head_dim,
-                            int start, const float* k, const float* v, int64_t n, cudaStream_t stream);
+// Store k, v [n][kv_heads][head_dim] f32 into the span kv_dst
+// [kv_heads][2 * capacity][head_dim] (lib/backend.h's block layout) of KV
+// type kv_type at positions start .. start + n - 1 (the caller checks they
+// fit).
+cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
+                            const float* k, const float* v, int64_t n, cudaStream_t stream);
 
 // Attention of every row of the problems probs [n_probs] (device memory),
 // row_begin [n_probs + 1] the prefix sum of their n_rows, total_rows its

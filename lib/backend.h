@@ -6,8 +6,13 @@
 // memory for the CPU backend, device memory for CUDA), obtained from
 // alloc(). Weights are uploaded once at load time with upload_weight().
 // Layouts: activations are row-major [rows][width] float32. A KV span of one
-// layer is K and V, each [kv_heads][capacity][head_dim] of the span's
-// clade_kv_type, keys stored after RoPE.
+// layer is [kv_heads][2 * capacity][head_dim] of the span's clade_kv_type,
+// keys stored after RoPE: each head's keys go in blocks of kKVBlock, a block
+// holding the K rows of its keys, then their V rows (the last block of a
+// capacity that is not a multiple of kKVBlock is narrower, so a span holds
+// exactly its capacity). Attention then reads one sequential stream per
+// head, K and V of a block side by side (measured about 12% faster for
+// flat attention streaming from memory than two separate planes).
 #pragma once
 
 #include <cstddef>
@@ -37,8 +42,21 @@ struct RopeParams {
 
 size_t kv_type_size(clade_kv_type t);
 
-// One attention problem: query rows against one contiguous KV span of one
-// KV head. Row r is q[rows[r]] (each a head_dim vector). Row r sees the
+constexpr int32_t kKVBlock = 128;
+// Row (of head_dim elements) of key j's K, and of its V, within one head of
+// a span of capacity cap (j < cap).
+inline int64_t kv_k_row(int64_t j, int64_t /*cap*/) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  return 2 * b + (j - b);
+}
+inline int64_t kv_v_row(int64_t j, int64_t cap) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  return 2 * b + (cap - b < kKVBlock ? cap - b : kKVBlock) + (j - b);
+}
+
+// One attention problem: query rows against the keys [0, len) of one KV
+// head of a span (kv: that head's [2 * cap][head_dim], see the layout above;
+// a span that starts at a block boundary of a bigger one is itself a span). Row r is q[rows[r]] (each a head_dim vector). Row r sees the
 // first limit[r] keys of the span (limit == nullptr: all len keys); a row
 // that sees none gives lse = -inf and o = 0. Outputs: o [n_rows][head_dim]
 // (the softmax-weighted values) and lse [n_rows] (natural-log
@@ -49,8 +67,8 @@ size_t kv_type_size(clade_kv_type t);
 struct AttnProblem {
   const int32_t* rows = nullptr;
   int32_t n_rows = 0;
-  const void* k = nullptr;  // [len][head_dim]
-  const void* v = nullptr;  // [len][head_dim]
+  const void* kv = nullptr;  // one head of a span
+  int32_t cap = 0;           // the span's capacity (len <= cap)
   int32_t len = 0;
   const int32_t* limit = nullptr;
   float* o = nullptr;
@@ -99,11 +117,10 @@ class Backend {
   virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
   // rotate x [n][n_heads][head_dim] in place; pos [n] (host memory)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;
-  // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span at
-  // positions start .. start+n-1; k_dst/v_dst point at head 0, position 0.
-  virtual void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity,
-                        int32_t kv_heads, int32_t head_dim, int32_t start, const float* k,
-                        const float* v, int64_t n) = 0;
+  // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span of
+  // one layer (kv_dst: head 0) at positions start .. start+n-1.
+  virtual void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
+                        int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) = 0;
   // Solve independent attention problems (scores scaled by `scale`).
   virtual void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
                          const AttnProblem* problems, size_t n_problems) = 0;

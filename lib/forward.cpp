@@ -9,12 +9,10 @@ void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer
               std::vector<AttnProblem>& probs, float* out) {
   for (const AttnPlan::Group& g : plan.groups) {
     probs.clear();
-    const size_t es = kv_type_size(g.type);
     for (const AttnPlan::Problem& p : g.problems) {
       AttnProblem a;
-      size_t head_off = (size_t)p.kv_head * p.store->capacity() * hd * es;
-      a.k = static_cast<const uint8_t*>(p.store->k(layer)) + head_off;
-      a.v = static_cast<const uint8_t*>(p.store->v(layer)) + head_off;
+      a.kv = p.store->head(layer, p.kv_head);
+      a.cap = p.store->capacity();
       a.len = p.len;
       a.rows = b.rows + p.rows_at;
       a.n_rows = p.n_rows;
@@ -127,7 +125,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
     be_.rope(k, T, kvh, pos_host.data(), rope);
     for (const PassSeq& s : seqs)
       if (s.n_tokens)
-        be_.kv_write(s.own->k(l), s.own->v(l), s.own->type(), s.own->capacity(), kvh, hd, s.own_before,
+        be_.kv_write(s.own->kv(l), s.own->type(), s.own->capacity(), kvh, hd, s.own_before,
                      k + s.tok0 * kv_dim, v + s.tok0 * kv_dim, s.n_tokens);
     if (mode != CLADE_ATTENTION_NONE) run_plan(be_, plan_, pb, l, q, hd, scale, probs_, attn);
     be_.matmul(L.wo, attn, T, xn);

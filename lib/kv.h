@@ -1,6 +1,7 @@
 // KV storage of one span (a tree node or one sequence's unique tokens), all
-// layers, in backend memory. Layout: [layer][K|V][kv_heads][capacity][head_dim]
-// of the span's element type; keys stored after RoPE.
+// layers, in backend memory. Layout: [layer][kv_heads][2 * capacity][head_dim]
+// of the span's element type, each head's K and V in blocks of keys (see
+// backend.h); keys stored after RoPE.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +30,11 @@ class KVStore {
   void reserve(int32_t cap);
   void reset();  // free everything
 
-  void* k(int layer) const { return at(layer, 0); }
-  void* v(int layer) const { return at(layer, 1); }
+  void* kv(int layer) const { return static_cast<uint8_t*>(data_) + (size_t)layer * plane(); }
+  // Head h of layer's span (an AttnProblem's kv).
+  const void* head(int layer, int h) const {
+    return static_cast<const uint8_t*>(kv(layer)) + (size_t)h * 2 * capacity_ * head_dim_ * kv_type_size(type_);
+  }
   // Copy the first n tokens of src (same geometry) to positions [dst_at, +n).
   void copy_from(const KVStore& src, int32_t n, int32_t dst_at);
 
@@ -38,10 +42,10 @@ class KVStore {
   size_t bytes_for(int64_t cap) const {
     return (size_t)n_layers_ * 2 * kv_heads_ * (size_t)cap * head_dim_ * kv_type_size(type_);
   }
-  size_t plane() const { return (size_t)kv_heads_ * capacity_ * head_dim_ * kv_type_size(type_); }
-  void* at(int layer, int kv) const {
-    return static_cast<uint8_t*>(data_) + ((size_t)layer * 2 + kv) * plane();
-  }
+  size_t plane() const { return (size_t)kv_heads_ * 2 * capacity_ * head_dim_ * kv_type_size(type_); }
+  // Copy keys [0, n) of every head and layer of src (capacity src_cap, data
+  // src_data) to positions [dst_at, dst_at + n) of this store.
+  void copy_keys(const void* src_data, int32_t src_cap, int32_t n, int32_t dst_at);
   Backend* be_;
   clade_kv_type type_;
   int32_t n_layers_, kv_heads_, head_dim_;

@@ -68,7 +68,7 @@ void fill_random(Backend& be, KVStore& kv, int kvh, int hd, int n, std::mt19937&
   for (auto& x : k) x = nd(rng) * 1.5f;  // spread scores so softmax is not flat
   for (auto& x : v) x = nd(rng);
   kv.reserve(std::max(n, 1));
-  be.kv_write(kv.k(0), kv.v(0), kv.type(), kv.capacity(), kvh, hd, 0, k.data(), v.data(), n);
+  be.kv_write(kv.kv(0), kv.type(), kv.capacity(), kvh, hd, 0, k.data(), v.data(), n);
   kv.length = n;
 }
 
@@ -163,13 +163,14 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
       int visible = f.own_before + t + 1;
       for (int h = 0; h < nh; h++) {
         int g = h / c.group;
-        size_t head = (size_t)g * kv.capacity() * hd;
+        const void* head = kv.head(0, g);  // K and V rows: backend.h's block layout
         std::vector<double> sc((size_t)visible);
         double mx = -1e300;
         const float* qr = q.data() + ((size_t)(f.tok0 + t) * nh + h) * hd;
         for (int j = 0; j < visible; j++) {
           double s = 0;
-          for (int d = 0; d < hd; d++) s += (double)qr[d] * stored(c.type, kv.k(0), head + (size_t)j * hd + d);
+          const size_t kr = (size_t)kv_k_row(j, kv.capacity()) * hd;
+          for (int d = 0; d < hd; d++) s += (double)qr[d] * stored(c.type, head, kr + d);
           sc[(size_t)j] = s * scale;
           mx = std::max(mx, sc[(size_t)j]);
         }
@@ -178,7 +179,8 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
         size_t row = ((size_t)(f.tok0 + t) * nh + h) * hd;
         for (int d = 0; d < hd; d++) {
           double o = 0;
-          for (int j = 0; j < visible; j++) o += sc[(size_t)j] * stored(c.type, kv.v(0), head + (size_t)j * hd + d);
+          for (int j = 0; j < visible; j++)
+            o += sc[(size_t)j] * stored(c.type, head, (size_t)kv_v_row(j, kv.capacity()) * hd + d);
           o /= sum;
           err_shared = std::max(err_shared, std::fabs(got_shared[row + d] - o));
           err_auto = std::max(err_auto, std::fabs(got_auto[row + d] - o));

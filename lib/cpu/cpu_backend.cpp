@@ -33,9 +33,10 @@ constexpr int64_t kTile = 64;
 constexpr int kDirectRows = 4;
 // Input rows per matmul work item for larger batches.
 constexpr int64_t kXGroup = 64;
-// Query rows per attention work item, and keys per inner block.
+// Query rows per attention work item, and keys per inner block (a KV block
+// of the span layout: its K rows and its V rows are contiguous).
 constexpr int kAttnRows = 64;
-constexpr int kAttnBlock = 128;
+constexpr int kAttnBlock = kKVBlock;
 // Keys per attention work item at least (when a span is split).
 constexpr int kAttnMinChunk = 256;
 constexpr int kMaxHeadDim = 256;
@@ -94,8 +95,8 @@ class CpuBackend final : public Backend {
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
-  void kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
-                int32_t start, const float* k, const float* v, int64_t n) override;
+  void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
+                const float* k, const float* v, int64_t n) override;
   void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
                  size_t n_problems) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
@@ -232,16 +233,16 @@ void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, 
   });
 }
 
-void CpuBackend::kv_write(void* k_dst, void* v_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
-                          int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) {
+void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
+                          int32_t start, const float* k, const float* v, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   TensorType tt = kv_tensor_type(type);
-  size_t es = kv_type_size(type);
+  const size_t rb = (size_t)head_dim * kv_type_size(type);
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < kv_heads; h++) {
-      size_t off = ((size_t)h * capacity + (size_t)(start + t)) * head_dim * es;
-      k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, static_cast<uint8_t*>(k_dst) + off, head_dim);
-      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, static_cast<uint8_t*>(v_dst) + off, head_dim);
+      uint8_t* head = static_cast<uint8_t*>(kv_dst) + (size_t)h * 2 * capacity * rb;
+      k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, head + kv_k_row(start + t, capacity) * rb, head_dim);
+      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, head + kv_v_row(start + t, capacity) * rb, head_dim);
     }
 }
 
@@ -268,8 +269,10 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   const int end = std::min(c1, max_limit);
   for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
     const int jb = std::min(kAttnBlock, end - j0);
-    const uint8_t* kp = static_cast<const uint8_t*>(p.k) + (size_t)j0 * hd * es;
-    const uint8_t* vp = static_cast<const uint8_t*>(p.v) + (size_t)j0 * hd * es;
+    // j0 is a block boundary (items start at one): the block's K rows, then
+    // its V rows.
+    const uint8_t* kp = static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(j0, p.cap) * hd * es;
+    const uint8_t* vp = static_cast<const uint8_t*>(p.kv) + (size_t)kv_v_row(j0, p.cap) * hd * es;
     // Few rows read 16-bit keys and values directly (widened in registers:
     // one pass over memory); many rows widen each block once into L1.
     const bool widen = kt != TensorType::F32 && R > kAttnDirectRows;
@@ -288,7 +291,9 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     // scores are computed, and the next block's keys while its values are
     // summed (both streams stay in flight; measured with bench_attention).
     const void* pf_v = widen ? nullptr : vp;
-    const void* pf_k = j0 + kAttnBlock < end ? kp + (size_t)kAttnBlock * hd * es : nullptr;
+    const void* pf_k =
+        j0 + kAttnBlock < end ? static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(j0 + kAttnBlock, p.cap) * hd * es
+                              : nullptr;
     if (R >= kAttnTransRows) {
       // Many rows: widen and transpose the block's keys once, then a
       // GEMM-shaped product with the keys in lanes.
@@ -363,10 +368,15 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   size_t part_floats = 0, part_rows = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
+    if (p.len > p.cap && p.n_rows > 0) fail(CLADE_E_INTERNAL, "cpu: attention: a problem is longer than its span");
     if (p.len <= 0 || p.n_rows <= 0) continue;
     const int rows_per_item = std::min(p.n_rows, kAttnRows);
     int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
     split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
+    // Chunks of whole key blocks (items start at a block boundary, see
+    // kv_k_row); the last chunk may be shorter.
+    const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
+    split = (p.len + chunk - 1) / chunk;
     splits[i] = split;
     if (split > 1) {
       part_floats += (size_t)split * p.n_rows * head_dim;
@@ -387,8 +397,8 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       }
       continue;
     }
-    int split = splits[i];
-    int chunk = (p.len + split - 1) / split;
+    const int split = splits[i];
+    const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
     part_at[i] = at;
     lse_at[i] = lat;
     for (int r0 = 0; r0 < p.n_rows; r0 += kAttnRows) {
