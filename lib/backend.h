@@ -56,8 +56,9 @@ inline int64_t kv_v_row(int64_t j, int64_t cap) {
 
 // One attention problem: query rows against the keys [0, len) of one KV
 // head of a span (kv: that head's [2 * cap][head_dim], see the layout above;
-// a span that starts at a block boundary of a bigger one is itself a span). Row r is q[rows[r]] (each a head_dim vector). Row r sees the
-// first limit[r] keys of the span (limit == nullptr: all len keys); a row
+// the part of a span from a block boundary on is itself a span). Row r is
+// q[rows[r]] (each a head_dim vector). Row r sees the first limit[r] keys
+// of the span (limit == nullptr: all len keys); a row
 // that sees none gives lse = -inf and o = 0. Outputs: o [n_rows][head_dim]
 // (the softmax-weighted values) and lse [n_rows] (natural-log
 // log-sum-exp of the scaled scores, in fp64: an fp32 lse of magnitude ~10
