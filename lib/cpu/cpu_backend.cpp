@@ -267,12 +267,13 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   }
   const size_t es = kt == TensorType::F32 ? 4 : 2;
   const int end = std::min(c1, max_limit);
+  auto span_row = [&](int64_t row) { return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es; };
   for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
     const int jb = std::min(kAttnBlock, end - j0);
     // j0 is a block boundary (items start at one): the block's K rows, then
     // its V rows.
-    const uint8_t* kp = static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(j0, p.cap) * hd * es;
-    const uint8_t* vp = static_cast<const uint8_t*>(p.kv) + (size_t)kv_v_row(j0, p.cap) * hd * es;
+    const uint8_t* kp = span_row(kv_k_row(j0, p.cap));
+    const uint8_t* vp = span_row(kv_v_row(j0, p.cap));
     // Few rows read 16-bit keys and values directly (widened in registers:
     // one pass over memory); many rows widen each block once into L1.
     const bool widen = kt != TensorType::F32 && R > kAttnDirectRows;
@@ -291,9 +292,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     // scores are computed, and the next block's keys while its values are
     // summed (both streams stay in flight; measured with bench_attention).
     const void* pf_v = widen ? nullptr : vp;
-    const void* pf_k =
-        j0 + kAttnBlock < end ? static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(j0 + kAttnBlock, p.cap) * hd * es
-                              : nullptr;
+    const void* pf_k = j0 + kAttnBlock < end ? span_row(kv_k_row(j0 + kAttnBlock, p.cap)) : nullptr;
     if (R >= kAttnTransRows) {
       // Many rows: widen and transpose the block's keys once, then a
       // GEMM-shaped product with the keys in lanes.
@@ -364,7 +363,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     if (problems[i].len > 0 && problems[i].n_rows > 0) total_work += (double)problems[i].len * problems[i].n_rows;
   const double item_work = std::max(1.0, total_work / (4.0 * pool_.size()));
   std::vector<Item> items;
-  std::vector<int> splits(n_problems, 1);
+  std::vector<int> splits(n_problems, 1), chunks(n_problems, 0);
   size_t part_floats = 0, part_rows = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
@@ -378,6 +377,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
     split = (p.len + chunk - 1) / chunk;
     splits[i] = split;
+    chunks[i] = chunk;
     if (split > 1) {
       part_floats += (size_t)split * p.n_rows * head_dim;
       part_rows += (size_t)split * p.n_rows;
@@ -397,8 +397,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       }
       continue;
     }
-    const int split = splits[i];
-    const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
+    const int split = splits[i], chunk = chunks[i];
     part_at[i] = at;
     lse_at[i] = lat;
     for (int r0 = 0; r0 < p.n_rows; r0 += kAttnRows) {

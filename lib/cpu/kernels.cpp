@@ -130,6 +130,13 @@ const CpuKernels kPortable = {
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+// Fetch the n bytes at p toward the cache level of hint, a line at a time (a
+// prefetch never faults, so running past the end of a span is harmless).
+template <int HINT>
+inline void prefetch_bytes(const uint8_t* p, size_t n) {
+  for (size_t b = 0; b < n; b += 64) _mm_prefetch((const char*)(p + b), (enum _mm_hint)HINT);
+}
+
 AVX2 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -318,8 +325,7 @@ AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, 
     int j = 0;
     for (; j + 4 <= jb; j += 4) {
       const uint8_t* k0 = k + (size_t)j * kr;
-      if (pf && r == 0)
-        for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * kr + b), _MM_HINT_T1);
+      if (pf && r == 0) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * kr, 4 * kr);
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
       for (int d = 0; d < hd; d += 8) {
         __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
@@ -447,8 +453,7 @@ AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd,
     a[r][1] = _mm256_loadu_ps(acc + (size_t)r * hd + d0 + 8);
   }
   for (int j = 0; j < jb; j++) {
-    if (pf)
-      for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * vr + b), _MM_HINT_T1);
+    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * vr, vr);
     __m256 v0 = load_w<T>(v + (size_t)j * vr, d0), v1 = load_w<T>(v + (size_t)j * vr, d0 + 8);
     for (int r = 0; r < RR; r++) {
       __m256 w = _mm256_broadcast_ss(p + (size_t)r * jb + j);
@@ -536,8 +541,7 @@ const CpuKernels kAvx2 = {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// Software prefetch distance in rows of K or V (a prefetch never faults, so
-// running past the end of a span is harmless).
+// Software prefetch distance in rows of K or V (prefetch_bytes).
 constexpr int PF = 16;
 
 template <int T>
@@ -566,9 +570,8 @@ AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, 
     for (int r = 0; r < RR; r++)
       for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
     const uint8_t* k0 = k + (size_t)j * kr;
-    for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(k0 + PF * kr + b), _MM_HINT_T0);
-    if (pf)
-      for (size_t b = 0; b < 4 * kr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * kr + b), _MM_HINT_T1);
+    prefetch_bytes<_MM_HINT_T0>(k0 + PF * kr, 4 * kr);
+    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * kr, 4 * kr);
     for (int d = 0; d < hd; d += 8) {
       __m256 y[4];
       for (int c = 0; c < 4; c++) y[c] = load_w<T>(k0 + c * kr, d);
@@ -626,9 +629,8 @@ AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, si
   for (int j = 0; j < jb; j++) {
     __m512 vv[4];
     if (d0 == 0)
-      for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(v + (size_t)(j + PF) * vr + b), _MM_HINT_T0);
-    if (pf)
-      for (size_t b = 0; b < vr; b += 64) _mm_prefetch((const char*)(pf + (size_t)j * vr + b), _MM_HINT_T1);
+      prefetch_bytes<_MM_HINT_T0>(v + (size_t)(j + PF) * vr, vr);
+    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * vr, vr);
     for (int c = 0; c < 4; c++) vv[c] = load16<T>(v + (size_t)j * vr, d0 + 16 * c);
     for (int r = 0; r < RR; r++) {
       __m512 w = _mm512_set1_ps(p[(size_t)r * jb + j]);
