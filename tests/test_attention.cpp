@@ -25,6 +25,7 @@ using namespace clade;
 namespace {
 
 long g_shared_spans = 0;  // spans the shared runs batched: the path must be exercised
+int g_max_rows = 0;       // most query rows of one problem in shared mode
 
 double stored(clade_kv_type t, const void* base, size_t i) {
   if (t == CLADE_KV_F32) return static_cast<const float*>(base)[i];
@@ -42,6 +43,7 @@ struct Case {
   int depth, group, kvh, hd;
   clade_kv_type type;
   bool several_queries;
+  bool wide = false;  // many sequences: problems of hundreds of rows (several work items and row groups)
 };
 
 // Runs one plan's attention on the CPU backend; out [tokens*n_heads][hd].
@@ -58,7 +60,11 @@ std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std:
   std::vector<float> out((size_t)plan.n_out_rows * hd);
   std::vector<AttnProblem> scratch;
   run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, out.data());
-  if (mode == CLADE_ATTENTION_SHARED) g_shared_spans += plan.n_shared;
+  if (mode == CLADE_ATTENTION_SHARED) {
+    g_shared_spans += plan.n_shared;
+    for (const AttnPlan::Group& g : plan.groups)
+      for (const AttnPlan::Problem& p : g.problems) g_max_rows = std::max(g_max_rows, (int)p.n_rows);
+  }
   return out;
 }
 
@@ -96,7 +102,7 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
   }
   // Sequences: a random node each (several share nodes), own prior tokens
   // and 1 or several new ones.
-  int n_seqs = 3 + (int)(rng() % 6);
+  int n_seqs = c.wide ? 60 + (int)(rng() % 30) : 3 + (int)(rng() % 6);
   std::vector<PassSeq> shared_seqs, flat_seqs;
   std::vector<std::unique_ptr<KVStore>> owns, flats;
   std::vector<std::vector<int>> paths;
@@ -222,7 +228,16 @@ int main() {
               run_case(*be, Case{depth, group, 2, hd, t, several}, rng);
             }
   }
-  std::printf("%ld spans batched in shared mode\n", g_shared_spans);
+  // Wide batches: a shared problem is cut into several items of row groups.
+  {
+    std::unique_ptr<Backend> be = make_cpu_backend(2);
+    for (clade_kv_type t : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16}) {
+      run_case(*be, Case{1, 4, 2, 64, t, true, true}, rng);
+      run_case(*be, Case{2, 8, 1, 128, t, false, true}, rng);
+    }
+  }
+  std::printf("%ld spans batched in shared mode, up to %d rows in a problem\n", g_shared_spans, g_max_rows);
   CHECK(g_shared_spans > 100);
+  CHECK(g_max_rows > 300);
   return check_exit();
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -33,9 +34,8 @@ constexpr int64_t kTile = 64;
 constexpr int kDirectRows = 4;
 // Input rows per matmul work item for larger batches.
 constexpr int64_t kXGroup = 64;
-// Query rows per attention work item, and keys per inner block (a KV block
-// of the span layout: its K rows and its V rows are contiguous).
-constexpr int kAttnRows = 64;
+// Keys per attention block: a KV block of the span layout (its K rows and
+// its V rows are contiguous).
 constexpr int kAttnBlock = kKVBlock;
 // Keys per attention work item at least (when a span is split).
 constexpr int kAttnMinChunk = 256;
@@ -43,19 +43,24 @@ constexpr int kMaxHeadDim = 256;
 // Allocations from this size on use transparent huge pages (see alloc).
 constexpr size_t kHugePage = (size_t)2 << 20;
 constexpr size_t kHugeFrom = (size_t)8 << 20;
-// From this many query rows, P.V uses sgemm; below, axpy loops.
-constexpr int kAttnGemmRows = 8;
 // From this many query rows, scores use keys transposed into lanes (the
 // transpose pays from about 24 rows: measured with bench_attention, slower
 // at 16 rows, faster at 32).
 constexpr int kAttnTransRows = 24;
-// Up to this many query rows, 16-bit K/V are read directly by the kernels.
-constexpr int kAttnDirectRows = 1 << 30;
+// Query rows per work item: a few-row problem is one item; a many-row
+// problem is cut into items of up to kAttnItemRows rows, each transposing
+// a key block once for all its rows, and passing over them in
+// groups of kAttnGroupRows (scores and probabilities of a group: 32 KiB).
+constexpr int kAttnItemRows = 256;
+constexpr int kAttnGroupRows = 64;
+// The step's attention is cut into about this many items per thread, so
+// that a slow core (other tenants) delays the end by a small part.
+constexpr int kAttnItemsPerThread = 4;
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
   std::vector<float> row;    // one widened row
-  std::vector<float> q, s, acc, kb, vb, kt, m, l;
+  std::vector<float> q, s, acc, kt, m, l;
 };
 
 class CpuBackend final : public Backend {
@@ -112,8 +117,10 @@ class CpuBackend final : public Backend {
       if (a < b) f(a, b);
     });
   }
+  // next_k: the keys the thread will likely read after this item (the
+  // next unclaimed item's first block), fetched during the last block.
   void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0, int r1,
-                   int c0, int c1, float* o, double* lse);
+                   int c0, int c1, float* o, double* lse, const std::function<const void*()>& next_k);
 
   // out = sum_j exp(lse_j - L) o_j over partial rows idx[0..n); returns L.
   double merge_row(const int32_t* idx, int n, const float* part_o, const double* part_lse, int hd, float* out) const {
@@ -247,16 +254,23 @@ void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, in
 }
 
 // Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1).
+// Few rows (a sequence's own query rows) read each block's 16-bit keys and
+// values directly, widened in registers. Many rows (a shared node's rows)
+// transpose the block's keys into lanes once, then every group of
+// kAttnGroupRows rows uses them from L2. (Widening the values once as well
+// was measured slower at 32 rows and no faster at 64: P.V widens them in
+// registers for 4 rows at a time.)
 void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
-                             int r1, int c0, int c1, float* o, double* lse) {
+                             int r1, int c0, int c1, float* o, double* lse,
+                             const std::function<const void*()>& next_k) {
   ThreadScratch& s = scratch_[(size_t)tid];
   const int R = r1 - r0;
-  s.q.resize((size_t)kAttnRows * hd);
-  s.s.resize((size_t)kAttnRows * kAttnBlock);
+  const bool many = R >= kAttnTransRows;
+  const int G = many ? kAttnGroupRows : R;  // rows per scores/softmax/P.V pass
+  s.q.resize((size_t)R * hd);
+  s.s.resize((size_t)G * kAttnBlock);
   s.acc.assign((size_t)R * hd, 0.0f);
-  s.kb.resize((size_t)kAttnBlock * hd);
-  s.vb.resize((size_t)kAttnBlock * hd);
-  if (R >= kAttnTransRows) s.kt.resize((size_t)kAttnBlock * hd);
+  if (many) s.kt.resize((size_t)kAttnBlock * hd);
   s.m.assign((size_t)R, -std::numeric_limits<float>::infinity());
   s.l.assign((size_t)R, 0.0f);
   int max_limit = 0;
@@ -268,42 +282,11 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   const size_t es = kt == TensorType::F32 ? 4 : 2;
   const int end = std::min(c1, max_limit);
   auto span_row = [&](int64_t row) { return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es; };
-  for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
-    const int jb = std::min(kAttnBlock, end - j0);
-    // j0 is a block boundary (items start at one): the block's K rows, then
-    // its V rows.
-    const uint8_t* kp = span_row(kv_k_row(j0, p.cap));
-    const uint8_t* vp = span_row(kv_v_row(j0, p.cap));
-    // Few rows read 16-bit keys and values directly (widened in registers:
-    // one pass over memory); many rows widen each block once into L1.
-    const bool widen = kt != TensorType::F32 && R > kAttnDirectRows;
-    const void* K = kp;
-    const void* V = vp;
-    TensorType kvt = kt;
-    if (widen) {
-      k_.to_f32(kt, kp, s.kb.data(), (int64_t)jb * hd);
-      k_.to_f32(kt, vp, s.vb.data(), (int64_t)jb * hd);
-      K = s.kb.data();
-      V = s.vb.data();
-      kvt = TensorType::F32;
-    }
-    float* S = s.s.data();
-    // Streaming from memory: this block's values are fetched while its
-    // scores are computed, and the next block's keys while its values are
-    // summed (both streams stay in flight; measured with bench_attention).
-    const void* pf_v = widen ? nullptr : vp;
-    const void* pf_k = j0 + kAttnBlock < end ? span_row(kv_k_row(j0 + kAttnBlock, p.cap)) : nullptr;
-    if (R >= kAttnTransRows) {
-      // Many rows: widen and transpose the block's keys once, then a
-      // GEMM-shaped product with the keys in lanes.
-      const int ldk = (jb + 15) / 16 * 16;
-      k_.transpose_k(kvt, K, jb, hd, s.kt.data(), ldk, pf_v);
-      k_.scores_t(s.q.data(), R, s.kt.data(), ldk, jb, hd, S);
-    } else {
-      k_.scores(s.q.data(), R, kvt, K, jb, hd, S, pf_v);
-    }
-    for (int r = 0; r < R; r++) {
-      float* Sr = S + (size_t)r * jb;
+  // Rows [g0, g0 + n) of the item: scores S [n][jb] of block j0 become
+  // probabilities; the running max, sum and output are rescaled.
+  auto softmax = [&](float* S, int g0, int n, int j0, int jb) {
+    for (int r = g0; r < g0 + n; r++) {
+      float* Sr = S + (size_t)(r - g0) * jb;
       int lim = p.limit ? p.limit[r0 + r] : p.len;
       int vis = std::min(jb, lim - j0);
       if (vis <= 0) {
@@ -322,11 +305,30 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       s.l[(size_t)r] = s.l[(size_t)r] * corr + sum;
       s.m[(size_t)r] = nm;
     }
-    if (R >= kAttnGemmRows && kvt == TensorType::F32) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, hd, jb, 1.0f, S, jb, static_cast<const float*>(V), hd,
-                  1.0f, s.acc.data(), hd);
-    } else {
-      k_.pv(s.acc.data(), R, S, jb, kvt, V, hd, pf_k);
+  };
+  float* S = s.s.data();
+  for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
+    const int jb = std::min(kAttnBlock, end - j0);
+    // j0 is a block boundary (items start at one): the block's K rows, then
+    // its V rows. Streaming from memory, this block's values are fetched
+    // while its keys are used, and the next block's keys while its values
+    // are summed (both streams stay in flight; measured with bench_attention).
+    const uint8_t* kp = span_row(kv_k_row(j0, p.cap));
+    const uint8_t* vp = span_row(kv_v_row(j0, p.cap));
+    const void* pf_k = j0 + kAttnBlock < end ? span_row(kv_k_row(j0 + kAttnBlock, p.cap)) : next_k();
+    if (!many) {
+      k_.scores(s.q.data(), R, kt, kp, jb, hd, S, vp);
+      softmax(S, 0, R, j0, jb);
+      k_.pv(s.acc.data(), R, S, jb, kt, vp, hd, pf_k);
+      continue;
+    }
+    const int ldk = (jb + 15) / 16 * 16;
+    k_.transpose_k(kt, kp, jb, hd, s.kt.data(), ldk, vp);
+    for (int g0 = 0; g0 < R; g0 += G) {
+      const int n = std::min(G, R - g0);
+      k_.scores_t(s.q.data() + (size_t)g0 * hd, n, s.kt.data(), ldk, jb, hd, S);
+      softmax(S, g0, n, j0, jb);
+      k_.pv(s.acc.data() + (size_t)g0 * hd, n, S, jb, kt, vp, hd, g0 == 0 ? pf_k : nullptr);
     }
   }
   for (int r = 0; r < R; r++) {
@@ -353,7 +355,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     float* o;
     double* lse;
   };
-  // Items: blocks of kAttnRows rows, and the keys of a problem split into
+  // Items: blocks of up to kAttnItemRows rows, and the keys of a problem split into
   // chunks (each chunk gives partial (o, lse) pairs, merged below) so that
   // no item holds more than about 1/(4 x threads) of the step's work: a
   // step with one long span (a single sequence) still uses every core, and
@@ -361,7 +363,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   double total_work = 0;
   for (size_t i = 0; i < n_problems; i++)
     if (problems[i].len > 0 && problems[i].n_rows > 0) total_work += (double)problems[i].len * problems[i].n_rows;
-  const double item_work = std::max(1.0, total_work / (4.0 * pool_.size()));
+  const double item_work = std::max(1.0, total_work / ((double)kAttnItemsPerThread * pool_.size()));
   std::vector<Item> items;
   std::vector<int> splits(n_problems, 1), chunks(n_problems, 0);
   size_t part_floats = 0, part_rows = 0;
@@ -369,7 +371,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     const AttnProblem& p = problems[i];
     if (p.len > p.cap && p.n_rows > 0) fail(CLADE_E_INTERNAL, "cpu: attention: a problem is longer than its span");
     if (p.len <= 0 || p.n_rows <= 0) continue;
-    const int rows_per_item = std::min(p.n_rows, kAttnRows);
+    const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
     int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
     split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
     // Chunks of whole key blocks (items start at a block boundary, see
@@ -400,8 +402,8 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     const int split = splits[i], chunk = chunks[i];
     part_at[i] = at;
     lse_at[i] = lat;
-    for (int r0 = 0; r0 < p.n_rows; r0 += kAttnRows) {
-      int r1 = std::min(p.n_rows, r0 + kAttnRows);
+    for (int r0 = 0; r0 < p.n_rows; r0 += kAttnItemRows) {
+      int r1 = std::min(p.n_rows, r0 + kAttnItemRows);
       for (int c = 0; c < split; c++) {
         int c0 = c * chunk, c1 = std::min(p.len, c0 + chunk);
         if (split == 1) {
@@ -419,9 +421,17 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       lat += (size_t)split * p.n_rows;
     }
   }
+  const size_t es = kt == TensorType::F32 ? 4 : 2;
+  const std::function<const void*()> next_k = [&]() -> const void* {
+    const int64_t n = pool_.next_item();
+    if (n < 0 || n >= (int64_t)items.size()) return nullptr;
+    const Item& w = items[(size_t)n];
+    const AttnProblem& p = problems[w.p];
+    return static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(w.c0, p.cap) * head_dim * es;
+  };
   pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
     const Item& w = items[(size_t)it];
-    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.o, w.lse);
+    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.o, w.lse, next_k);
   });
   // Merge the key splits.
   std::vector<int32_t> idx;

@@ -781,8 +781,7 @@ AVX512 inline __m512 exp512(__m512 x) {
   for (int i = 1; i < 6; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expc::p[i]));
   __m512 r2 = _mm512_mul_ps(r, r);
   p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  return _mm512_scalef_ps(p, k);  // p * 2^k in one instruction (k is integral, >= -126)
 }
 
 AVX512 float exp_sum_avx512(float* x, float m, int64_t n) {

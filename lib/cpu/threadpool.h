@@ -23,6 +23,9 @@ class ThreadPool {
   // takes part as thread 0. Items are handed out dynamically. Blocks until
   // all are done. Not reentrant; callers serialise (the backend's lock).
   void run(int64_t n_items, const std::function<void(int64_t, int)>& fn);
+  // Inside run: the item the next claim will get (>= n_items when none is
+  // left). A hint for prefetching, as another thread may claim it first.
+  int64_t next_item() const { return next_.load(std::memory_order_relaxed); }
 
  private:
   void worker(int id);
