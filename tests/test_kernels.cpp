@@ -59,6 +59,15 @@ int main() {
     float s1 = ref.exp_sum(e1.data(), m, n), s2 = opt.exp_sum(e2.data(), m, n);
     CHECK_MSG(std::fabs(s1 - s2) <= 1e-6f * s1, "exp_sum n=%d %g %g", n, s1, s2);
     for (int i = 0; i < n; i++) CHECK(std::fabs(e1[(size_t)i] - e2[(size_t)i]) <= 1e-6f * e1[(size_t)i] + 1e-37f);
+    // silu_mul over a wide range of gates (exp(-g) overflows for g < -88)
+    std::vector<float> g1 = a, g2, up = b;
+    for (int i = 0; i < n; i++) g1[(size_t)i] *= i % 7 == 0 ? 60.0f : 4.0f;
+    g2 = g1;
+    ref.silu_mul(g1.data(), up.data(), n);
+    opt.silu_mul(g2.data(), up.data(), n);
+    for (int i = 0; i < n; i++)
+      CHECK_MSG(std::fabs(g1[(size_t)i] - g2[(size_t)i]) <= 1e-6f * std::fabs(g1[(size_t)i]) + 1e-30f, "silu_mul n=%d i=%d %g %g",
+                n, i, g1[(size_t)i], g2[(size_t)i]);
   }
   // Row conversions and row dots for every weight type.
   for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {

@@ -207,12 +207,7 @@ void CpuBackend::add(float* y, const float* x, int64_t n) { k_.axpy(y, x, 1.0f, 
 
 void CpuBackend::swiglu(float* gate, const float* up, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  parallel_rows(n, 4096, [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; i++) {
-      float g = gate[i];
-      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
-  });
+  parallel_rows(n, 4096, [&](int64_t a, int64_t b) { k_.silu_mul(gate + a, up + a, b - a); });
 }
 
 void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
@@ -294,8 +289,11 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
         continue;
       }
       float mx = k_.max(Sr, vis);
-      float nm = std::max(s.m[(size_t)r], mx);
-      float corr = std::exp(s.m[(size_t)r] - nm);  // exp(-inf) = 0 on the first block
+      const float om = s.m[(size_t)r];
+      float nm = std::max(om, mx);
+      // The output so far is rescaled when the max grows (nothing to
+      // rescale on the first block; libm's exp is not free at -inf).
+      float corr = om == -std::numeric_limits<float>::infinity() ? 0.0f : nm > om ? std::exp(om - nm) : 1.0f;
       if (corr != 1.0f) {
         float* a = s.acc.data() + (size_t)r * hd;
         for (int i = 0; i < hd; i++) a[i] *= corr;

@@ -44,6 +44,13 @@ float max_plain(const float* x, int64_t n) {
   return m;
 }
 
+void silu_mul_plain(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
 float exp_sum_plain(float* x, float m, int64_t n) {
   float s = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -121,7 +128,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 }
 
 const CpuKernels kPortable = {
-    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp_sum_plain, scores_generic<dot_plain, to_f32_plain>,
+    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp_sum_plain, silu_mul_plain, scores_generic<dot_plain, to_f32_plain>,
     transpose_k_plain, scores_t_plain, pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
@@ -273,6 +280,19 @@ AVX2 float exp_sum_avx2(float* x, float m, int64_t n) {
     t += x[i];
   }
   return t;
+}
+
+// exp(-g) is computed for -g <= 88 (above, the AVX2 exponent trick would
+// overflow; silu is then g / (1 + 1.6e38) = -0 or tiny, as with exact exp).
+AVX2 void silu_mul_avx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(88.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 e = exp_avx2(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), g), hi));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  silu_mul_plain(gate + i, up + i, n - i);
 }
 
 // [sum(a), sum(b), sum(c), sum(d)]
@@ -526,7 +546,7 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, scores_avx2, transpose_k_plain,
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx2, silu_mul_avx2, scores_avx2, transpose_k_plain,
     scores_t_plain, pv_avx2, gemm_avx2, row_dots_avx2,
 };
 
@@ -801,6 +821,17 @@ AVX512 float exp_sum_avx512(float* x, float m, int64_t n) {
   return hsum(fold512(s));
 }
 
+AVX512 void silu_mul_avx512(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f), hi = _mm512_set1_ps(88.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 g = _mm512_loadu_ps(gate + i);
+    __m512 e = exp512(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), g), hi));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+  }
+  silu_mul_plain(gate + i, up + i, n - i);
+}
+
 // ---- weight products (16 lanes) ----
 
 // One weight row against XB input rows (the bandwidth-bound small batch:
@@ -916,7 +947,7 @@ AVX512 void gemm_avx512(TensorType t, const uint8_t* w, uint64_t wstride, int ro
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
-    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx512, scores_avx512, transpose_k_avx512,
+    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp_sum_avx512, silu_mul_avx512, scores_avx512, transpose_k_avx512,
     scores_t_avx512, pv_avx512, gemm_avx512, row_dots_avx2,
 };
 #endif

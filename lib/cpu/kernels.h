@@ -22,6 +22,8 @@ struct CpuKernels {
   float (*max)(const float* x, int64_t n);
   // x[i] = exp(x[i] - m), returns the sum
   float (*exp_sum)(float* x, float m, int64_t n);
+  // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (SwiGLU)
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
   // S[r][j] = dot(Q row r, K row j), Q [R][hd], K [jb][hd], S [R][jb].
   // Each dot product keeps 8 short accumulation chains (hd/8 terms each):
   // OpenBLAS's sgemm kernel for larger R uses one chain of hd terms, which
