@@ -10,11 +10,13 @@ both measured on the same machine: per point when the decode CSV has them
 (`clade bench decode --machine`: the best of every round, as the step times
 are), else from MACHINE_CSV (`clade bench machine`).
 
-The attention part: the paired median when the CSV has it (attn_ms: per
-round, mode minus noattn of the same round; median over rounds), else best
-mode step minus best noattn step. Noise: the largest (median - best) step
-time of the point's modes; an unpaired attention part below twice that is
-marked "~" (not resolved by the run).
+The attention part, two ways: best mode step minus best noattn step (the
+step times the table reports, against the best bandwidth and peak of the
+same rounds), and, when the CSV has it, the paired median (attn_ms: per
+round, mode minus noattn of the same round; median over rounds), which
+carries the machine's noise. Noise: the largest (median - best) step time
+of the point's modes; a best-minus-best part below twice that is marked "~"
+(not resolved by the run).
 
 KV bytes read per step: flat reads every sequence's whole context; shared
 reads the prefix once plus every sequence's own tokens. Attention FLOPs
@@ -48,8 +50,8 @@ def main():
             key = (int(row["prefix"]), int(row["batch"]))
             points.setdefault(key, {})[row["mode"]] = row
     print("bandwidth %.1f GB/s, GEMM peak %.1f GFLOP/s (clade bench machine)\n" % (bw / 1e9, peak / 1e9))
-    print("| prefix | batch | shared ms | flat ms | noattn ms | shared/flat speed | attn shared ms (roofline, x) "
-          "| attn flat ms (roofline, x) | noise ms | GB/s, GFLOP/s |")
+    print("| prefix | batch | shared ms | flat ms | noattn ms | shared/flat speed | attn shared ms: best, median "
+          "(roofline; x) | attn flat ms: best, median (roofline; x) | noise ms | GB/s, GFLOP/s |")
     print("|---:|---:|---:|---:|---:|---:|---|---|---:|---|")
     for (prefix, batch) in sorted(points):
         p = points[(prefix, batch)]
@@ -72,10 +74,13 @@ def main():
         def cell(mode):
             if ms.get(mode) is None or ms.get("noattn") is None:
                 return "x"
-            paired = p[mode].get("attn_ms") not in (None, "", "x")
-            a = float(p[mode]["attn_ms"]) if paired else ms[mode] - ms["noattn"]
-            vague = not paired and a < 2 * noise
-            return "%.1f (%.1f, %.2fx%s)" % (a, roof[mode], a / roof[mode], " ~" if vague else "")
+            best = ms[mode] - ms["noattn"]
+            vague = " ~" if best < 2 * noise else ""
+            if p[mode].get("attn_ms") in (None, "", "x"):
+                return "%.1f (%.1f; %.2fx%s)" % (best, roof[mode], best / roof[mode], vague)
+            med = float(p[mode]["attn_ms"])
+            return "%.1f, %.1f (%.1f; %.2fx%s, %.2fx)" % (best, med, roof[mode], best / roof[mode], vague,
+                                                          med / roof[mode])
 
         ratio = "x"
         if ms.get("shared") and ms.get("flat"):
