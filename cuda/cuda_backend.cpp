@@ -27,6 +27,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ namespace clade {
 namespace {
 
 using cuda::AttnDesc;
+using cuda::AttnSplit;
+using cuda::AttnUnit;
 
 // Scratch for widened quantized weight rows (f16).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
@@ -161,7 +164,9 @@ class CudaBackend final : public Backend {
   Scratch x16_;                 // activations narrowed for cuBLAS
   Scratch w16_;                 // widened quantized weight rows
   Scratch rope_;                // inv_freq, then positions
-  Scratch attn_;                // row_begin, then the problem descriptors
+  Scratch attn_;                // attention: problems, work units, splits
+  Scratch attn_part_;           // attention: partial rows of split problems
+  int sm_count_ = 1;            // multiprocessors (attention work units)
   std::vector<uint8_t> staging_;  // host side of rope_ and attn_
 };
 
@@ -170,6 +175,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sync_each_op_ = env && *env && std::strcmp(env, "0") != 0;
   try {
     check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
+    sm_count_ = std::max(sm_count_, 1);
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
@@ -187,7 +194,7 @@ void CudaBackend::destroy() noexcept {
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
-  for (Scratch* s : {&x16_, &w16_, &rope_, &attn_}) {
+  for (Scratch* s : {&x16_, &w16_, &rope_, &attn_, &attn_part_}) {
     if (s->p) cudaFree(s->p);
     s->p = nullptr;
     s->cap = 0;
@@ -446,9 +453,8 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
     fail(CLADE_E_UNSUPPORTED, "cuda: attention: head dimension " + std::to_string(head_dim) + " outside 1..256");
   if (!kv_type_valid(type))
     fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
-  // Problems with rows, and the prefix sum of their rows.
-  std::vector<int64_t> begin{0};
-  std::vector<AttnDesc> descs;
+  std::vector<AttnDesc> descs;  // problems with rows
+  int64_t n_groups = 0, group_keys = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.n_rows <= 0) continue;
@@ -463,23 +469,71 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
     d.len = std::max(p.len, 0);
     if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
     descs.push_back(d);
-    begin.push_back(begin.back() + p.n_rows);
+    const int64_t g = (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup;
+    n_groups += g;
+    group_keys += g * d.len;
   }
   if (descs.empty()) return;
   if (descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
-  const int64_t total_rows = begin.back();
-  // Device copy of [row_begin (n+1 int64)][descs]; the descriptors are
-  // 8-byte aligned since row_begin is int64.
-  const size_t begin_bytes = begin.size() * sizeof(int64_t), desc_bytes = descs.size() * sizeof(AttnDesc);
-  staging_.resize(begin_bytes + desc_bytes);
-  std::memcpy(staging_.data(), begin.data(), begin_bytes);
-  std::memcpy(staging_.data() + begin_bytes, descs.data(), desc_bytes);
+  // Work units: groups of up to kAttnRowGroup rows; when they are fewer
+  // than kUnitsPerSm per multiprocessor, keys are split into chunks of
+  // whole KV blocks (at least one) so that every multiprocessor has work
+  // (a single sequence's step has only a few row groups), and the chunks'
+  // partial rows are combined after.
+  constexpr int64_t kUnitsPerSm = 8, kMinChunk = 128;
+  const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
+  int64_t chunk = std::numeric_limits<int32_t>::max();
+  if (n_groups < target) {
+    const int64_t per = (group_keys + target - 1) / target;
+    chunk = std::max(kMinChunk, (per + kMinChunk - 1) / kMinChunk * kMinChunk);
+  }
+  std::vector<AttnUnit> units;
+  std::vector<AttnSplit> splits;
+  std::vector<int64_t> split_begin{0};
+  int64_t part_rows = 0;
+  for (size_t i = 0; i < descs.size(); i++) {
+    const AttnDesc& d = descs[i];
+    const int32_t split = d.len > chunk ? (int32_t)((d.len + chunk - 1) / chunk) : 1;
+    const int64_t part_at = part_rows;
+    if (split > 1) {
+      splits.push_back(AttnSplit{part_at, (int32_t)i, split});
+      split_begin.push_back(split_begin.back() + d.n_rows);
+      part_rows += (int64_t)split * d.n_rows;
+    }
+    for (int32_t r0 = 0; r0 < d.n_rows; r0 += cuda::kAttnRowGroup) {
+      const int32_t nr = std::min(cuda::kAttnRowGroup, d.n_rows - r0);
+      for (int32_t c = 0; c < split; c++) {
+        const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
+        const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
+        units.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
+      }
+    }
+  }
+  if (units.size() > (size_t)INT_MAX || splits.size() > (size_t)INT_MAX)
+    fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many work units");
+  // Device copy of [descs][units][splits][split_begin]; each part's size is
+  // a multiple of 8 bytes, so every part stays 8-byte aligned.
+  static_assert(sizeof(AttnDesc) % 8 == 0 && sizeof(AttnUnit) % 8 == 0 && sizeof(AttnSplit) % 8 == 0, "alignment");
+  const size_t b_desc = descs.size() * sizeof(AttnDesc), b_unit = units.size() * sizeof(AttnUnit),
+               b_split = splits.size() * sizeof(AttnSplit), b_begin = split_begin.size() * sizeof(int64_t);
+  staging_.resize(b_desc + b_unit + b_split + b_begin);
+  std::memcpy(staging_.data(), descs.data(), b_desc);
+  std::memcpy(staging_.data() + b_desc, units.data(), b_unit);
+  if (b_split) std::memcpy(staging_.data() + b_desc + b_unit, splits.data(), b_split);
+  std::memcpy(staging_.data() + b_desc + b_unit + b_split, split_begin.data(), b_begin);
   uint8_t* dev = static_cast<uint8_t*>(scratch(attn_, staging_.size(), "attention: scratch"));
   upload_wait(dev, staging_.data(), staging_.size(), "attention: copying problems");
-  const int64_t* d_begin = reinterpret_cast<const int64_t*>(dev);
-  const AttnDesc* d_descs = reinterpret_cast<const AttnDesc*>(dev + begin_bytes);
-  launched(cuda::launch_attention((int)type, q, head_dim, scale, d_descs, d_begin, (int)descs.size(), total_rows,
-                                  stream_),
+  // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
+  const size_t o_bytes = ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;
+  uint8_t* part = part_rows ? static_cast<uint8_t*>(scratch(attn_part_, o_bytes + (size_t)part_rows * sizeof(double),
+                                                            "attention: partial rows"))
+                            : nullptr;
+  launched(cuda::launch_attention((int)type, q, head_dim, scale, reinterpret_cast<const AttnDesc*>(dev),
+                                  reinterpret_cast<const AttnUnit*>(dev + b_desc), (int)units.size(),
+                                  reinterpret_cast<const AttnSplit*>(dev + b_desc + b_unit),
+                                  reinterpret_cast<const int64_t*>(dev + b_desc + b_unit + b_split),
+                                  (int)splits.size(), split_begin.back(), reinterpret_cast<float*>(part),
+                                  part ? reinterpret_cast<double*>(part + o_bytes) : nullptr, stream_),
            "attention");
 }
 

@@ -106,26 +106,33 @@ cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_head
 }
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
-                             const int64_t* row_begin, int n_probs, int64_t total_rows, cudaStream_t stream) {
-  if (total_rows <= 0 || n_probs <= 0) return cudaSuccess;
+                             const AttnUnit* units, int n_units, const AttnSplit* splits,
+                             const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
+                             double* part_lse, cudaStream_t stream) {
+  if (n_units <= 0) return cudaSuccess;
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  const unsigned grid = rows_grid(total_rows);
+  const unsigned grid = rows_grid(n_units);
+  const size_t smem = (size_t)attn_smem_floats(head_dim) * sizeof(float);  // <= 34 KiB: no opt-in needed
   switch (kv_type) {
     case kKvF32:
-      attention_kernel<kKvF32><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
-                                                                  total_rows);
+      attention_kernel<kKvF32><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+                                                                     part_o, part_lse);
       break;
     case kKvF16:
-      attention_kernel<kKvF16><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
-                                                                  total_rows);
+      attention_kernel<kKvF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+                                                                     part_o, part_lse);
       break;
     case kKvBF16:
-      attention_kernel<kKvBF16><<<grid, kAttnThreads, 0, stream>>>(q, head_dim, scale, probs, row_begin, n_probs,
-                                                                   total_rows);
+      attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+                                                                      part_o, part_lse);
       break;
     default:
       return cudaErrorInvalidValue;
   }
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || n_splits <= 0 || split_rows <= 0) return e;
+  combine_kernel<<<rows_grid(split_rows), kMergeThreads, 0, stream>>>(probs, splits, split_row_begin, n_splits,
+                                                                      split_rows, part_o, part_lse, head_dim);
   return cudaGetLastError();
 }
 

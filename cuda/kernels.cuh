@@ -20,12 +20,11 @@
 namespace clade {
 namespace cuda {
 
-// Threads per attention block, and keys scored per inner step (<= threads).
-constexpr int kAttnThreads = 128;
-constexpr int kAttnTile = 64;
-static_assert(kAttnTile <= kAttnThreads, "one weight per thread per tile");
-static_assert(kMaxHeadDim % kAttnThreads == 0, "accumulator slots per thread");
-constexpr int kAttnSlots = kMaxHeadDim / kAttnThreads;
+// Threads per attention block; each thread's output slots (kAttnRowGroup
+// rows x head_dim elements per unit, launch.h).
+constexpr int kAttnThreads = 256;
+static_assert(kAttnRowGroup * kMaxHeadDim % kAttnThreads == 0, "accumulator slots per thread");
+constexpr int kAttnSlots = kAttnRowGroup * kMaxHeadDim / kAttnThreads;
 // Threads per merge block, and output elements per thread.
 constexpr int kMergeThreads = 128;
 static_assert(kMaxHeadDim % kMergeThreads == 0, "merge slots per thread");
@@ -223,84 +222,203 @@ __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int he
 
 // ---- attention ----
 
-// One block per (problem, row), grid-stride over all rows of all problems;
-// row_begin [n_probs + 1] is the prefix sum of n_rows (every n_rows > 0).
-// Keys are visited in tiles of kAttnTile with an online softmax in fp32:
-// running max m, running sum l, accumulator acc (rescaled by exp(m - m')).
-// A row that sees no key gets o = 0 and lse = -inf.
-// blockDim.x must be kAttnThreads; head_dim <= kMaxHeadDim.
+// One block per work unit (grid-stride over units): rows [r0, r0 + nr) of a
+// problem (nr <= kAttnRowGroup) against its keys [c0, c1). Keys are taken
+// in tiles of `tk` (<= 32): the tile's K rows are widened into shared
+// memory once for all the unit's rows (a shared node's rows thus read each
+// key once per group of 16 rows, not once per row), the scores of every
+// (row, key) pair are dot products from shared memory, then an online
+// softmax per row in fp32 (running max m, sum l, output rescaled by
+// exp(m - m')), then the tile's V rows replace the keys and every thread
+// accumulates its (row, element) outputs. A row sees the keys below its
+// limit; a row that sees none in the unit gets o = 0 and lse = -inf. The
+// unit writes the problem's outputs when it covers every key (part < 0),
+// else partial rows part + (r - r0) of part_o / part_lse, combined later by
+// combine_kernel.
+// blockDim.x must be kAttnThreads; dynamic shared memory attn_smem_floats.
+__host__ __device__ constexpr int attn_tile_keys(int head_dim) { return head_dim <= 128 ? 32 : 16; }
+__host__ __device__ constexpr int attn_smem_floats(int head_dim) {
+  const int tk = attn_tile_keys(head_dim);
+  return kAttnRowGroup * head_dim + tk * (head_dim + 1) + kAttnRowGroup * tk + 4 * kAttnRowGroup + 1;
+}
+
+static_assert(attn_smem_floats(kMaxHeadDim) * 4 <= 48 * 1024 && attn_smem_floats(128) * 4 <= 48 * 1024,
+              "attention shared memory within the default 48 KiB");
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 template <int KV>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q, int head_dim, float scale,
-                                                                const AttnDesc* probs, const int64_t* row_begin,
-                                                                int n_probs, int64_t total_rows) {
-  __shared__ float qs[kMaxHeadDim];
-  __shared__ float sc[kAttnTile];
+                                                                const AttnDesc* probs, const AttnUnit* units,
+                                                                int n_units, float* part_o, double* part_lse) {
+  extern __shared__ float smem[];
+  const int hd = head_dim, tk = attn_tile_keys(hd), ld = hd + 1;
+  float* qs = smem;                              // [kAttnRowGroup][hd], scaled queries
+  float* kvs = qs + kAttnRowGroup * hd;          // [tk][hd + 1]: a tile of K, then of V
+  float* ps = kvs + tk * ld;                     // [kAttnRowGroup][tk]: scores, then weights
+  float* m = ps + kAttnRowGroup * tk;            // running max per row
+  float* l = m + kAttnRowGroup;                  // running sum per row
+  float* corr = l + kAttnRowGroup;               // this tile's rescale per row
+  int* lim = reinterpret_cast<int*>(corr + kAttnRowGroup);  // keys visible per row
+  int* end_key = lim + kAttnRowGroup;            // last key any row sees, + 1
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n_warps = kAttnThreads / 32;
+
+  for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
+    const AttnUnit U = units[u];
+    const AttnDesc P = probs[U.p];
+    const int nr = U.nr;
+    for (int i = tid; i < nr * hd; i += kAttnThreads) {
+      const int r = i / hd, d = i - r * hd;
+      qs[i] = q[(int64_t)P.rows[U.r0 + r] * hd + d] * scale;
+    }
+    if (tid < nr) {
+      const int lm = P.limit ? P.limit[U.r0 + tid] : P.len;
+      lim[tid] = max(0, min(lm, P.len));
+      m[tid] = -INFINITY;
+      l[tid] = 0.0f;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int e = 0;
+      for (int r = 0; r < nr; r++) e = max(e, lim[r]);
+      *end_key = min(U.c1, e);
+    }
+    float acc[kAttnSlots];
+#pragma unroll
+    for (int a = 0; a < kAttnSlots; a++) acc[a] = 0.0f;
+    __syncthreads();
+    const int end = *end_key;
+
+    for (int j0 = U.c0; j0 < end; j0 += tk) {
+      const int jb = min(tk, end - j0);
+      for (int i = tid; i < jb * hd; i += kAttnThreads) {
+        const int j = i / hd, d = i - j * hd;
+        kvs[j * ld + d] = kv_load<KV>(P.kv, kv_k_row(j0 + j, P.cap) * hd + d);
+      }
+      __syncthreads();
+      // Scores: one (row, key) pair per thread step; keys across lanes.
+      for (int i = tid; i < nr * tk; i += kAttnThreads) {
+        const int r = i / tk, j = i - r * tk;
+        float s = -INFINITY;
+        if (j < jb && j0 + j < lim[r]) {
+          const float* qr = qs + r * hd;
+          const float* kr = kvs + j * ld;
+          float s0 = 0.0f, s1 = 0.0f;
+          int d = 0;
+          for (; d + 1 < hd; d += 2) {
+            s0 = fmaf(qr[d], kr[d], s0);
+            s1 = fmaf(qr[d + 1], kr[d + 1], s1);
+          }
+          if (d < hd) s0 = fmaf(qr[d], kr[d], s0);
+          s = s0 + s1;
+        }
+        ps[i] = s;
+      }
+      __syncthreads();
+      // Online softmax: a warp per row, lanes across the tile's keys.
+      for (int r = warp; r < nr; r += n_warps) {
+        const float v = lane < tk ? ps[r * tk + lane] : -INFINITY;
+        const float nm = fmaxf(m[r], warp_max(v));
+        float c = 1.0f, p = 0.0f;
+        if (nm != -INFINITY) {  // else nothing seen yet: nothing to rescale
+          c = expf(m[r] - nm);  // 0 when m = -inf
+          p = expf(v - nm);     // 0 for a masked key
+        }
+        const float sum = warp_sum(p);
+        if (lane < tk) ps[r * tk + lane] = p;
+        if (lane == 0) {
+          l[r] = l[r] * c + sum;
+          m[r] = nm;
+          corr[r] = c;
+        }
+      }
+      __syncthreads();
+      for (int i = tid; i < jb * hd; i += kAttnThreads) {
+        const int j = i / hd, d = i - j * hd;
+        kvs[j * ld + d] = kv_load<KV>(P.kv, kv_v_row(j0 + j, P.cap) * hd + d);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < kAttnSlots; a++) {
+        const int o = tid + a * kAttnThreads;
+        if (o < nr * hd) {
+          const int r = o / hd, d = o - r * hd;
+          const float* pr = ps + r * tk;
+          float t = acc[a] * corr[r];
+          for (int j = 0; j < jb; j++) t = fmaf(pr[j], kvs[j * ld + d], t);
+          acc[a] = t;
+        }
+      }
+      __syncthreads();  // kvs and ps are rewritten by the next tile
+    }
+
+    float* o_base = U.part < 0 ? P.o + (int64_t)U.r0 * hd : part_o + U.part * hd;
+#pragma unroll
+    for (int a = 0; a < kAttnSlots; a++) {
+      const int o = tid + a * kAttnThreads;
+      if (o < nr * hd) {
+        const int r = o / hd;
+        o_base[o] = l[r] > 0.0f ? acc[a] / l[r] : 0.0f;
+      }
+    }
+    if (tid < nr) {
+      const double v = l[tid] > 0.0f ? (double)m[tid] + log((double)l[tid]) : -(double)INFINITY;
+      if (U.part < 0) P.lse[U.r0 + tid] = v;
+      else part_lse[U.part + tid] = v;
+    }
+    __syncthreads();  // shared state is rewritten by the next unit
+  }
+}
+
+// The rows of split problems (grid-stride over all their rows; row_begin
+// [n_splits + 1] is the prefix sum of their n_rows): row r of split s sums
+// its s.split partials (part_at + c * n_rows + r, c < split) with the
+// weights of merge_kernel, into the problem's o and lse.
+// blockDim.x == kMergeThreads.
+__global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* probs, const AttnSplit* splits,
+                                                               const int64_t* row_begin, int n_splits,
+                                                               int64_t total_rows, const float* part_o,
+                                                               const double* part_lse, int head_dim) {
+  const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < total_rows; b += gridDim.x) {
-    // The problem holding row b: the last p with row_begin[p] <= b.
-    int lo = 0, hi = n_probs - 1;
+    int lo = 0, hi = n_splits - 1;
     while (lo < hi) {
       int mid = (lo + hi + 1) / 2;
       if (row_begin[mid] <= b) lo = mid;
       else hi = mid - 1;
     }
-    const AttnDesc P = probs[lo];
-    const int r = (int)(b - row_begin[lo]);
-    const float* qr = q + (int64_t)P.rows[r] * head_dim;
-    for (int d = tid; d < head_dim; d += kAttnThreads) qs[d] = qr[d] * scale;
-    int lim = P.limit ? P.limit[r] : P.len;
-    lim = max(0, min(lim, P.len));
-    __syncthreads();
-
-    float m = -INFINITY, l = 0.0f;
-    float acc[kAttnSlots];
+    const AttnSplit S = splits[lo];
+    const AttnDesc P = probs[S.p];
+    const int64_t r = b - row_begin[lo];
+    double mx = -(double)INFINITY;
+    for (int c = 0; c < S.split; c++) mx = fmax(mx, part_lse[S.part_at + c * (int64_t)P.n_rows + r]);
+    float acc[kMergeSlots];
 #pragma unroll
-    for (int a = 0; a < kAttnSlots; a++) acc[a] = 0.0f;
-
-    for (int j0 = 0; j0 < lim; j0 += kAttnTile) {
-      const int jb = min(kAttnTile, lim - j0);
-      // Scores: a warp per key, lanes across the head dimension.
-      for (int j = warp; j < jb; j += n_warps) {
-        const int64_t base = kv_k_row(j0 + j, P.cap) * head_dim;
-        float s = 0.0f;
-        for (int d = lane; d < head_dim; d += 32) s += qs[d] * kv_load<KV>(P.kv, base + d);
-        s = warp_sum(s);
-        if (lane == 0) sc[j] = s;
-      }
-      __syncthreads();
-      float mx = -INFINITY;
-      for (int j = 0; j < jb; j++) mx = fmaxf(mx, sc[j]);
-      const float nm = fmaxf(m, mx);
-      const float corr = expf(m - nm);  // 0 on the first tile (m = -inf)
-      __syncthreads();                  // all maxima read before sc is overwritten
-      if (tid < jb) sc[tid] = expf(sc[tid] - nm);
-      __syncthreads();
-      float sum = 0.0f;
-      for (int j = 0; j < jb; j++) sum += sc[j];
-      l = l * corr + sum;
-      m = nm;
+    for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
+    double sum = 0.0;
+    if (mx != -(double)INFINITY) {
+      for (int c = 0; c < S.split; c++) sum += exp(part_lse[S.part_at + c * (int64_t)P.n_rows + r] - mx);
+      for (int c = 0; c < S.split; c++) {
+        const int64_t pr = S.part_at + c * (int64_t)P.n_rows + r;
+        const float w = (float)(exp(part_lse[pr] - mx) / sum);
+        if (w > 0.0f) {
 #pragma unroll
-      for (int a = 0; a < kAttnSlots; a++) {
-        const int d = tid + a * kAttnThreads;
-        if (d < head_dim) {
-          float t = acc[a] * corr;
-          for (int j = 0; j < jb; j++) t += sc[j] * kv_load<KV>(P.kv, kv_v_row(j0 + j, P.cap) * head_dim + d);
-          acc[a] = t;
+          for (int a = 0; a < kMergeSlots; a++) {
+            const int d = tid + a * kMergeThreads;
+            if (d < head_dim) acc[a] += w * part_o[pr * head_dim + d];
+          }
         }
       }
-      __syncthreads();  // sc is rewritten by the next tile
     }
-
-    float* orow = P.o + (int64_t)r * head_dim;
-    const bool seen = l > 0.0f;
-    const float inv = seen ? 1.0f / l : 0.0f;
 #pragma unroll
-    for (int a = 0; a < kAttnSlots; a++) {
-      const int d = tid + a * kAttnThreads;
-      if (d < head_dim) orow[d] = seen ? acc[a] * inv : 0.0f;
+    for (int a = 0; a < kMergeSlots; a++) {
+      const int d = tid + a * kMergeThreads;
+      if (d < head_dim) P.o[r * head_dim + d] = acc[a];
     }
-    if (tid == 0) P.lse[r] = seen ? (double)m + log((double)l) : -(double)INFINITY;
-    __syncthreads();  // qs is rewritten by the next row
+    if (tid == 0) P.lse[r] = mx == -(double)INFINITY ? mx : mx + log(sum);
   }
 }
 

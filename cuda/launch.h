@@ -75,13 +75,35 @@ cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neo
 cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
                             const float* k, const float* v, int64_t n, cudaStream_t stream);
 
-// Attention of every row of the problems probs [n_probs] (device memory),
-// row_begin [n_probs + 1] the prefix sum of their n_rows, total_rows its
-// last entry. Query row r of a problem is q + rows[r] * head_dim, scaled
-// by `scale`; outputs o and lse (natural log; -inf and o = 0 for a row
-// that sees no key). head_dim in 1 .. kMaxHeadDim.
+// Query rows per attention work unit (at most).
+constexpr int kAttnRowGroup = 16;
+
+// A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
+// against keys [c0, c1) (the host starts chunks at KV block boundaries).
+// part < 0: the unit covers every key of the problem and writes its
+// outputs; else it writes partial rows part .. part + nr - 1.
+struct AttnUnit {
+  int64_t part;
+  int32_t p, r0, nr, c0, c1;
+};
+// A problem whose keys were split over `split` units per row group: the
+// partial of row r for chunk c is part_at + c * n_rows + r.
+struct AttnSplit {
+  int64_t part_at;
+  int32_t p, split;
+};
+
+// Attention of every row of the problems probs [n_probs] (device memory)
+// through the work units [n_units], then the combination of the split
+// problems [n_splits] (split_row_begin [n_splits + 1]: prefix sum of their
+// n_rows, split_rows its last entry) from part_o [.][head_dim] and
+// part_lse. Query row r of a problem is q + rows[r] * head_dim, scaled by
+// `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
+// sees no key). head_dim in 1 .. kMaxHeadDim.
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
-                             const int64_t* row_begin, int n_probs, int64_t total_rows, cudaStream_t stream);
+                             const AttnUnit* units, int n_units, const AttnSplit* splits,
+                             const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
+                             double* part_lse, cudaStream_t stream);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights

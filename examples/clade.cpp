@@ -61,18 +61,19 @@ const char* kUsage =
     "               --type f32|f16|bf16|q8_0|q4_0 --seed S --vocab-from GGUF --arch llama|qwen2]\n"
     "  model info FILE\n"
     "  generate -m FILE (-p TEXT | --tokens \"1 2 3\")... [-n N] [--samples N] [--temp T] [--seed S]\n"
-    "           [--attention shared|flat] [--threads T] [--json]\n"
+    "           [--attention shared|flat] [--threads T] [--backend cpu|cuda] [--json]\n"
     "      each -p / --tokens is one level of the prompt tree; siblings are separated by '|'\n"
     "  tokenize -m FILE [--no-bos] [--special] [--pieces] [--file PATH | TEXT]\n"
     "  bench decode -m FILE --batch B[,B..] --prefix P[,P..] [--suffix S] [--gen G]\n"
     "           [--mode shared,flat,noattn] [--threads T] [--rounds R] [--min-seconds S] [--machine]\n"
-    "           [--kv f16|bf16|f32] [--csv]\n"
+    "           [--kv f16|bf16|f32] [--backend cpu|cuda] [--csv]\n"
     "  bench machine [--threads T] [--csv]\n";
 
-clade_model* load_model(const std::string& path, int threads, bool vocab_only) {
+clade_model* load_model(const std::string& path, int threads, bool vocab_only, clade_backend backend) {
   clade_model_params mp;
   clade_model_params_init(&mp);
   mp.n_threads = threads;
+  mp.backend = backend;
   mp.vocab_only = vocab_only;
   clade_model* m = nullptr;
   check(clade_model_load(path.c_str(), &mp, &m), ("loading " + path).c_str());
@@ -199,7 +200,7 @@ int cmd_tokenize(Args& a) {
   if (model.empty()) Args::die("tokenize: -m FILE is required");
   if (!file.empty()) text = read_all(file);
   else if (!have_text) Args::die("tokenize: give TEXT or --file PATH");
-  clade_model* m = load_model(model, 1, true);
+  clade_model* m = load_model(model, 1, true, CLADE_BACKEND_CPU);
   std::vector<clade_token> ids = tokenize(m, text, bos, special);
   std::string line;
   for (size_t i = 0; i < ids.size(); i++) {
@@ -219,6 +220,7 @@ struct GenOptions {
   float temp = 0.0f;
   uint64_t seed = 0;
   bool json = false, flat = false;
+  clade_backend backend = CLADE_BACKEND_CPU;
 };
 
 // One leaf of the prompt tree: its path of level texts / token lists.
@@ -228,7 +230,7 @@ struct Leaf {
 };
 
 int run_generate(const GenOptions& o) {
-  clade_model* m = load_model(o.model, o.threads, false);
+  clade_model* m = load_model(o.model, o.threads, false, o.backend);
   clade_model_info info;
   info.size = sizeof info;
   check(clade_model_describe(m, &info), "describe");
@@ -456,6 +458,7 @@ int cmd_generate(Args& a) {
     else if (f == "--seed") o.seed = (uint64_t)to_long(a.next(f), f);
     else if (f == "--threads") o.threads = (int)to_long(a.next(f), f);
     else if (f == "--json") o.json = true;
+    else if (f == "--backend") o.backend = parse_backend(a.next(f));
     else if (f == "--attention") {
       std::string v = a.next(f);
       if (v != "shared" && v != "flat") Args::die("--attention shared|flat");

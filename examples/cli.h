@@ -31,6 +31,13 @@ long to_long(const std::string& s, const std::string& flag);
 double to_double(const std::string& s, const std::string& flag);
 std::vector<std::string> split(const std::string& s, char sep);
 
+// "cpu" or "cuda" (--backend); anything else exits with a usage message.
+inline clade_backend parse_backend(const std::string& s) {
+  if (s == "cpu") return CLADE_BACKEND_CPU;
+  if (s == "cuda") return CLADE_BACKEND_CUDA;
+  Args::die("--backend takes cpu or cuda");
+}
+
 // Exit with the library's message when st is an error.
 void check(clade_status st, const char* what);
 

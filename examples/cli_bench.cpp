@@ -159,6 +159,7 @@ int bench_decode(Args& a) {
   double min_seconds = 0;
   bool csv = false, machine = false;
   std::string kv = "f16";
+  clade_backend backend = CLADE_BACKEND_CPU;
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "-m") model = a.next(f);
@@ -169,6 +170,7 @@ int bench_decode(Args& a) {
     else if (f == "--gen") gen = to_long(a.next(f), f);
     else if (f == "--threads") threads = (int)to_long(a.next(f), f);
     else if (f == "--kv") kv = a.next(f);
+    else if (f == "--backend") backend = parse_backend(a.next(f));
     else if (f == "--rounds") rounds = (int)to_long(a.next(f), f);
     else if (f == "--min-seconds") min_seconds = (double)to_long(a.next(f), f);
     else if (f == "--machine") machine = true;
@@ -184,6 +186,7 @@ int bench_decode(Args& a) {
   clade_model_params mp;
   clade_model_params_init(&mp);
   mp.n_threads = threads;
+  mp.backend = backend;
   clade_model* m = nullptr;
   check(clade_model_load(model.c_str(), &mp, &m), "load");
   clade_model_info info;

@@ -269,6 +269,12 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   // Row sets and limits (host); outputs are laid out per problem.
   std::vector<int32_t> rows_all = {3, 0, 11, 5, 5, 8, 1, 2, 9, 10, 4, 6, 7};  // a repeated row too
   std::vector<int32_t> limits = {0, 1, 63, 64, 65, 128, 199, 200, 17, 0, 130, 2, 100};
+  // More rows than one work unit of the CUDA kernel takes (16), so that a
+  // problem spans several row groups.
+  for (int i = 0; i < 24; i++) {
+    rows_all.push_back((i * 7) % n_q);
+    limits.push_back((i * 37) % (len + 1));
+  }
   const int nr = (int)rows_all.size();
   const int split = 128;  // keys [0, split) and [split, len): a KV block boundary
 
