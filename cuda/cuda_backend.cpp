@@ -4,11 +4,11 @@
 // (launch.h). This file is compiled by the host C++ compiler.
 //
 // Ordering: every operation is enqueued on the backend's stream, so
-// operations run in the order they are called. copy_to, copy_from, rope and
-// attention wait for the stream after their host-to-device or
-// device-to-host copies (copy_from returns data that is ready; host
-// buffers may be reused at once); the other operations return after
-// enqueueing. A kernel fault surfaces at the next
+// operations run in the order they are called. copy_to and copy_from wait
+// for the stream after their copies (copy_from returns data that is ready;
+// host buffers may be reused at once); rope and attention copy their small
+// host tables through a pinned staging ring (upload), which waits only when
+// the ring wraps around; the other operations return after enqueueing. A kernel fault surfaces at the next
 // wait as a CLADE_E_BACKEND error; set CLADE_CUDA_SYNC=1 in the environment
 // to wait after every operation so that the failing one is named.
 //
@@ -148,6 +148,11 @@ class CudaBackend final : public Backend {
   // reuse safe. A ring of pinned buffers with events would avoid the
   // wait.)
   void upload_wait(void* dst, const void* host, size_t bytes, const char* what);
+  // The same without waiting: host is copied into the pinned ring first,
+  // and a region of the ring is reused only after the stream has drained
+  // (a wait when the ring wraps, once per kRingBytes). Falls back to
+  // upload_wait when the ring could not be allocated or bytes exceed it.
+  void upload(void* dst, const void* host, size_t bytes, const char* what);
   // Gemm of a 16-bit weight (column-major view [n_in][rows], op T) against
   // x16 [n][n_in] of the same type, into y (ldc = ldy), fp32 accumulation.
   void gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16, float* y,
@@ -168,6 +173,9 @@ class CudaBackend final : public Backend {
   Scratch attn_part_;           // attention: partial rows of split problems
   int sm_count_ = 1;            // multiprocessors (attention work units)
   std::vector<uint8_t> staging_;  // host side of rope_ and attn_
+  static constexpr size_t kRingBytes = (size_t)4 << 20;
+  uint8_t* ring_ = nullptr;       // pinned host memory (cudaMallocHost), or null
+  size_t ring_at_ = 0;
 };
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -182,6 +190,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
     // Full fp32 products for F32 weights (no TF32).
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    // Pinned staging for the small per-op tables; without it (pinned
+    // memory exhausted) uploads wait for the stream instead.
+    if (cudaMallocHost(reinterpret_cast<void**>(&ring_), kRingBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ring_ = nullptr;
+    }
   } catch (...) {
     destroy();
     throw;
@@ -199,6 +213,8 @@ void CudaBackend::destroy() noexcept {
     s->p = nullptr;
     s->cap = 0;
   }
+  if (ring_) cudaFreeHost(ring_);
+  ring_ = nullptr;
   if (blas_) cublasDestroy(blas_);
   blas_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
@@ -242,6 +258,19 @@ void CudaBackend::upload_wait(void* dst, const void* host, size_t bytes, const c
   if (!bytes) return;
   check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), what);
   check(cudaStreamSynchronize(stream_), what);
+}
+
+void CudaBackend::upload(void* dst, const void* host, size_t bytes, const char* what) {
+  if (!bytes) return;
+  if (!ring_ || bytes > kRingBytes) return upload_wait(dst, host, bytes, what);
+  if (ring_at_ + bytes > kRingBytes) {
+    check(cudaStreamSynchronize(stream_), what);  // every copy out of the ring is done
+    ring_at_ = 0;
+  }
+  uint8_t* src = ring_ + ring_at_;
+  std::memcpy(src, host, bytes);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), what);
+  ring_at_ += (bytes + 255) / 256 * 256;
 }
 
 // ---- memory ----
@@ -424,7 +453,7 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
   std::memcpy(staging_.data(), p.inv_freq, freq_bytes);
   std::memcpy(staging_.data() + freq_bytes, pos, pos_bytes);
   uint8_t* dev = static_cast<uint8_t*>(scratch(rope_, staging_.size(), "rope: scratch"));
-  upload_wait(dev, staging_.data(), staging_.size(), "rope: copying positions");
+  upload(dev, staging_.data(), staging_.size(), "rope: copying positions");
   const float* inv_freq = reinterpret_cast<const float*>(dev);
   const int32_t* dpos = reinterpret_cast<const int32_t*>(dev + freq_bytes);
   launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq, stream_), "rope");
@@ -522,7 +551,7 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   if (b_split) std::memcpy(staging_.data() + b_desc + b_unit, splits.data(), b_split);
   std::memcpy(staging_.data() + b_desc + b_unit + b_split, split_begin.data(), b_begin);
   uint8_t* dev = static_cast<uint8_t*>(scratch(attn_, staging_.size(), "attention: scratch"));
-  upload_wait(dev, staging_.data(), staging_.size(), "attention: copying problems");
+  upload(dev, staging_.data(), staging_.size(), "attention: copying problems");
   // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
   const size_t o_bytes = ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;
   uint8_t* part = part_rows ? static_cast<uint8_t*>(scratch(attn_part_, o_bytes + (size_t)part_rows * sizeof(double),
