@@ -321,14 +321,16 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       // Online softmax: a warp per row, lanes across the tile's keys.
       for (int r = warp; r < nr; r += n_warps) {
         const float v = lane < tk ? ps[r * tk + lane] : -INFINITY;
-        const float nm = fmaxf(m[r], warp_max(v));
+        const float mo = m[r];
+        const float nm = fmaxf(mo, warp_max(v));
         float c = 1.0f, p = 0.0f;
         if (nm != -INFINITY) {  // else nothing seen yet: nothing to rescale
-          c = expf(m[r] - nm);  // 0 when m = -inf
+          c = expf(mo - nm);    // 0 when m = -inf
           p = expf(v - nm);     // 0 for a masked key
         }
         const float sum = warp_sum(p);
         if (lane < tk) ps[r * tk + lane] = p;
+        __syncwarp();  // every lane has read m[r] before lane 0 rewrites it
         if (lane == 0) {
           l[r] = l[r] * c + sum;
           m[r] = nm;

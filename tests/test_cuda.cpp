@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
-      for (int hd : {64, 128}) test_attention(*cpu, *gpu, kt, hd);
+      for (int hd : {64, 80, 128, 256}) test_attention(*cpu, *gpu, kt, hd);
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
     return 1;
