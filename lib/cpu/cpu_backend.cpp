@@ -1,8 +1,7 @@
-// The CPU backend: one thread pool owns the cores; OpenBLAS (single-threaded,
-// called from the pool's workers) for F32 products; own kernels
-// (lib/cpu/kernels.cpp) for widening half, bf16 and quantized weights.
-#include <cblas.h>
-
+// The CPU backend: one thread pool owns the cores; every product runs in
+// the pool's own kernels (lib/cpu/kernels.cpp: register-blocked weight
+// products that widen half, bf16 and quantized weights, and the attention
+// kernels), so the library links no BLAS.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -20,7 +19,6 @@
 #include "kernels.h"
 #include "threadpool.h"
 
-extern "C" void openblas_set_num_threads(int);
 
 namespace clade {
 
@@ -29,8 +27,9 @@ namespace {
 // Output rows of W per matmul work item.
 constexpr int64_t kTile = 64;
 // Up to this many input rows, matmul reads each weight row once and does
-// the dot products directly (bandwidth-bound decode); above it, tiles of W
-// are widened to f32 and multiplied with OpenBLAS (compute-bound).
+// the dot products directly (bandwidth-bound decode); above it, input rows
+// are taken in groups of kXGroup against tiles of W (the register-blocked
+// gemm kernel; quantized tiles are widened to f32 first).
 constexpr int kDirectRows = 4;
 // Input rows per matmul work item for larger batches.
 constexpr int64_t kXGroup = 64;
@@ -65,9 +64,7 @@ struct ThreadScratch {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads) : k_(cpu_kernels()), pool_(n_threads), scratch_((size_t)pool_.size()) {
-    openblas_set_num_threads(1);
-  }
+  explicit CpuBackend(int n_threads) : k_(cpu_kernels()), pool_(n_threads), scratch_((size_t)pool_.size()) {}
   const char* name() const override { return "cpu"; }
   int n_threads() const override { return pool_.size(); }
 
