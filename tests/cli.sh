@@ -1,7 +1,8 @@
 #!/bin/bash
 # The clade CLI end to end on a tiny random model: a prompt tree decoded with
 # shared and with flat attention gives the same greedy tokens; the JSON names
-# each leaf's prompt; `bench decode` writes its documented CSV; bad input is a
+# each leaf's prompt; `--backend cuda` gives the same tokens or, without a
+# device, a clean error; `bench decode` writes its documented CSV; bad input is a
 # clean error (exit 1 with a message), never a crash.
 # usage: cli.sh PATH_TO_CLADE
 set -uo pipefail
@@ -26,6 +27,18 @@ $flat"
 mapfile -t lines <<< "$shared"
 [ "${lines[0]}" == "${lines[1]}" ] && [ "${lines[2]}" == "${lines[3]}" ] || fail "samples of a leaf differ under greedy"
 [ "${lines[0]}" != "${lines[2]}" ] || fail "the two leaves decoded the same tokens"
+# The CUDA backend: the same tokens where a device is usable; elsewhere (or in
+# a build without CUDA) a clean error naming the backend, exit 1.
+if cuda=$(gen --attention shared --backend cuda); then
+  [ "$cuda" == "$shared" ] || fail "CUDA and CPU tokens differ:
+$cuda
+---
+$shared"
+else
+  out=$("$cli" generate -m "$dir/m.gguf" --tokens "1 2" -n 2 --backend cuda 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && grep -qi "backend" <<< "$out" || fail "--backend cuda without a device: exit $rc: $out"
+fi
 json=$(gen --json) || fail "generate --json"
 grep -q '"prompt":"1 2 3 4 5"' <<< "$json" || fail "JSON prompt of the first leaf: $json"
 grep -q '"prompt":"1 2 3 6 7"' <<< "$json" || fail "JSON prompt of the second leaf: $json"
