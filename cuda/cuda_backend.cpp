@@ -145,8 +145,7 @@ class CudaBackend final : public Backend {
   // Copy host bytes to the device and wait, so the host buffer may be
   // reused at once. (The CUDA documentation only says an asynchronous copy
   // from pageable memory "might be synchronous"; waiting is what makes
-  // reuse safe. A ring of pinned buffers with events would avoid the
-  // wait.)
+  // reuse safe.)
   void upload_wait(void* dst, const void* host, size_t bytes, const char* what);
   // The same without waiting: host is copied into the pinned ring first,
   // and a region of the ring is reused only after the stream has drained

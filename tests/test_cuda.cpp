@@ -252,8 +252,9 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
                out[0], bound);
 }
 
-// kv_write into a span in two pieces, then attention problems over it (the
-// span is longer than three 64-key tiles of the CUDA kernel): full rows, causal
+// kv_write into a span in two pieces, then attention problems over it (200
+// keys: several key tiles of the CUDA kernel, and split into key chunks
+// there, as a step with few row groups is): full rows, causal
 // limits (0 included), an empty span, a span of one key, the same rows
 // split in two key ranges and merged, and the causal rows split over two
 // problems.
@@ -433,7 +434,7 @@ int main(int argc, char** argv) {
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
-      for (int hd : {64, 80, 128, 256}) test_attention(*cpu, *gpu, kt, hd);
+      for (int hd : {64, 65, 80, 128, 256}) test_attention(*cpu, *gpu, kt, hd);
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
     return 1;

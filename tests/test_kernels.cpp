@@ -1,7 +1,9 @@
 // checkasm-style: each optimised CPU kernel against the portable one (and
 // both against fp64 where a tolerance says more than agreement).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -62,12 +64,24 @@ int main() {
     // silu_mul over a wide range of gates (exp(-g) overflows for g < -88)
     std::vector<float> g1 = a, g2, up = b;
     for (int i = 0; i < n; i++) g1[(size_t)i] *= i % 7 == 0 ? 60.0f : 4.0f;
+    // extremes: far below -88 (silu is 0 there), -inf, and large positive
+    if (n >= 8) {
+      g1[1] = -1e30f;
+      g1[2] = -std::numeric_limits<float>::infinity();
+      g1[3] = -1e38f;
+      g1[4] = 1e30f;
+      g1[5] = -88.5f;
+      g1[6] = -87.5f;
+    }
     g2 = g1;
     ref.silu_mul(g1.data(), up.data(), n);
     opt.silu_mul(g2.data(), up.data(), n);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+      CHECK_MSG(std::isfinite(g1[(size_t)i]) && std::isfinite(g2[(size_t)i]), "silu_mul n=%d i=%d not finite", n, i);
       CHECK_MSG(std::fabs(g1[(size_t)i] - g2[(size_t)i]) <= 1e-6f * std::fabs(g1[(size_t)i]) + 1e-30f, "silu_mul n=%d i=%d %g %g",
                 n, i, g1[(size_t)i], g2[(size_t)i]);
+    }
+    if (n >= 8) CHECK_MSG(g1[1] == 0.0f && g2[1] == 0.0f && g2[2] == 0.0f && g2[3] == 0.0f, "silu_mul far below -88");
   }
   // Row conversions and row dots for every weight type.
   for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {

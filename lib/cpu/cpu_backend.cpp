@@ -290,8 +290,9 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       float nm = std::max(om, mx);
       // The output so far is rescaled when the max grows (nothing to
       // rescale on the first block; libm's exp is not free at -inf).
-      float corr = om == -std::numeric_limits<float>::infinity() ? 0.0f : nm > om ? std::exp(om - nm) : 1.0f;
-      if (corr != 1.0f) {
+      const bool first = om == -std::numeric_limits<float>::infinity();  // acc is still 0
+      float corr = first ? 0.0f : nm > om ? std::exp(om - nm) : 1.0f;
+      if (!first && corr != 1.0f) {
         float* a = s.acc.data() + (size_t)r * hd;
         for (int i = 0; i < hd; i++) a[i] *= corr;
       }

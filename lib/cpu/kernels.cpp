@@ -44,10 +44,13 @@ float max_plain(const float* x, int64_t n) {
   return m;
 }
 
+// Below g = -88, silu(g) = g / (1 + e^-g) is under 1e-36 in magnitude (and
+// -inf / inf would be NaN): it is taken as 0.
+constexpr float kSiluLow = -88.0f;
 void silu_mul_plain(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    gate[i] = (g < kSiluLow ? 0.0f : g / (1.0f + std::exp(-g))) * up[i];
   }
 }
 
@@ -282,15 +285,17 @@ AVX2 float exp_sum_avx2(float* x, float m, int64_t n) {
   return t;
 }
 
-// exp(-g) is computed for -g <= 88 (above, the AVX2 exponent trick would
-// overflow; silu is then g / (1 + 1.6e38) = -0 or tiny, as with exact exp).
+// As silu_mul_plain: gates below kSiluLow give 0 (exp(-g) is computed for
+// -g <= 88 only, where the exponent trick of exp_avx2 cannot overflow).
 AVX2 void silu_mul_avx2(float* gate, const float* up, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(88.0f);
+  const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(-kSiluLow), lo = _mm256_set1_ps(kSiluLow);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 g = _mm256_loadu_ps(gate + i);
     __m256 e = exp_avx2(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), g), hi));
-    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    __m256 r = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    r = _mm256_blendv_ps(r, _mm256_setzero_ps(), _mm256_cmp_ps(g, lo, _CMP_LT_OQ));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(r, _mm256_loadu_ps(up + i)));
   }
   silu_mul_plain(gate + i, up + i, n - i);
 }
@@ -822,12 +827,14 @@ AVX512 float exp_sum_avx512(float* x, float m, int64_t n) {
 }
 
 AVX512 void silu_mul_avx512(float* gate, const float* up, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f), hi = _mm512_set1_ps(88.0f);
+  const __m512 one = _mm512_set1_ps(1.0f), hi = _mm512_set1_ps(-kSiluLow), lo = _mm512_set1_ps(kSiluLow);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 g = _mm512_loadu_ps(gate + i);
     __m512 e = exp512(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), g), hi));
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
+    __m512 r = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, lo, _CMP_LT_OQ), r, _mm512_setzero_ps());
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(r, _mm512_loadu_ps(up + i)));
   }
   silu_mul_plain(gate + i, up + i, n - i);
 }

@@ -57,7 +57,11 @@ void ThreadPool::worker(int id) {
 void ThreadPool::run(int64_t n_items, const std::function<void(int64_t, int)>& fn) {
   if (n_items <= 0) return;
   if (workers_.empty() || n_items == 1) {
-    for (int64_t i = 0; i < n_items; i++) fn(i, 0);
+    n_items_ = n_items;
+    for (int64_t i = 0; i < n_items; i++) {
+      next_.store(i + 1, std::memory_order_relaxed);  // next_item(): the one after this
+      fn(i, 0);
+    }
     return;
   }
   fn_ = &fn;
