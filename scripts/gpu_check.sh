@@ -1,0 +1,32 @@
+#!/bin/bash
+# On a machine with an NVIDIA GPU (compute capability 8.0 or newer) and the
+# build tools (meson, ninja, nvcc, OpenBLAS, PCRE2): build with the CUDA
+# backend into build-gpu/, run the CUDA tests (also under compute-sanitizer
+# when it is there) and the CLI test, then the GPU decode benchmark of
+# bench/README.md into bench/results/gpu-decode-kv{4,16}.csv.
+# usage: scripts/gpu_check.sh [--no-bench]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+[ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
+ninja -C build-gpu > /dev/null
+build-gpu/tests/test_cuda
+CLADE_CUDA_SYNC=1 build-gpu/tests/test_cuda > /dev/null
+if command -v compute-sanitizer > /dev/null; then
+  compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda > /dev/null
+  echo "compute-sanitizer memcheck: clean"
+fi
+bash tests/cli.sh build-gpu/examples/clade
+meson test -C build-gpu --suite unit --suite cuda
+[ "${1:-}" == "--no-bench" ] && exit 0
+clade=build-gpu/examples/clade
+models=${CLADE_MODELS:-/tmp/clade-bench-models}
+mkdir -p "$models" bench/results
+m4=$models/l8-d1024-h16-kv4-f16.gguf
+m16=$models/l8-d1024-h16-kv16-f16.gguf
+[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
+[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+$clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,8192 --mode shared,flat,noattn \
+  --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv4.csv
+$clade bench decode -m "$m16" --backend cuda --batch 32 --prefix 8192 --mode shared,flat,noattn \
+  --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv16.csv
