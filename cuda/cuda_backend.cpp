@@ -8,9 +8,10 @@
 // for the stream after their copies (copy_from returns data that is ready;
 // host buffers may be reused at once); rope and attention copy their small
 // host tables through a pinned staging ring (upload), which waits only when
-// the ring wraps around; the other operations return after enqueueing. A kernel fault surfaces at the next
-// wait as a CLADE_E_BACKEND error; set CLADE_CUDA_SYNC=1 in the environment
-// to wait after every operation so that the failing one is named.
+// the ring wraps around; the other operations return after enqueueing. A
+// kernel fault surfaces at the next wait as a CLADE_E_BACKEND error; set
+// CLADE_CUDA_SYNC=1 in the environment to wait after every operation so
+// that the failing one is named.
 //
 // Weights: F32, F16 and BF16 stay in their type; cuBLAS multiplies F16/BF16
 // weights by the activations narrowed to the same type, accumulating in

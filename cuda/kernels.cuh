@@ -375,10 +375,51 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
   }
 }
 
+// Thread tid's elements d = tid + a * kMergeThreads (< head_dim) of the
+// weighted sum of n partial rows, the c-th at row idx(c) of part_o /
+// part_lse, with the weights w_c = (float)(exp(lse_c - max) / sum), computed
+// in fp64 as the CPU backend's merge_row does; returns their logsumexp.
+// No partial, or all lse = -inf, gives acc = 0 and -inf.
+template <typename Idx>
+__device__ double merge_partials(int n, Idx idx, const float* part_o, const double* part_lse, int head_dim,
+                                 float (&acc)[kMergeSlots]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
+  double mx = -(double)INFINITY;
+  for (int c = 0; c < n; c++) mx = fmax(mx, part_lse[idx(c)]);
+  if (mx == -(double)INFINITY) return mx;
+  double sum = 0.0;
+  for (int c = 0; c < n; c++) sum += exp(part_lse[idx(c)] - mx);
+  for (int c = 0; c < n; c++) {
+    const int64_t pr = idx(c);
+    const float w = (float)(exp(part_lse[pr] - mx) / sum);
+    if (w > 0.0f) {
+#pragma unroll
+      for (int a = 0; a < kMergeSlots; a++) {
+        const int d = tid + a * kMergeThreads;
+        if (d < head_dim) acc[a] += w * part_o[pr * head_dim + d];
+      }
+    }
+  }
+  return mx + log(sum);
+}
+
+// Partial c of row r of a split problem (AttnSplit).
+struct SplitIdx {
+  int64_t at, n_rows, r;
+  __device__ int64_t operator()(int c) const { return at + c * n_rows + r; }
+};
+// Partial c of output row r of a merge list.
+struct ListIdx {
+  const int32_t* rows;
+  __device__ int64_t operator()(int c) const { return rows[c]; }
+};
+
 // The rows of split problems (grid-stride over all their rows; row_begin
 // [n_splits + 1] is the prefix sum of their n_rows): row r of split s sums
-// its s.split partials (part_at + c * n_rows + r, c < split) with the
-// weights of merge_kernel, into the problem's o and lse.
+// its s.split partials (part_at + c * n_rows + r, c < split) with
+// merge_partials, into the problem's o and lse.
 // blockDim.x == kMergeThreads.
 __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* probs, const AttnSplit* splits,
                                                                const int64_t* row_begin, int n_splits,
@@ -395,39 +436,20 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
     const AttnSplit S = splits[lo];
     const AttnDesc P = probs[S.p];
     const int64_t r = b - row_begin[lo];
-    double mx = -(double)INFINITY;
-    for (int c = 0; c < S.split; c++) mx = fmax(mx, part_lse[S.part_at + c * (int64_t)P.n_rows + r]);
     float acc[kMergeSlots];
-#pragma unroll
-    for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
-    double sum = 0.0;
-    if (mx != -(double)INFINITY) {
-      for (int c = 0; c < S.split; c++) sum += exp(part_lse[S.part_at + c * (int64_t)P.n_rows + r] - mx);
-      for (int c = 0; c < S.split; c++) {
-        const int64_t pr = S.part_at + c * (int64_t)P.n_rows + r;
-        const float w = (float)(exp(part_lse[pr] - mx) / sum);
-        if (w > 0.0f) {
-#pragma unroll
-          for (int a = 0; a < kMergeSlots; a++) {
-            const int d = tid + a * kMergeThreads;
-            if (d < head_dim) acc[a] += w * part_o[pr * head_dim + d];
-          }
-        }
-      }
-    }
+    const double lse = merge_partials(S.split, SplitIdx{S.part_at, P.n_rows, r}, part_o, part_lse, head_dim, acc);
 #pragma unroll
     for (int a = 0; a < kMergeSlots; a++) {
       const int d = tid + a * kMergeThreads;
       if (d < head_dim) P.o[r * head_dim + d] = acc[a];
     }
-    if (tid == 0) P.lse[r] = mx == -(double)INFINITY ? mx : mx + log(sum);
+    if (tid == 0) P.lse[r] = lse;
   }
 }
 
 // out [n_out_rows][head_dim]: row i combines partial rows
 // part_rows[part_begin[i] .. part_begin[i+1]) of (part_o, part_lse) with
-// weights w_j = (float)(exp(lse_j - max lse) / sum), computed in fp64 as
-// the CPU backend does; no partial, or all lse = -inf, gives 0.
+// merge_partials (no partial, or all lse = -inf, gives 0).
 // One block per output row, blockDim.x == kMergeThreads.
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows, const int32_t* part_begin,
                                                              const int32_t* part_rows, const float* part_o,
@@ -435,27 +457,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < n_out_rows; r += gridDim.x) {
     const int32_t j0 = part_begin[r], j1 = part_begin[r + 1];
-    double mx = -(double)INFINITY;
-    for (int32_t j = j0; j < j1; j++) mx = fmax(mx, part_lse[part_rows[j]]);
     float acc[kMergeSlots];
-#pragma unroll
-    for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
-    if (mx != -(double)INFINITY) {
-      double sum = 0.0;
-      for (int32_t j = j0; j < j1; j++) sum += exp(part_lse[part_rows[j]] - mx);
-      for (int32_t j = j0; j < j1; j++) {
-        const int32_t pr = part_rows[j];
-        const float w = (float)(exp(part_lse[pr] - mx) / sum);
-        if (w > 0.0f) {
-          const float* o = part_o + (int64_t)pr * head_dim;
-#pragma unroll
-          for (int a = 0; a < kMergeSlots; a++) {
-            const int d = tid + a * kMergeThreads;
-            if (d < head_dim) acc[a] += w * o[d];
-          }
-        }
-      }
-    }
+    merge_partials(j1 - j0, ListIdx{part_rows + j0}, part_o, part_lse, head_dim, acc);
     float* orow = out + r * head_dim;
 #pragma unroll
     for (int a = 0; a < kMergeSlots; a++) {

@@ -142,6 +142,12 @@ class CpuBackend final : public Backend {
   std::vector<double> part_lse_;  // and their lse
 };
 
+// Row `row` of a problem's span (K and V rows in kv_k_row / kv_v_row
+// order), rows of hd elements of es bytes.
+const uint8_t* span_row(const AttnProblem& p, int64_t row, int hd, size_t es) {
+  return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es;
+}
+
 TensorType kv_tensor_type(clade_kv_type t) {
   return t == CLADE_KV_F16 ? TensorType::F16 : t == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F32;
 }
@@ -273,7 +279,6 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   }
   const size_t es = kt == TensorType::F32 ? 4 : 2;
   const int end = std::min(c1, max_limit);
-  auto span_row = [&](int64_t row) { return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es; };
   // Rows [g0, g0 + n) of the item: scores S [n][jb] of block j0 become
   // probabilities; the running max, sum and output are rescaled.
   auto softmax = [&](float* S, int g0, int n, int j0, int jb) {
@@ -309,9 +314,9 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     // its V rows. Streaming from memory, this block's values are fetched
     // while its keys are used, and the next block's keys while its values
     // are summed (both streams stay in flight; measured with bench_attention).
-    const uint8_t* kp = span_row(kv_k_row(j0, p.cap));
-    const uint8_t* vp = span_row(kv_v_row(j0, p.cap));
-    const void* pf_k = j0 + kAttnBlock < end ? span_row(kv_k_row(j0 + kAttnBlock, p.cap)) : next_k();
+    const uint8_t* kp = span_row(p, kv_k_row(j0, p.cap), hd, es);
+    const uint8_t* vp = span_row(p, kv_v_row(j0, p.cap), hd, es);
+    const void* pf_k = j0 + kAttnBlock < end ? span_row(p, kv_k_row(j0 + kAttnBlock, p.cap), hd, es) : next_k();
     if (!many) {
       k_.scores(s.q.data(), R, kt, kp, jb, hd, S, vp);
       softmax(S, 0, R, j0, jb);
@@ -417,13 +422,12 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       lat += (size_t)split * p.n_rows;
     }
   }
-  const size_t es = kt == TensorType::F32 ? 4 : 2;
   const std::function<const void*()> next_k = [&]() -> const void* {
     const int64_t n = pool_.next_item();
     if (n < 0 || n >= (int64_t)items.size()) return nullptr;
     const Item& w = items[(size_t)n];
     const AttnProblem& p = problems[w.p];
-    return static_cast<const uint8_t*>(p.kv) + (size_t)kv_k_row(w.c0, p.cap) * head_dim * es;
+    return span_row(p, kv_k_row(w.c0, p.cap), head_dim, kv_type_size(type));
   };
   pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
     const Item& w = items[(size_t)it];
