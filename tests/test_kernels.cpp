@@ -133,27 +133,27 @@ int main() {
   // scores and pv with 16-bit K/V against the portable path
   for (TensorType t : {TensorType::F16, TensorType::BF16})
     for (int hd : {64, 128})
-      for (int R : {1, 2, 4, 5}) {
-        int jb = 19;
-        std::vector<float> q((size_t)R * hd), kf((size_t)jb * hd), p((size_t)R * jb), s1((size_t)R * jb),
-            s2((size_t)R * jb), a1((size_t)R * hd, 0.5f), a2((size_t)R * hd, 0.5f);
-        for (auto& x : q) x = nd(rng);
-        for (auto& x : kf) x = nd(rng);
-        for (auto& x : p) x = std::fabs(nd(rng));
-        std::vector<uint16_t> kh(kf.size());
-        quantize_row(t, kf.data(), kh.data(), (int64_t)kf.size());
-        ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data(), nullptr);
-        opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data(), kh.data());  // prefetch: any rows
-        for (size_t i = 0; i < s1.size(); i++)
-          CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d", hd, R);
-        ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd, nullptr);
-        opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd, kh.data());
-        for (size_t i = 0; i < a1.size(); i++)
-          CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d", hd, R);
-      }
+      for (int R : {1, 2, 4, 5, 6, 7, 13})  // the AVX-512 P.V takes up to 6 rows per pass
+        for (int jb : {1, 19}) {
+          std::vector<float> q((size_t)R * hd), kf((size_t)jb * hd), p((size_t)R * jb), s1((size_t)R * jb),
+              s2((size_t)R * jb), a1((size_t)R * hd, 0.5f), a2((size_t)R * hd, 0.5f);
+          for (auto& x : q) x = nd(rng);
+          for (auto& x : kf) x = nd(rng);
+          for (auto& x : p) x = std::fabs(nd(rng));
+          std::vector<uint16_t> kh(kf.size());
+          quantize_row(t, kf.data(), kh.data(), (int64_t)kf.size());
+          ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data(), nullptr);
+          opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data(), kh.data());  // prefetch: any rows
+          for (size_t i = 0; i < s1.size(); i++)
+            CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d", hd, R);
+          ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd, nullptr);
+          opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd, kh.data());
+          for (size_t i = 0; i < a1.size(); i++)
+            CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d jb=%d", hd, R, jb);
+        }
   // pv: acc += P V for few rows
   for (int hd : {64, 128, 40})
-    for (int R : {1, 3, 4, 5, 8}) {
+    for (int R : {1, 3, 4, 5, 6, 8, 11, 64}) {
       int jb = 37;
       std::vector<float> p((size_t)R * jb), v((size_t)jb * hd), a1((size_t)R * hd), a2;
       for (auto& x : p) x = std::fabs(nd(rng));
