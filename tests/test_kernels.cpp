@@ -53,14 +53,29 @@ int main() {
     for (int i = 0; i < n; i++) CHECK(std::fabs(y1[(size_t)i] - y2[(size_t)i]) <= 1e-6f * (1 + std::fabs(y1[(size_t)i])));
     CHECK(opt.max(a.data(), n) == ref.max(a.data(), n));
     CHECK(ref.max(a.data(), n) == *std::max_element(a.begin(), a.end()));
-    // exp_sum on x - max <= 0, including very negative values
+    // exp2_sum on x - max <= 0, including very negative values (below -126:
+    // 2^-126 at most, where the plain path gives the exact tiny value or 0)
     std::vector<float> e1 = a, e2 = a;
     for (auto& x : e1) x *= 20;
     e2 = e1;
     float m = *std::max_element(e1.begin(), e1.end());
-    float s1 = ref.exp_sum(e1.data(), m, n), s2 = opt.exp_sum(e2.data(), m, n);
-    CHECK_MSG(std::fabs(s1 - s2) <= 1e-6f * s1, "exp_sum n=%d %g %g", n, s1, s2);
+    float s1 = ref.exp2_sum(e1.data(), m, n), s2 = opt.exp2_sum(e2.data(), m, n);
+    CHECK_MSG(std::fabs(s1 - s2) <= 1e-6f * s1, "exp2_sum n=%d %g %g", n, s1, s2);
     for (int i = 0; i < n; i++) CHECK(std::fabs(e1[(size_t)i] - e2[(size_t)i]) <= 1e-6f * e1[(size_t)i] + 1e-37f);
+    // exp2_sum element by element against 2^x in double, over [-126, 0]
+    // (every rounding boundary of k = round(x) on the way) and below it
+    {
+      std::vector<float> x;
+      for (int i = 0; i <= 126 * 64; i++) x.push_back(-(float)i / 64.0f - (i % 3) * 1e-3f);
+      for (float v : {-0.5f, -1.5f, -125.5f, -126.0f, -200.0f, -std::numeric_limits<float>::infinity()}) x.push_back(v);
+      std::vector<float> y = x;
+      opt.exp2_sum(y.data(), 0.0f, (int64_t)y.size());
+      for (size_t i = 0; i < x.size(); i++) {
+        const double e = std::exp2((double)x[i]);
+        if (x[i] >= -126.0f) CHECK_MSG(std::fabs(y[i] - e) <= 3e-7 * e, "exp2 at %g: %g vs %g", x[i], y[i], e);
+        else CHECK_MSG(y[i] >= 0 && y[i] <= 1.2e-38f, "exp2 at %g: %g", x[i], y[i]);
+      }
+    }
     // silu_mul over a wide range of gates (exp(-g) overflows for g < -88)
     std::vector<float> g1 = a, g2, up = b;
     for (int i = 0; i < n; i++) g1[(size_t)i] *= i % 7 == 0 ? 60.0f : 4.0f;

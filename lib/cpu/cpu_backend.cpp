@@ -271,10 +271,14 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   if (many) s.kt.resize((size_t)kAttnBlock * hd);
   s.m.assign((size_t)R, -std::numeric_limits<float>::infinity());
   s.l.assign((size_t)R, 0.0f);
+  // The softmax runs in base 2: scores are scale * log2(e) * q.k, their
+  // powers of 2 are exp(scale * q.k), and the lse is turned back to base e
+  // at the end (exp2_sum needs no multiply by log2 e).
+  const float qscale = scale * 1.44269504088896341f;
   int max_limit = 0;
   for (int r = 0; r < R; r++) {
     const float* src = q + (size_t)p.rows[r0 + r] * hd;
-    for (int i = 0; i < hd; i++) s.q[(size_t)r * hd + i] = src[i] * scale;
+    for (int i = 0; i < hd; i++) s.q[(size_t)r * hd + i] = src[i] * qscale;
     max_limit = std::max(max_limit, p.limit ? p.limit[r0 + r] : p.len);
   }
   const size_t es = kt == TensorType::F32 ? 4 : 2;
@@ -294,14 +298,14 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       const float om = s.m[(size_t)r];
       float nm = std::max(om, mx);
       // The output so far is rescaled when the max grows (nothing to
-      // rescale on the first block; libm's exp is not free at -inf).
+      // rescale on the first block; libm's exp2 is not free at -inf).
       const bool first = om == -std::numeric_limits<float>::infinity();  // acc is still 0
-      float corr = first ? 0.0f : nm > om ? std::exp(om - nm) : 1.0f;
+      float corr = first ? 0.0f : nm > om ? std::exp2(om - nm) : 1.0f;
       if (!first && corr != 1.0f) {
         float* a = s.acc.data() + (size_t)r * hd;
         for (int i = 0; i < hd; i++) a[i] *= corr;
       }
-      float sum = k_.exp_sum(Sr, nm, vis);
+      float sum = k_.exp2_sum(Sr, nm, vis);
       std::fill(Sr + vis, Sr + jb, 0.0f);
       s.l[(size_t)r] = s.l[(size_t)r] * corr + sum;
       s.m[(size_t)r] = nm;
@@ -338,7 +342,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     if (l > 0) {
       float inv = 1.0f / l;
       for (int i = 0; i < hd; i++) orow[i] = s.acc[(size_t)r * hd + i] * inv;
-      lse[r] = (double)s.m[(size_t)r] + std::log((double)l);
+      lse[r] = ((double)s.m[(size_t)r] + std::log2((double)l)) * 0.69314718055994531;  // base e
     } else {
       std::fill(orow, orow + hd, 0.0f);
       lse[r] = -std::numeric_limits<double>::infinity();

@@ -20,8 +20,9 @@ struct CpuKernels {
   void (*from_f32)(TensorType t, const float* src, void* dst, int64_t n);
   // max of x[0..n), n >= 1
   float (*max)(const float* x, int64_t n);
-  // x[i] = exp(x[i] - m), returns the sum
-  float (*exp_sum)(float* x, float m, int64_t n);
+  // x[i] = 2^(x[i] - m), returns the sum (attention's softmax in base 2:
+  // the queries are scaled by log2 e, see CpuBackend::attend_item)
+  float (*exp2_sum)(float* x, float m, int64_t n);
   // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (SwiGLU)
   void (*silu_mul)(float* gate, const float* up, int64_t n);
   // S[r][j] = dot(Q row r, K row j), Q [R][hd], K [jb][hd], S [R][jb].
