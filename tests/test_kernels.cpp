@@ -65,9 +65,12 @@ int main() {
     // exp2_sum element by element against 2^x in double, over [-126, 0]
     // (every rounding boundary of k = round(x) on the way) and below it
     {
-      std::vector<float> x;
+      // the edge values first, so that they land in whole vectors of every
+      // path (a tail goes through libm's exp2), then a sweep, then a tail
+      std::vector<float> x = {-0.5f, -1.5f, -125.5f, -126.0f, -200.0f, -std::numeric_limits<float>::infinity(),
+                              -125.9f, -0.0f};
       for (int i = 0; i <= 126 * 64; i++) x.push_back(-(float)i / 64.0f - (i % 3) * 1e-3f);
-      for (float v : {-0.5f, -1.5f, -125.5f, -126.0f, -200.0f, -std::numeric_limits<float>::infinity()}) x.push_back(v);
+      while (x.size() % 16 != 5) x.push_back(-3.25f);
       std::vector<float> y = x;
       opt.exp2_sum(y.data(), 0.0f, (int64_t)y.size());
       for (size_t i = 0; i < x.size(); i++) {

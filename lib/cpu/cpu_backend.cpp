@@ -257,7 +257,7 @@ void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, in
 // transpose the block's keys into lanes once, then every group of
 // kAttnGroupRows rows uses them from L2. (Widening the values once as well
 // was measured slower at 32 rows and no faster at 64: P.V widens them in
-// registers for 4 rows at a time.)
+// registers for up to 6 rows at a time.)
 void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
                              int r1, int c0, int c1, float* o, double* lse,
                              const std::function<const void*()>& next_k) {
@@ -354,6 +354,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
                            const AttnProblem* problems, size_t n_problems) {
   std::lock_guard<std::mutex> lock(mu_);
   if (head_dim > kMaxHeadDim) fail(CLADE_E_UNSUPPORTED, "cpu: head dimension above 256");
+  if (head_dim <= 0) fail(CLADE_E_INVALID_ARG, "cpu: attention: head dimension " + std::to_string(head_dim));
   const TensorType kt = kv_tensor_type(type);
   struct Item {
     int p, r0, r1, c0, c1;

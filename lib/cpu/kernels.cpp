@@ -229,7 +229,7 @@ AVX2 void from_f32_avx2(TensorType t, const float* src, void* dst, int64_t n) {
   }
 }
 
-// exp(x) for x <= 0 (softmax after subtracting the max): range reduction
+// exp(x) for x <= 0 (silu_mul's e^-g; the softmax uses exp2, below): range reduction
 // x = k ln2 + r, |r| <= ln2/2, a degree-6 polynomial for e^r (relative error
 // about 2e-7), then scaling by 2^k through the exponent bits. The constants
 // serve the 8-lane (exp_avx2) and the 16-lane (exp512) versions.
@@ -586,8 +586,9 @@ const CpuKernels kAvx2 = {
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
-// 32 registers let 4 query rows share every widened key and value: each
-// 16-bit element is converted once per 4 rows instead of once per 2.
+// 32 registers let several query rows share every widened key and value:
+// each 16-bit key is converted once per 4 rows (scores) and each value
+// once per 6 (P.V), instead of once per 2.
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their
@@ -666,7 +667,7 @@ AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int
 
 AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s,
                           const void* pf) {
-  if (hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s, pf);
+  if (hd <= 0 || hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s, pf);
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (kt) {
@@ -734,7 +735,8 @@ AVX512 void pv_typed512(float* acc, int R, const float* p, int jb, const uint8_t
 }
 
 AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf) {
-  if (hd % 64 != 0) return pv_avx2(acc, R, p, jb, vt, v, hd, pf);
+  if (R <= 0 || jb <= 0) return;  // (the blocks loop do-while over keys)
+  if (hd <= 0 || hd % 64 != 0) return pv_avx2(acc, R, p, jb, vt, v, hd, pf);
   const uint8_t* vb = static_cast<const uint8_t*>(v);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (vt) {
@@ -840,7 +842,7 @@ AVX512 void scores_t_rows(const float* q, int hd, const float* kt, int ldk, int 
 }
 
 AVX512 void scores_t_avx512(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s) {
-  if (hd % 2 != 0) return scores_t_plain(q, R, kt, ldk, jb, hd, s);
+  if (hd <= 0 || hd % 2 != 0) return scores_t_plain(q, R, kt, ldk, jb, hd, s);
   int r = 0;
   for (; r + 4 <= R; r += 4) scores_t_rows<4>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
   for (; r < R; r++) scores_t_rows<1>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);

@@ -47,7 +47,10 @@ struct CpuKernels {
   // GEMM-shaped product with no horizontal sums.
   void (*scores_t)(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s);
   // acc[r][d] += sum_j p[r][j] * v[j][d]: acc [R][hd], p [R][jb], v [jb][hd]
-  // of type vt (the attention value product for few rows; sgemm takes many).
+  // of type vt (the attention value product). R <= 0 or jb <= 0: nothing.
+  //
+  // scores, scores_t, pv: head dimension hd >= 1 (the vector paths that
+  // need hd >= 2 or 8 are only chosen when hd is a multiple of it).
   void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf);
   // y[j][o] = dot(W row o, x row j) for o < rows, j < n. W rows are of type
   // t (F32, F16 or BF16; quantized rows are widened to F32 by the caller),
