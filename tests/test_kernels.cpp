@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "backend.h"
 #include "check.h"
 #include "cpu/kernels.h"
 #include "half.h"
@@ -238,6 +239,33 @@ int main() {
             }
         }
       }
+  // the CPU backend's matmul (weight-row runs for small batches, tiles x
+  // input-row groups for larger ones, quantized tiles widened) against fp64
+  {
+    auto be = make_cpu_backend(2);
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0})
+      for (int64_t n_out : {1, 63, 64, 100, 1000, 4097})
+        for (int64_t n : {1, 2, 4, 5, 70}) {
+          const int64_t n_in = 96;
+          std::vector<float> wf((size_t)(n_in * n_out)), x((size_t)(n * n_in)), y((size_t)(n * n_out), -1.0f);
+          for (auto& v : wf) v = nd(rng);
+          for (auto& v : x) v = nd(rng);
+          const uint64_t rb = tensor_row_bytes(t, n_in);
+          std::vector<uint8_t> wq((size_t)(rb * n_out));
+          for (int64_t o = 0; o < n_out; o++) quantize_row(t, wf.data() + o * n_in, wq.data() + rb * o, n_in);
+          std::vector<float> ww((size_t)n_in);  // the stored weights, widened
+          be->matmul(Weight{t, wq.data(), n_in, n_out}, x.data(), n, y.data());
+          for (int64_t o = 0; o < n_out; o++) {
+            dequantize_row(t, wq.data() + rb * o, ww.data(), n_in);
+            for (int64_t j = 0; j < n; j++) {
+              double mag;
+              const double e = exact_dot(x.data() + j * n_in, ww.data(), (int)n_in, &mag);
+              CHECK_MSG(std::fabs(y[(size_t)(j * n_out + o)] - e) <= 1e-6 * mag, "matmul %s n_out=%lld n=%lld",
+                        tensor_type_name(t), (long long)n_out, (long long)n);
+            }
+          }
+        }
+  }
   // half conversions: every f16 bit pattern round trips through float
   for (uint32_t h = 0; h < 65536; h++) {
     float f = half_to_float((uint16_t)h);

@@ -140,6 +140,7 @@ class CpuBackend final : public Backend {
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
   std::vector<float> part_;      // attention split-K partial outputs
   std::vector<double> part_lse_;  // and their lse
+  std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
 };
 
 // Row `row` of a problem's span (K and V rows in kv_k_row / kv_v_row
@@ -158,6 +159,28 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const uint64_t row_bytes = tensor_row_bytes(w.type, K);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  if (direct && n <= kDirectRows) {
+    // Bandwidth-bound (decode at small batches): each item a contiguous run
+    // of weight rows, long ones first (guided: a quarter of what is left
+    // per thread), down to kTile rows, so that each thread streams long
+    // runs and the end still balances. When the machine's memory is quick,
+    // two threads reading interleaved 128 KiB pieces got about 48 GB/s and
+    // two long runs 58-61; in decode steps at batch 1 this took the step
+    // from 7.36 to 6.80 ms (best of 8 interleaved runs, 8% in the mean).
+    chunk_at_.clear();
+    const int64_t T = pool_.size();
+    for (int64_t o = 0; o < N;) {
+      chunk_at_.push_back(o);
+      int64_t c = std::max<int64_t>(kTile, (N - o) / (4 * T) / kTile * kTile);
+      o = std::min(N, o + c);
+    }
+    chunk_at_.push_back(N);
+    pool_.run((int64_t)chunk_at_.size() - 1, [&](int64_t it, int) {
+      const int64_t o0 = chunk_at_[(size_t)it], rows = chunk_at_[(size_t)it + 1] - o0;
+      k_.gemm(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, x, K, (int)n, K, y + o0, N);
+    });
+    return;
+  }
   // Items: tiles of output rows x groups of input rows, so that both small
   // and large batches give every thread work.
   const int64_t tiles = (N + kTile - 1) / kTile;
