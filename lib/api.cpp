@@ -163,7 +163,7 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
       }
     }
     std::unique_ptr<clade_model> m(new clade_model());
-    m->m = clade::Model::load(path, std::move(be), p.vocab_only != 0);
+    m->m = clade::Model::load(path, std::move(be), p.vocab_only != 0, p.use_mmap != 0);
     *out = m.release();
     return CLADE_OK;
   });

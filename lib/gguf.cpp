@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_set>
 
@@ -171,7 +173,7 @@ size_t GGUFValue::array_size() const {
   return elem_type == GGUFType::STRING ? strs.size() : nums.size();
 }
 
-std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
+std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(CLADE_E_IO, "cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
@@ -181,18 +183,45 @@ std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
   }
   size_t size = (size_t)st.st_size;
   void* map = nullptr;
-  if (size > 0) {
+  if (size > 0 && map_file) {
     map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       int e = errno;
       ::close(fd);
       fail(CLADE_E_IO, "cannot map '" + path + "': " + std::strerror(e));
     }
+  } else if (size > 0) {
+    // Read into a buffer of our own: 2 MiB-aligned and advised to use
+    // transparent huge pages when large (the weights are streamed every
+    // decode step), so tensor offsets keep the file's alignment.
+    const size_t huge = (size_t)2 << 20;
+    const size_t cap = (size + huge - 1) / huge * huge;
+    if (posix_memalign(&map, huge, cap) != 0) map = nullptr;
+    if (!map) {
+      ::close(fd);
+      fail(CLADE_E_NOMEM, "cannot allocate " + std::to_string(size) + " bytes to read '" + path + "'");
+    }
+#if defined(MADV_HUGEPAGE)
+    if (cap >= ((size_t)8 << 20)) madvise(map, cap, MADV_HUGEPAGE);  // advice only
+#endif
+    size_t got = 0;
+    while (got < size) {
+      ssize_t r = ::read(fd, static_cast<uint8_t*>(map) + got, std::min(size - got, (size_t)1 << 30));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        int e = r < 0 ? errno : 0;
+        std::free(map);
+        ::close(fd);
+        fail(CLADE_E_IO, "cannot read '" + path + "': " + (r < 0 ? std::strerror(e) : "file shrank while reading"));
+      }
+      got += (size_t)r;
+    }
   }
   ::close(fd);
   std::unique_ptr<GGUFFile> f(new GGUFFile());
   f->map_ = map;
   f->map_size_ = size;
+  f->read_ = !map_file;
   try {
     f->parse(static_cast<const uint8_t*>(map), size);
   } catch (const Error& e) {
@@ -208,7 +237,8 @@ std::unique_ptr<GGUFFile> GGUFFile::from_memory(const uint8_t* data, size_t size
 }
 
 GGUFFile::~GGUFFile() {
-  if (map_) munmap(map_, map_size_);
+  if (map_ && read_) std::free(map_);
+  else if (map_) munmap(map_, map_size_);
 }
 
 void GGUFFile::parse(const uint8_t* base, size_t size) {

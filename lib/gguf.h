@@ -73,9 +73,10 @@ struct GGUFTensor {
 
 class GGUFFile {
  public:
-  // Map and parse a file. Throws Error (CLADE_E_IO, CLADE_E_FORMAT,
-  // CLADE_E_UNSUPPORTED for an unknown tensor type).
-  static std::unique_ptr<GGUFFile> open(const std::string& path);
+  // Map (map = true) or read into memory of its own, then parse a file.
+  // Throws Error (CLADE_E_IO, CLADE_E_FORMAT, CLADE_E_UNSUPPORTED for an
+  // unknown tensor type).
+  static std::unique_ptr<GGUFFile> open(const std::string& path, bool map = true);
   // Parse a buffer the caller keeps alive.
   static std::unique_ptr<GGUFFile> from_memory(const uint8_t* data, size_t size);
   ~GGUFFile();
@@ -106,8 +107,9 @@ class GGUFFile {
   std::vector<GGUFKV> kvs_;
   std::vector<GGUFTensor> tensors_;
   uint64_t data_size_ = 0;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // the mapping, or the buffer read (read_)
   size_t map_size_ = 0;
+  bool read_ = false;
 };
 
 class GGUFWriter {

@@ -67,9 +67,10 @@ RopeParams Model::rope() const {
   return p;
 }
 
-std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Backend> backend, bool vocab_only) {
+std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Backend> backend, bool vocab_only,
+                                   bool use_mmap) {
   std::unique_ptr<Model> m(new Model());
-  m->file = GGUFFile::open(path);
+  m->file = GGUFFile::open(path, use_mmap);
   const GGUFFile& f = *m->file;
   m->vocab_only = vocab_only;
   m->tokenizer = Tokenizer::from_gguf(f);

@@ -45,9 +45,10 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Throws Error. backend may be null only when vocab_only.
+  // Throws Error. backend may be null only when vocab_only. use_mmap: map
+  // the file (else read it into memory of the model's own).
   static std::unique_ptr<Model> load(const std::string& path, std::unique_ptr<Backend> backend,
-                                     bool vocab_only);
+                                     bool vocab_only, bool use_mmap = true);
   ~Model();
 
   ModelConfig cfg;
