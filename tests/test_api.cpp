@@ -16,6 +16,7 @@
 //   checking after each which nodes exist, their counts, and the KV bytes of
 //   the tree and the cache.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -867,16 +868,36 @@ void test_refcount() {
 }
 
 // A vocabulary-only GGUF with a small SentencePiece vocabulary of kVocab tokens.
-// use_mmap = 0 reads the file into memory of the model's own: the same
-// logits, bit for bit, as the mapped model; and a missing file is still a
-// clean error.
+// Mappings of the file at path in this process (Linux; -1 elsewhere).
+int mappings_of(const std::string& path) {
+#if defined(__linux__)
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return -1;
+  int n = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f))
+    if (contains(line, path)) n++;
+  std::fclose(f);
+  return n;
+#else
+  (void)path;
+  return -1;
+#endif
+}
+
+// use_mmap = 0 reads the file into memory of the model's own (no new
+// mapping of the file): the same logits, bit for bit, as the mapped model;
+// and a missing file is still a clean error.
 void test_read_not_mapped(const std::string& path) {
   clade_model_params mp;
   clade_model_params_init(&mp);
   mp.n_threads = 2;
   mp.use_mmap = 0;
   clade_model* m = nullptr;
+  const int maps_before = mappings_of(path);
+  CHECK(maps_before != 0);  // g_model maps it (or no /proc: -1)
   CHECK_OK(clade_model_load(path.c_str(), &mp, &m));
+  CHECK_MSG(mappings_of(path) == maps_before, "use_mmap = 0 mapped the file");
   clade_model* bad = nullptr;
   CHECK_ST(clade_model_load((path + ".missing").c_str(), &mp, &bad), CLADE_E_IO);
   CHECK(bad == nullptr);
