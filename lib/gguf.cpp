@@ -174,6 +174,7 @@ size_t GGUFValue::array_size() const {
 }
 
 std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file) {
+  std::unique_ptr<GGUFFile> f(new GGUFFile());  // owns the mapping or buffer from here on
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(CLADE_E_IO, "cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
@@ -181,36 +182,39 @@ std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file)
     ::close(fd);
     fail(CLADE_E_IO, "'" + path + "' is not a regular file");
   }
-  size_t size = (size_t)st.st_size;
-  void* map = nullptr;
+  const size_t size = (size_t)st.st_size;
   if (size > 0 && map_file) {
-    map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
       int e = errno;
       ::close(fd);
       fail(CLADE_E_IO, "cannot map '" + path + "': " + std::strerror(e));
     }
+    f->map_ = map;
+    f->map_size_ = size;
   } else if (size > 0) {
     // Read into a buffer of our own: 2 MiB-aligned and advised to use
     // transparent huge pages when large (the weights are streamed every
     // decode step), so tensor offsets keep the file's alignment.
     const size_t huge = (size_t)2 << 20;
     const size_t cap = (size + huge - 1) / huge * huge;
-    if (posix_memalign(&map, huge, cap) != 0) map = nullptr;
-    if (!map) {
+    void* buf = nullptr;
+    if (posix_memalign(&buf, huge, cap) != 0 || !buf) {
       ::close(fd);
       fail(CLADE_E_NOMEM, "cannot allocate " + std::to_string(size) + " bytes to read '" + path + "'");
     }
-#if defined(MADV_HUGEPAGE)
-    if (cap >= ((size_t)8 << 20)) madvise(map, cap, MADV_HUGEPAGE);  // advice only
+    f->map_ = buf;
+    f->map_size_ = size;
+    f->read_ = true;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (cap >= ((size_t)8 << 20)) madvise(buf, cap, MADV_HUGEPAGE);  // advice only
 #endif
     size_t got = 0;
     while (got < size) {
-      ssize_t r = ::read(fd, static_cast<uint8_t*>(map) + got, std::min(size - got, (size_t)1 << 30));
+      ssize_t r = ::read(fd, static_cast<uint8_t*>(buf) + got, std::min(size - got, (size_t)1 << 30));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         int e = r < 0 ? errno : 0;
-        std::free(map);
         ::close(fd);
         fail(CLADE_E_IO, "cannot read '" + path + "': " + (r < 0 ? std::strerror(e) : "file shrank while reading"));
       }
@@ -218,12 +222,8 @@ std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file)
     }
   }
   ::close(fd);
-  std::unique_ptr<GGUFFile> f(new GGUFFile());
-  f->map_ = map;
-  f->map_size_ = size;
-  f->read_ = !map_file;
   try {
-    f->parse(static_cast<const uint8_t*>(map), size);
+    f->parse(static_cast<const uint8_t*>(f->map_), size);
   } catch (const Error& e) {
     fail(e.status(), std::string(e.what()) + " in '" + path + "'");
   }

@@ -1,4 +1,4 @@
-// GGUF v2/v3 reader (validated, mmap-backed) and writer.
+// GGUF v2/v3 reader (validated; the file mapped, or read into a buffer of its own) and writer.
 //
 // Every size, offset and count is checked against the file before it is
 // used; problems throw clade::Error(CLADE_E_FORMAT, "<what is wrong>").

@@ -70,7 +70,7 @@ RopeParams Model::rope() const {
 std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Backend> backend, bool vocab_only,
                                    bool use_mmap) {
   std::unique_ptr<Model> m(new Model());
-  m->file = GGUFFile::open(path, use_mmap);
+  m->file = GGUFFile::open(path, use_mmap || vocab_only);  // (a tokenizer needs the header only)
   const GGUFFile& f = *m->file;
   m->vocab_only = vocab_only;
   m->tokenizer = Tokenizer::from_gguf(f);

@@ -867,7 +867,6 @@ void test_refcount() {
   clade_tree_free(t);
 }
 
-// A vocabulary-only GGUF with a small SentencePiece vocabulary of kVocab tokens.
 // Mappings of the file at path in this process (Linux; -1 elsewhere).
 int mappings_of(const std::string& path) {
 #if defined(__linux__)
@@ -926,6 +925,7 @@ void test_read_not_mapped(const std::string& path) {
   clade_model_free(m);
 }
 
+// A vocabulary-only GGUF with a small SentencePiece vocabulary of kVocab tokens.
 void write_vocab_model(const std::string& path) {
   clade::GGUFWriter w;
   w.set_str("general.architecture", "llama");

@@ -241,11 +241,11 @@ int main() {
       }
   // the CPU backend's matmul (weight-row runs for small batches, tiles x
   // input-row groups for larger ones, quantized tiles widened) against fp64
-  {
-    auto be = make_cpu_backend(2);
+  for (int threads : {1, 2, 7}) {
+    auto be = make_cpu_backend(threads);
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0})
       for (int64_t n_out : {1, 63, 64, 100, 1000, 4097})
-        for (int64_t n : {1, 2, 4, 5, 70}) {
+        for (int64_t n : {1, 2, 3, 4, 5, 70}) {
           const int64_t n_in = 96;
           std::vector<float> wf((size_t)(n_in * n_out)), x((size_t)(n * n_in)), y((size_t)(n * n_out), -1.0f);
           for (auto& v : wf) v = nd(rng);
@@ -260,11 +260,16 @@ int main() {
             for (int64_t j = 0; j < n; j++) {
               double mag;
               const double e = exact_dot(x.data() + j * n_in, ww.data(), (int)n_in, &mag);
-              CHECK_MSG(std::fabs(y[(size_t)(j * n_out + o)] - e) <= 1e-6 * mag, "matmul %s n_out=%lld n=%lld",
-                        tensor_type_name(t), (long long)n_out, (long long)n);
+              CHECK_MSG(std::fabs(y[(size_t)(j * n_out + o)] - e) <= 1e-6 * mag,
+                        "matmul %s n_out=%lld n=%lld threads=%d", tensor_type_name(t), (long long)n_out,
+                        (long long)n, threads);
             }
           }
         }
+    // no input rows: nothing read or written
+    std::vector<float> w1(96 * 3, 1.0f), y0(8, 5.0f);
+    be->matmul(Weight{TensorType::F32, w1.data(), 96, 3}, nullptr, 0, y0.data());
+    CHECK(std::all_of(y0.begin(), y0.end(), [](float v) { return v == 5.0f; }));
   }
   // half conversions: every f16 bit pattern round trips through float
   for (uint32_t h = 0; h < 65536; h++) {

@@ -152,7 +152,9 @@ typedef struct clade_model_params {
   int32_t n_threads;     /* 0: all cores */
   int32_t vocab_only;    /* load the tokenizer only (no tensors needed) */
   int32_t use_mmap;      /* default 1: map the file; 0: read it into memory
-                            the model owns (huge pages where allowed) */
+                            the model owns (huge pages where allowed; the
+                            whole file stays resident while the model lives;
+                            vocab_only models always map) */
 } clade_model_params;
 
 CLADE_API void clade_model_params_init(clade_model_params *params);

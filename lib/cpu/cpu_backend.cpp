@@ -159,6 +159,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const uint64_t row_bytes = tensor_row_bytes(w.type, K);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  if (n <= 0 || N <= 0) return;  // (the kernels take n >= 1)
   if (direct && n <= kDirectRows) {
     // Bandwidth-bound (decode at small batches): each item a contiguous run
     // of weight rows, long ones first (guided: a quarter of what is left
@@ -171,7 +172,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     const int64_t T = pool_.size();
     for (int64_t o = 0; o < N;) {
       chunk_at_.push_back(o);
-      int64_t c = std::max<int64_t>(kTile, (N - o) / (4 * T) / kTile * kTile);
+      int64_t c = std::min<int64_t>(std::max<int64_t>(kTile, (N - o) / (4 * T) / kTile * kTile), 1 << 24);
       o = std::min(N, o + c);
     }
     chunk_at_.push_back(N);
