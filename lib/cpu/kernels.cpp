@@ -283,7 +283,7 @@ constexpr float c[7] = {1.0f, 6.931471825e-01f, 2.402265072e-01f, 5.550327152e-0
 }  // namespace exp2c
 
 AVX2 inline __m256 exp2_avx2(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(exp2c::lo));
+  x = _mm256_max_ps(_mm256_set1_ps(exp2c::lo), x);  // (max_ps returns its second operand for NaN: NaN stays NaN)
   __m256 k = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_sub_ps(x, k);
   __m256 p = _mm256_set1_ps(exp2c::c[6]);
@@ -864,7 +864,7 @@ AVX512 inline __m512 exp512(__m512 x) {
 
 // exp2_avx2 (same constants), 16 lanes; 2^k applied by scalef.
 AVX512 inline __m512 exp2_512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(exp2c::lo));
+  x = _mm512_max_ps(_mm512_set1_ps(exp2c::lo), x);  // NaN stays NaN, as in exp2_avx2
   __m512 k = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_sub_ps(x, k);
   __m512 p = _mm512_set1_ps(exp2c::c[6]);
