@@ -66,12 +66,12 @@ void check_same(const std::vector<float>& a, const std::vector<float>& b, const 
   CHECK_MSG(err <= 1e-5 * std::max(scale, 1.0), "%s: logits differ by %.3g (scale %.3g)", what, err, scale);
 }
 
-clade_tree* new_tree(clade_kv_type kv = CLADE_KV_F16) {
+clade_tree* new_tree(clade_kv_type kv = CLADE_KV_F16, clade_model* model = nullptr) {
   clade_tree_params tp;
   clade_tree_params_init(&tp);
   tp.kv_type = kv;
   clade_tree* t = nullptr;
-  CHECK_OK(clade_tree_create(g_model, &tp, &t));
+  CHECK_OK(clade_tree_create(model ? model : g_model, &tp, &t));
   return t;
 }
 
@@ -904,16 +904,8 @@ void test_read_not_mapped(const std::string& path) {
   std::vector<float> logits[2];
   clade_model* models[2] = {g_model, m};
   for (int i = 0; i < 2; i++) {
-    clade_tree_params tp;
-    clade_tree_params_init(&tp);
-    clade_tree* t = nullptr;
-    CHECK_OK(clade_tree_create(models[i], &tp, &t));
-    clade_cache_params cp;
-    clade_cache_params_init(&cp);
-    cp.max_seqs = 1;
-    cp.max_tokens = 16;
-    clade_cache* c = nullptr;
-    CHECK_OK(clade_cache_create(t, &cp, &c));
+    clade_tree* t = new_tree(CLADE_KV_F16, models[i]);
+    clade_cache* c = new_cache(t, 1, 16);
     const clade_token first[3] = {5, 17, 250};
     clade_seq_id s = -1;
     CHECK_OK(clade_cache_add(c, 0, first, 3, 0, &s));
