@@ -1,4 +1,5 @@
 #include "gguf.h"
+#include "pages.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -193,22 +194,17 @@ std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file)
     f->map_ = map;
     f->map_size_ = size;
   } else if (size > 0) {
-    // Read into a buffer of our own: 2 MiB-aligned and advised to use
-    // transparent huge pages when large (the weights are streamed every
-    // decode step), so tensor offsets keep the file's alignment.
-    const size_t huge = (size_t)2 << 20;
-    const size_t cap = (size + huge - 1) / huge * huge;
-    void* buf = nullptr;
-    if (posix_memalign(&buf, huge, cap) != 0 || !buf) {
+    // Read into a buffer of our own: 2 MiB-aligned (tensor offsets keep
+    // the file's alignment) and with huge pages when large (the weights
+    // are streamed every decode step).
+    void* buf = alloc_streamed(size, (size_t)2 << 20);
+    if (!buf) {
       ::close(fd);
       fail(CLADE_E_NOMEM, "cannot allocate " + std::to_string(size) + " bytes to read '" + path + "'");
     }
     f->map_ = buf;
     f->map_size_ = size;
     f->read_ = true;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (cap >= ((size_t)8 << 20)) madvise(buf, cap, MADV_HUGEPAGE);  // advice only
-#endif
     size_t got = 0;
     while (got < size) {
       ssize_t r = ::read(fd, static_cast<uint8_t*>(buf) + got, std::min(size - got, (size_t)1 << 30));

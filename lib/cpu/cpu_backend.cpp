@@ -10,12 +10,10 @@
 #include <limits>
 #include <mutex>
 #include <vector>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "../backend.h"
 #include "../error.h"
+#include "../pages.h"
 #include "kernels.h"
 #include "threadpool.h"
 
@@ -39,9 +37,6 @@ constexpr int kAttnBlock = kKVBlock;
 // Keys per attention work item at least (when a span is split).
 constexpr int kAttnMinChunk = 256;
 constexpr int kMaxHeadDim = 256;
-// Allocations from this size on use transparent huge pages (see alloc).
-constexpr size_t kHugePage = (size_t)2 << 20;
-constexpr size_t kHugeFrom = (size_t)8 << 20;
 // From this many query rows, scores use keys transposed into lanes (the
 // transpose pays from about 24 rows: measured with bench_attention, slower
 // at 16 rows, faster at 32).
@@ -69,19 +64,9 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
 
   void* alloc(size_t bytes) override {
-    size_t n = (bytes + 63) / 64 * 64;
-    // Large buffers (KV spans) start on a 2 MiB boundary and ask for
-    // transparent huge pages: attention streams them, and with 4 KiB pages
-    // every 32 keys of a head cross a page (a TLB miss, and the hardware
-    // prefetchers stop there). Only whole 2 MiB pieces inside the buffer
-    // are advised, so nothing beyond what is touched becomes resident.
-    const bool big = n >= kHugeFrom;
-    void* p = nullptr;  // posix_memalign: no rule tying the size to the alignment
-    if (posix_memalign(&p, big ? kHugePage : 64, n ? n : 64) != 0) p = nullptr;
+    // Large buffers (KV spans, which attention streams) get huge pages.
+    void* p = alloc_streamed(bytes);
     if (!p) fail(CLADE_E_NOMEM, "cpu: cannot allocate " + std::to_string(bytes) + " bytes");
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (big) madvise(p, n / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
     return p;
   }
   void release(void* p) override { std::free(p); }
