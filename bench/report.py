@@ -14,7 +14,14 @@ The attention part, two ways: best mode step minus best noattn step (the
 step times the table reports, against the best bandwidth and peak of the
 same rounds), and, when the CSV has it, the paired median (attn_ms: per
 round, mode minus noattn of the same round; median over rounds), which
-carries the machine's noise. Noise: the largest (median - best) step time
+carries the machine's noise. With the per-round lists of `--machine`
+(round_attn_ms, round_bw_gb_s, round_gflop_s) a third figure: each round's
+attention part against the roofline of that round's own bandwidth and
+peak, median over rounds ("per round"). The machine's memory reads at
+about 33 GB/s most of the time and 55-60 for seconds now and then: the best
+bandwidth of a point's rounds and its best step then often come from
+different seconds, and only the per-round figure sets each step against
+the machine it ran on. Noise: the largest (median - best) step time
 of the point's modes; a best-minus-best part below twice that is marked "~"
 (not resolved by the run).
 
@@ -71,6 +78,19 @@ def main():
             "flat": max(batch * (prefix + own) * per_token / pbw, flops / ppeak) * 1e3,
         }
 
+        def per_round(mode):
+            """Median over rounds of (attention part / that round's roofline), or None."""
+            row = p[mode]
+            lists = [row.get(k) for k in ("round_attn_ms", "round_bw_gb_s", "round_gflop_s")]
+            if any(v in (None, "", "x") for v in lists):
+                return None
+            attn, rbw, rpeak = ([float(x) for x in v.split(";")] for v in lists)
+            if not (len(attn) == len(rbw) == len(rpeak)):
+                return None
+            kv_bytes = (prefix + batch * own if mode == "shared" else batch * (prefix + own)) * per_token
+            r = sorted(a / (max(kv_bytes / (b * 1e9), flops / (g * 1e9)) * 1e3) for a, b, g in zip(attn, rbw, rpeak))
+            return r[len(r) // 2]
+
         def cell(mode):
             if ms.get(mode) is None or ms.get("noattn") is None:
                 return "x"
@@ -79,8 +99,10 @@ def main():
             if p[mode].get("attn_ms") in (None, "", "x"):
                 return "%.1f (%.1f; %.2fx%s)" % (best, roof[mode], best / roof[mode], vague)
             med = float(p[mode]["attn_ms"])
-            return "%.1f, %.1f (%.1f; %.2fx%s, %.2fx)" % (best, med, roof[mode], best / roof[mode], vague,
-                                                          med / roof[mode])
+            pr = per_round(mode)
+            tail = "" if pr is None else "; per round %.2fx" % pr
+            return "%.1f, %.1f (%.1f; %.2fx%s, %.2fx%s)" % (best, med, roof[mode], best / roof[mode], vague,
+                                                            med / roof[mode], tail)
 
         ratio = "x"
         if ms.get("shared") and ms.get("flat"):

@@ -197,8 +197,8 @@ int bench_decode(Args& a) {
   const size_t kv_bytes_per_token = (size_t)info.n_layers * 2 * info.n_kv_heads * info.head_dim * (kvt == CLADE_KV_F32 ? 4 : 2);
   const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
 
-  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s\n",
-              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "");
+  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s,round_attn_ms%s\n",
+              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "", machine ? ",round_bw_gb_s,round_gflop_s" : "");
   std::fflush(stdout);
   uint64_t rng = 12345;
   auto rand_tok = [&]() {
@@ -268,11 +268,14 @@ int bench_decode(Args& a) {
       // of each, as it keeps each mode's best round: rooflines and step
       // times then come from the same minutes of a shared machine.
       double bw_best = 0, peak_best = 0, timed = 0;
+      std::vector<double> bw_round, peak_round;  // per round, for rooflines paired with that round's steps
       int round = 0;
       for (; round < rounds || (round < max_rounds && timed < min_seconds); round++) {
         if (machine) {
-          bw_best = std::max(bw_best, measure_read_bandwidth(threads));
-          peak_best = std::max(peak_best, measure_gemm(threads, 2048, 2048, 2048));
+          bw_round.push_back(measure_read_bandwidth(threads));
+          peak_round.push_back(measure_gemm(threads, 2048, 2048, 2048));
+          bw_best = std::max(bw_best, bw_round.back());
+          peak_best = std::max(peak_best, peak_round.back());
           // OpenBLAS's threads spin for a while after a parallel GEMM; let
           // them sleep before the first mode is timed.
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -319,6 +322,22 @@ int bench_decode(Args& a) {
       }
       char extra[64] = "";
       if (machine) std::snprintf(extra, sizeof extra, ",%.1f,%.1f", bw_best / 1e9, peak_best / 1e9);
+      // Per-round lists (';'-separated, in round order): each mode's
+      // attention part, and with --machine the bandwidth and peak measured
+      // at the start of that round, so that a report can set every round's
+      // attention part against the machine of the same seconds.
+      auto join = [](const std::vector<double>& v, double scale, const char* fmt) {
+        std::string out;
+        char buf[32];
+        for (size_t i = 0; i < v.size(); i++) {
+          std::snprintf(buf, sizeof buf, fmt, v[i] * scale);
+          if (i) out += ';';
+          out += buf;
+        }
+        return out.empty() ? std::string("x") : out;
+      };
+      std::string machine_rounds;
+      if (machine) machine_rounds = "," + join(bw_round, 1e-9, "%.1f") + "," + join(peak_round, 1e-9, "%.1f");
       // The attention part of a step, paired: per round, this mode's step
       // time minus the noattn step time of the same round (seconds apart),
       // median over rounds; a slow minute then shifts both sides of a
@@ -328,22 +347,25 @@ int bench_decode(Args& a) {
         if (r.mode == "noattn" && r.fits) na = &r;
       for (Run& r : runs) {
         if (!r.fits) {
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra);
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra,
+                      machine_rounds.c_str());
         } else {
           std::vector<double> t = r.times;
           std::sort(t.begin(), t.end());
           const double best = t.front(), median = t[t.size() / 2];
-          std::string attn = "x";
+          std::string attn = "x", attn_rounds = "x";
           if (na && na->times.size() == r.times.size()) {
             std::vector<double> d;
             for (size_t i = 0; i < r.times.size(); i++) d.push_back(r.times[i] - na->times[i]);
+            attn_rounds = join(d, 1e3, "%.3f");
             std::sort(d.begin(), d.end());
             char buf[32];
             std::snprintf(buf, sizeof buf, "%.3f", d[d.size() / 2] * 1e3);
             attn = buf;
           }
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
-                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), attn.c_str(), extra);
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
+                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), attn.c_str(), extra,
+                      attn_rounds.c_str(), machine_rounds.c_str());
         }
         clade_cache_free(r.cache);
       }
