@@ -6,15 +6,23 @@
 // usage: bench_attention [--batch B] [--len L] [--kv-heads H] [--group G]
 //                        [--head-dim D] [--kv f16|bf16|f32] [--threads T]
 //                        [--reps N] [--bw GB/s] [--peak GFLOP/s] [--mode flat|shared]
+//                        [--pair-bw MiB]
 //
 // Prints, per mode, ms per call, GB/s of KV read, GFLOP/s, and the ratio to
 // the roofline max(bytes / bw, FLOPs / peak) (bw and peak: give the figures
 // of `clade bench machine`, or leave the defaults measured there).
+//
+// --pair-bw M: before every call, one pass of the read-bandwidth measurement
+// of `clade bench machine` over M MiB, with the same threads; stderr then
+// gets a line per call, "pair,MODE,REP,READ_GB_S,MS,KV_GB_S,X" (X: the call
+// against the roofline of the bandwidth just read), so that a call's speed
+// can be set against the state of the machine's memory in the same second.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <cmath>
 #include <string>
@@ -22,12 +30,13 @@
 
 #include "backend.h"
 #include "quant.h"
+#include "read_bandwidth.h"
 
 using namespace clade;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5;
+  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5, pair_mib = 0;
   double bw = 52.5, peak = 202.0;
   std::string kv = "f16", only;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -44,6 +53,7 @@ int main(int argc, char** argv) {
     else if (a == "--peak") peak = std::atof(v);
     else if (a == "--kv") kv = v;
     else if (a == "--mode") only = v;
+    else if (a == "--pair-bw") pair_mib = std::atoi(v);
     else {
       std::fprintf(stderr, "bench_attention: unknown flag %s\n", a.c_str());
       return 2;
@@ -126,6 +136,8 @@ int main(int argc, char** argv) {
   }
 
   const double flops = 4.0 * hd * (double)nh * batch * len;
+  std::unique_ptr<readbw::Reader> reader;
+  if (pair_mib > 0) reader.reset(new readbw::Reader(threads, (size_t)pair_mib << 20));
   std::printf("mode,batch,len,kv_heads,group,head_dim,kv,threads,ms,kv_gb_s,gflop_s,roofline_ms,x_roofline\n");
   for (int m = 0; m < 2; m++) {
     if (!only.empty() && only != (m == 0 ? "flat" : "shared")) continue;
@@ -133,9 +145,13 @@ int main(int argc, char** argv) {
     const double bytes = 2.0 * (double)span * es * (m == 0 ? batch : 1);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
+      const double read_bw = reader ? reader->pass() : 0.0;
       auto t0 = Clock::now();
       be->attention(q.data(), hd, scale, type, probs.data(), probs.size());
       double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (reader)
+        std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", m == 0 ? "flat" : "shared", r, read_bw / 1e9, t * 1e3,
+                     bytes / t / 1e9, t / std::max(bytes / read_bw, flops / (peak * 1e9)));
       if (std::getenv("BENCH_VERBOSE")) std::fprintf(stderr, "rep %d: %.3f ms\n", r, t * 1e3);
       best = std::min(best, t);
     }

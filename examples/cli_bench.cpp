@@ -1,8 +1,5 @@
 // `clade bench decode` and `clade bench machine`.
 #include <cblas.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +9,7 @@
 #include <thread>
 
 #include "cli.h"
+#include "read_bandwidth.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -52,56 +50,11 @@ double measure_bandwidth(int threads) {
   return best;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) float sum_floats(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-  }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  float s = 0;
-  for (float x : t) s += x;
-  for (; i < n; i++) s += p[i];
-  return s;
-}
-#else
-float sum_floats(const float* p, size_t n) {
-  float s[8] = {0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++) s[k] += p[i + k];
-  float t = 0;
-  for (float x : s) t += x;
-  for (; i < n; i++) t += p[i];
-  return t;
-}
-#endif
-
-// Read-only bandwidth (what streaming weights and KV needs): sums over an
-// array far larger than the caches, one slice per thread; best of runs.
+// Read-only bandwidth (what streaming weights and KV needs): best of 5
+// passes over 512 MiB (examples/read_bandwidth.h).
 double measure_read_bandwidth(int threads) {
-  const size_t n = (size_t)128 << 20;  // 512 MiB
-  std::vector<float> a(n, 1.0f);
-  double best = 0;
-  std::vector<float> sink((size_t)threads);
-  for (int rep = 0; rep < 6; rep++) {
-    auto t0 = Clock::now();
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; t++)
-      ts.emplace_back([&, t] {
-        size_t lo = n * t / threads, hi = n * (t + 1) / threads;
-        sink[(size_t)t] = sum_floats(a.data() + lo, hi - lo);
-      });
-    for (auto& t : ts) t.join();
-    double s = secs(t0, Clock::now());
-    if (rep > 0) best = std::max(best, n * sizeof(float) / s);
-  }
-  return best;
+  readbw::Reader reader(threads, (size_t)512 << 20);
+  return reader.best(5);
 }
 
 double measure_gemm(int threads, int m, int n, int k) {
