@@ -51,13 +51,17 @@ grep -q '"prompt":"1 2 3 6 7"' <<< "$json" || fail "JSON prompt of the second le
 
 csv=$("$cli" bench decode -m "$dir/m.gguf" --batch 1,3 --prefix 20 --mode shared,flat,noattn --gen 4 --rounds 2 \
   --threads 2 --csv 2> /dev/null) || fail "bench decode"
-header="mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms"
+header="mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms,round_attn_ms"
 [ "$(head -1 <<< "$csv")" == "$header" ] || fail "bench decode header: $(head -1 <<< "$csv")"
 [ "$(wc -l <<< "$csv")" -eq 7 ] || fail "bench decode: 6 rows expected: $csv"
-while IFS=, read -r mode batch prefix suffix g threads tps ms med rounds attn; do
+while IFS=, read -r mode batch prefix suffix g threads tps ms med rounds attn attn_rounds; do
   [ "$prefix" == 20 ] && [ "$g" == 4 ] && [ "$rounds" == 2 ] || fail "bench decode row: $mode,$batch,$prefix,$g,$rounds"
   awk -v a="$ms" -v b="$med" 'BEGIN { exit !(a > 0 && b >= a) }' || fail "bench decode times: best $ms median $med"
-  if [ "$mode" == noattn ]; then [ "$attn" == 0.000 ] || fail "noattn attention part $attn"; fi
+  # one attention part per round; the median is one of them
+  n=$(tr ';' '\n' <<< "$attn_rounds" | wc -l)
+  [ "$n" -eq "$rounds" ] || fail "bench decode: $n per-round parts for $rounds rounds: $attn_rounds"
+  tr ';' '\n' <<< "$attn_rounds" | grep -qx -- "$attn" || fail "bench decode: median $attn not among $attn_rounds"
+  if [ "$mode" == noattn ]; then [ "$attn_rounds" == "0.000;0.000" ] || fail "noattn attention parts $attn_rounds"; fi
 done < <(tail -n +2 <<< "$csv")
 
 # Bad input: a token outside the vocabulary, a missing file, a corrupt file.
