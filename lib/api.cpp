@@ -1,6 +1,7 @@
 // The C boundary: the only file that defines exported functions. Every entry
 // point checks its arguments, runs the C++ core inside a try block, and turns
 // exceptions into a status plus a per-thread message.
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <string>
@@ -14,9 +15,11 @@
 
 struct clade_model {
   std::unique_ptr<clade::Model> m;
+  std::atomic<int> live_trees{0};  // clade_model_free refuses while trees use the model
 };
 struct clade_tree {
   std::unique_ptr<clade::Tree> t;
+  clade_model* model = nullptr;
 };
 struct clade_cache {
   std::unique_ptr<clade::Cache> c;
@@ -169,7 +172,16 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
   });
 }
 
-void clade_model_free(clade_model* model) { delete model; }
+void clade_model_free(clade_model* model) {
+  if (!model) return;
+  // As clade_tree_free with live caches: freeing the model under its trees
+  // would leave them dangling, so refuse (leak) rather than crash later.
+  if (model->live_trees > 0) {
+    set_error(CLADE_E_STATE, "clade_model_free: trees of this model are still alive; free them first");
+    return;
+  }
+  delete model;
+}
 
 clade_status clade_model_describe(const clade_model* model, clade_model_info* info) {
   return guard([&]() -> clade_status {
@@ -330,6 +342,8 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
     CLADE_CHECK_ARG(p.prefill_chunk >= 0 && p.prefill_chunk <= (1 << 20), "prefill_chunk out of range");
     std::unique_ptr<clade_tree> t(new clade_tree());
     t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024));
+    t->model = model;
+    model->live_trees++;
     *out = t.release();
     return CLADE_OK;
   });
@@ -343,6 +357,7 @@ void clade_tree_free(clade_tree* tree) {
     set_error(CLADE_E_STATE, "clade_tree_free: caches of this tree are still alive; free them first");
     return;
   }
+  tree->model->live_trees--;
   delete tree;
 }
 
@@ -524,6 +539,10 @@ clade_status clade_sample(clade_sampler* sampler, uint64_t stream, const float* 
     CLADE_CHECK_ARG(sampler && logits && out, "sampler, logits or out is NULL");
     CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
     CLADE_CHECK_ARG(history || n_history == 0, "history is NULL");
+    for (size_t i = 0; i < n_history; i++)
+      if (history[i] < 0 || history[i] >= n_vocab)
+        return set_error(CLADE_E_TOKEN, "clade_sample: history token " + std::to_string(history[i]) +
+                                            " is outside the vocabulary (n_vocab " + std::to_string(n_vocab) + ")");
     *out = sampler->s->sample(stream, logits, n_vocab, history, n_history);
     return CLADE_OK;
   });

@@ -34,10 +34,10 @@ void Cache::grow(Seq& s, int32_t need) {
 
 clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, uint32_t flags, clade_seq_id* out) {
   Node* node = tree.get(node_id);
-  tree.check_tokens(tokens, n);
   if (flags & ~CLADE_SEQ_PRIVATE) fail(CLADE_E_INVALID_ARG, "cache: unknown flags");
   bool priv = flags & CLADE_SEQ_PRIVATE;
-  if (n > (size_t)max_tokens) return CLADE_CACHE_FULL;
+  if (n > (size_t)max_tokens) return CLADE_CACHE_FULL;  // (before reading n tokens)
+  tree.check_tokens(tokens, n);
   auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Seq& s) { return !s.live; });
   if (it == seqs_.end()) return CLADE_CACHE_FULL;
   const ModelConfig& c = tree.model.cfg;
@@ -105,13 +105,14 @@ clade_status Cache::decode(const clade_batch& b) {
     rows += b.all_logits ? m : (m > 0 ? 1 : 0);
   }
   if (total_new && !b.tokens) fail(CLADE_E_INVALID_ARG, "decode: tokens is NULL");
-  tree.check_tokens(b.tokens, total_new);
-  if (b.logits && rows > b.logits_rows) return CLADE_BUFFER_SMALL;
+  // Capacity first, so that an absurd count is refused before n tokens are read.
   for (size_t i = 0; i < b.n_seqs; i++) {
     Seq& s = get(b.seq_ids[i]);
     int64_t need = (int64_t)s.kv->length - s.base + (int64_t)s.queued.size() + b.n_tokens[i];
     if (need > max_tokens) return CLADE_CACHE_FULL;
   }
+  tree.check_tokens(b.tokens, total_new);
+  if (b.logits && rows > b.logits_rows) return CLADE_BUFFER_SMALL;
   for (size_t i = 0; i < b.n_seqs; i++) {
     Seq& s = get(b.seq_ids[i]);
     grow(s, s.kv->length + (int32_t)s.queued.size() + b.n_tokens[i]);

@@ -22,6 +22,13 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 // before the size checks against the file catch it.
 constexpr uint64_t kMaxStringBytes = 1ull << 30;
 constexpr uint64_t kMaxDims = 4;
+// Counts from the file are checked against its size, but an element in
+// memory is larger than in the file (a string object, a 16-byte number), so
+// space is reserved for at most this many up front; past it the vectors
+// grow as elements are actually read. (The largest vocabularies have about
+// 256k entries.)
+constexpr uint64_t kMaxReserve = 1ull << 18;
+size_t capped(uint64_t n) { return (size_t)std::min(n, kMaxReserve); }
 
 struct Reader {
   const uint8_t* base;
@@ -107,13 +114,13 @@ void read_value(Reader& r, GGUFType t, GGUFValue& v, const std::string& key) {
     if (v.elem_type == GGUFType::STRING) {
       // every string takes at least its 8-byte length
       if (n > (r.size - r.pos) / 8) r.bad("key '" + key + "': array count " + std::to_string(n) + " exceeds the file");
-      v.strs.reserve(n);
+      v.strs.reserve(capped(n));
       for (uint64_t k = 0; k < n; k++) v.strs.push_back(r.str(key.c_str()));
     } else {
       size_t es = scalar_size(v.elem_type);
       if (n > (r.size - r.pos) / es) r.bad("key '" + key + "': array count " + std::to_string(n) + " exceeds the file");
-      v.nums.reserve(n);
-      v.ints.reserve(n);
+      v.nums.reserve(capped(n));
+      v.ints.reserve(capped(n));
       GGUFValue tmp;
       for (uint64_t k = 0; k < n; k++) {
         read_scalar(r, v.elem_type, tmp, key);
@@ -255,7 +262,7 @@ void GGUFFile::parse(const uint8_t* base, size_t size) {
   if (n_tensors > size / 24) r.bad("tensor count " + std::to_string(n_tensors) + " exceeds the file");
 
   std::unordered_set<std::string> seen;
-  kvs_.reserve(n_kv);
+  kvs_.reserve(capped(n_kv));
   for (uint64_t k = 0; k < n_kv; k++) {
     GGUFKV kv;
     kv.key = r.str("metadata key");
@@ -267,13 +274,15 @@ void GGUFFile::parse(const uint8_t* base, size_t size) {
   }
 
   if (const GGUFValue* a = find("general.alignment")) {
-    if (!a->is_int() || a->u == 0 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
-      fail(CLADE_E_FORMAT, "GGUF: general.alignment must be a power of two up to 65536");
+    // The GGUF specification asks for a multiple of 8; tensor data is read
+    // in place (16-bit values, quantized blocks), so it must be aligned.
+    if (!a->is_int() || a->u < 8 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
+      fail(CLADE_E_FORMAT, "GGUF: general.alignment must be a power of two from 8 to 65536");
     alignment_ = a->u;
   }
 
   seen.clear();
-  tensors_.reserve(n_tensors);
+  tensors_.reserve(capped(n_tensors));
   for (uint64_t k = 0; k < n_tensors; k++) {
     GGUFTensor t;
     t.name = r.str("tensor name");
@@ -406,8 +415,8 @@ void GGUFWriter::set_arr_i32(const std::string& key, const std::vector<int32_t>&
 void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) { put(key, v); }
 
 void GGUFWriter::set_alignment(uint32_t a) {
-  if (a == 0 || (a & (a - 1)) != 0 || a > 65536)
-    fail(CLADE_E_INVALID_ARG, "GGUF writer: alignment " + std::to_string(a) + " is not a power of two up to 65536");
+  if (a < 8 || (a & (a - 1)) != 0 || a > 65536)
+    fail(CLADE_E_INVALID_ARG, "GGUF writer: alignment " + std::to_string(a) + " is not a power of two from 8 to 65536");
   alignment_ = a;
 }
 

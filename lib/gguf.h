@@ -129,7 +129,8 @@ class GGUFWriter {
   void add_tensor(const std::string& name, TensorType type,
                   const std::vector<uint64_t>& dims, const void* data,
                   size_t nbytes);
-  // A power of two up to 65536, else Error(CLADE_E_INVALID_ARG).
+  // A power of two from 8 to 65536 (GGUF asks for a multiple of 8), else
+  // Error(CLADE_E_INVALID_ARG).
   void set_alignment(uint32_t a);
   std::vector<uint8_t> to_bytes() const;
   void write(const std::string& path) const;  // throws CLADE_E_IO

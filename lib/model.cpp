@@ -33,6 +33,11 @@ void read_config(const GGUFFile& f, ModelConfig& c) {
                              std::to_string(c.n_kv_heads));
   c.head_dim = positive_int(f, key(c, "attention.key_length"), c.n_embd / c.n_heads, 1024);
   if (c.head_dim % 2 != 0) fail(CLADE_E_FORMAT, "model: head dimension must be even");
+  // Both backends' attention (and RoPE) take head dimensions up to 256 (the
+  // largest of the Llama family is 128): refuse the model at load rather
+  // than at its first step.
+  if (c.head_dim > 256)
+    fail(CLADE_E_UNSUPPORTED, "model: head dimension " + std::to_string(c.head_dim) + " is above 256, the largest supported");
   c.n_ctx = positive_int(f, key(c, "context_length"), 4096, 1 << 24);
   c.rope_freq_base = (float)f.get_float(key(c, "rope.freq_base"), 10000.0);
   c.norm_eps = (float)f.get_float(key(c, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5);
@@ -46,10 +51,10 @@ void read_config(const GGUFFile& f, ModelConfig& c) {
     c.rope_freq_scale = 1.0f / c.rope_factor;
   } else if (scaling == "llama3") {
     c.rope_scaling = CLADE_ROPE_SCALING_LLAMA3;
-    c.rope_orig_ctx = (int32_t)f.get_int(key(c, "rope.scaling.original_context_length"), 8192);
+    c.rope_orig_ctx = positive_int(f, key(c, "rope.scaling.original_context_length"), 8192, 1 << 24);
     c.rope_low_freq = (float)f.get_float(key(c, "rope.scaling.low_freq_factor"), 1.0);
     c.rope_high_freq = (float)f.get_float(key(c, "rope.scaling.high_freq_factor"), 4.0);
-    if (!(c.rope_factor > 0) || !(c.rope_high_freq > c.rope_low_freq) || c.rope_orig_ctx <= 0)
+    if (!(c.rope_factor > 0) || !(c.rope_low_freq > 0) || !(c.rope_high_freq > c.rope_low_freq))
       fail(CLADE_E_FORMAT, "model: bad llama3 rope scaling parameters");
   } else if (scaling != "none" && scaling != "") {
     fail(CLADE_E_UNSUPPORTED, "model: rope scaling '" + scaling + "' is not supported");

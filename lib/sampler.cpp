@@ -28,12 +28,12 @@ int32_t Sampler::sample(uint64_t stream, const float* logits, int32_t n, const i
   const float* l = logits;
   if (p_.repeat_penalty != 1.0f && history && n_history) {
     work_.assign(logits, logits + n);
+    seen_.assign((size_t)n, 0);  // once per distinct token, in time linear in the history
     for (size_t i = 0; i < n_history; i++) {
       int32_t t = history[i];
-      if (t < 0 || t >= n) continue;
+      if (t < 0 || t >= n || seen_[(size_t)t]) continue;  // (the API has checked the range)
+      seen_[(size_t)t] = 1;
       float& v = work_[(size_t)t];
-      // apply once per distinct token
-      if (std::find(history, history + i, t) != history + i) continue;
       v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
     }
     l = work_.data();

@@ -22,6 +22,7 @@ class Sampler {
   std::unordered_map<uint64_t, uint64_t> state_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<float> work_;
+  std::vector<uint8_t> seen_;  // history tokens already penalized
 };
 
 }  // namespace clade

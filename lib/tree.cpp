@@ -39,10 +39,10 @@ void Tree::path(const Node* node, PassSeq& p) const {
 
 clade_node_id Tree::append(clade_node_id parent_id, const int32_t* tokens, size_t n, float* logits) {
   Node* parent = get(parent_id);
-  check_tokens(tokens, n);
   if (n == 0 && logits) fail(CLADE_E_INVALID_ARG, "tree: an empty node has no logits to give");
   if (n > (size_t)(1 << 30) || (int64_t)parent->path_length + parent->length + (int64_t)n > (int64_t)1 << 30)
     fail(CLADE_E_INVALID_ARG, "tree: node too long");
+  check_tokens(tokens, n);  // (after the length check: n tokens are read)
   std::unique_ptr<Node> node(new Node());
   node->id = (clade_node_id)nodes_.size();
   node->parent = parent;

@@ -752,6 +752,99 @@ void test_tree_free_with_cache() {
   clade_tree_free(t);  // now freed (AddressSanitizer / valgrind would report a leak otherwise)
 }
 
+// ---- limits, counts and lifetimes (from a review with ASan/UBSan) --------------
+
+void test_limits_and_lifetimes(const std::string& dir, const std::string& path) {
+  // A head dimension above 256 (what both backends' attention and RoPE take)
+  // is refused at load, not at the first step (RoPE overflowed a stack array
+  // from 514 on; 258-512 loaded and then failed every step).
+  {
+    cli::RandomModelSpec big;
+    big.layers = 1;
+    big.dim = 768;
+    big.heads = 2;  // head dimension 384
+    big.ff = 64;
+    big.vocab = 64;
+    big.ctx = 64;
+    big.type = "f32";
+    const std::string bpath = dir + "/hd384.gguf";
+    cli::write_random_model(bpath, big);
+    clade_model* m = nullptr;
+    CHECK_ST(clade_model_load(bpath.c_str(), nullptr, &m), CLADE_E_UNSUPPORTED);
+    CHECK(m == nullptr);
+    CHECK_MSG(std::strstr(clade_last_error(), "head dimension") != nullptr, "message: %s", clade_last_error());
+  }
+  // The model is not freed under a live tree; the tree stays usable.
+  {
+    clade_model* m = nullptr;
+    CHECK_OK(clade_model_load(path.c_str(), nullptr, &m));
+    clade_tree* t = new_tree(CLADE_KV_F16, m);
+    clade_model_free(m);  // refused
+    CHECK_MSG(std::strstr(clade_last_error(), "trees") != nullptr, "message: %s", clade_last_error());
+    clade_token toks[3] = {1, 2, 3};
+    clade_node_id a = -1;
+    std::vector<float> lg(kVocab);
+    CHECK_OK(clade_tree_append(t, 0, toks, 3, lg.data(), &a));
+    clade_model_info info;
+    info.size = sizeof info;
+    CHECK_OK(clade_model_describe(m, &info));
+    CHECK_OK(clade_tree_release(t, a));
+    clade_tree_free(t);
+    clade_model_free(m);  // now freed (ASan would report a leak otherwise)
+  }
+  // Counts beyond the capacity are refused before the tokens are read (the
+  // arrays here hold one token: reading n of them would run off the end).
+  {
+    clade_tree* t = new_tree();
+    clade_cache* c = new_cache(t, 2, 16);
+    clade_token one[1] = {1};
+    clade_seq_id s = -1;
+    CHECK_ST(clade_cache_add(c, 0, one, (size_t)1 << 40, 0, &s), CLADE_CACHE_FULL);
+    CHECK_OK(clade_cache_add(c, 0, one, 1, 0, &s));
+    clade_batch b;
+    clade_batch_init(&b);
+    int32_t n = 1 << 30;
+    b.n_seqs = 1;
+    b.seq_ids = &s;
+    b.n_tokens = &n;
+    b.tokens = one;
+    CHECK_ST(clade_decode(c, &b), CLADE_CACHE_FULL);
+    clade_node_id nd = -1;
+    CHECK_ST(clade_tree_append(t, 0, one, ((size_t)1 << 30) + 1, nullptr, &nd), CLADE_E_INVALID_ARG);
+    std::vector<float> lg;
+    CHECK_OK(step(c, {s}, {{2}}, &lg));  // all still usable
+    clade_cache_free(c);
+    clade_tree_free(t);
+  }
+  // Sampler: history tokens outside the vocabulary are an error, whatever
+  // the penalty; the penalty applies once per distinct token.
+  for (float penalty : {1.0f, 2.0f}) {
+    clade_sampler_params sp;
+    clade_sampler_params_init(&sp);
+    sp.temperature = 0;  // greedy
+    sp.repeat_penalty = penalty;
+    clade_sampler* smp = nullptr;
+    CHECK_OK(clade_sampler_create(&sp, &smp));
+    std::vector<float> lg(kVocab, 0.0f);
+    lg[5] = 3.0f;
+    lg[7] = 1.4f;
+    clade_token o = -1;
+    for (clade_token bad : {-1, kVocab, kVocab + 1000}) {
+      const clade_token hist[3] = {5, bad, 7};
+      CHECK_ST(clade_sample(smp, 0, lg.data(), kVocab, hist, 3, &o), CLADE_E_TOKEN);
+    }
+    const clade_token hist[4] = {5, 5, 5, 9};
+    CHECK_OK(clade_sample(smp, 0, lg.data(), kVocab, hist, 4, &o));
+    CHECK_MSG(o == 5, "repeat penalty %g: token %d (5 penalized once: 3 / 2 = 1.5 > 1.4)", penalty, o);
+    // A long history of distinct tokens (the vocabulary many times over).
+    std::vector<clade_token> longh((size_t)kVocab * 64);
+    for (size_t i = 0; i < longh.size(); i++) longh[i] = (clade_token)(i % kVocab);
+    CHECK_OK(clade_sample(smp, 0, lg.data(), kVocab, longh.data(), longh.size(), &o));
+    CHECK(o >= 0 && o < kVocab);
+    clade_sampler_free(smp);
+  }
+}
+
 // ---- reference counting ----------------------------------------------------------
 
 void test_refcount() {
@@ -995,6 +1088,7 @@ int main() {
   test_tree_free_with_cache();
   test_refcount();
   test_read_not_mapped(path);
+  test_limits_and_lifetimes(dir, path);
   std::fprintf(stderr, "logits comparisons: %d bitwise equal, %d within tolerance\n", g_exact, g_close);
 
   clade_model_free(g_model);

@@ -322,7 +322,7 @@ void check_file(const GGUFFile& f, const uint8_t* base, uint64_t alignment, cons
 
 void test_round_trip(const std::string& dir) {
   std::mt19937 rng(7);
-  for (uint32_t alignment : {32u, 64u, 1u, 8u, 256u}) {
+  for (uint32_t alignment : {32u, 64u, 16u, 8u, 256u}) {
     GGUFWriter w;
     std::vector<TensorSpec> tensors;
     fill_writer(w, tensors, rng);
@@ -415,7 +415,7 @@ void test_round_trip(const std::string& dir) {
               o.message.c_str());
   }
   // A bad alignment is refused, not divided by.
-  for (uint32_t a : {0u, 3u, 48u, 131072u}) {
+  for (uint32_t a : {0u, 1u, 2u, 3u, 4u, 48u, 131072u}) {
     GGUFWriter w;
     bool threw = false;
     try {
@@ -599,6 +599,10 @@ std::vector<Corrupt> corrupt_files() {
       {"duplicate", "dup.key"});
   add("alignment 48", Bytes().header(0, 1).kv_u32("general.alignment", 48), CLADE_E_FORMAT, {"alignment"});
   add("alignment 0", Bytes().header(0, 1).kv_u32("general.alignment", 0), CLADE_E_FORMAT, {"alignment"});
+  // Tensor data is read in place: 16-bit values and quantized blocks at odd
+  // addresses would be misaligned loads (GGUF asks for a multiple of 8).
+  add("alignment 1", Bytes().header(0, 1).kv_u32("general.alignment", 1), CLADE_E_FORMAT, {"alignment"});
+  add("alignment 4", Bytes().header(0, 1).kv_u32("general.alignment", 4), CLADE_E_FORMAT, {"alignment"});
   add("alignment 2^31", Bytes().header(0, 1).kv_u32("general.alignment", 1u << 31), CLADE_E_FORMAT,
       {"alignment"});
   add("alignment is a string", Bytes().header(0, 1).kv_str("general.alignment", "32"), CLADE_E_FORMAT,

@@ -1,6 +1,10 @@
 // checkasm-style: each optimised CPU kernel against the portable one (and
 // both against fp64 where a tolerance says more than agreement).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,6 +14,7 @@
 #include "backend.h"
 #include "check.h"
 #include "cpu/kernels.h"
+#include "cpu/threadpool.h"
 #include "half.h"
 #include "quant.h"
 
@@ -271,6 +276,37 @@ int main() {
     std::vector<float> w1(96 * 3, 1.0f), y0(8, 5.0f);
     be->matmul(Weight{TensorType::F32, w1.data(), 96, 3}, nullptr, 0, y0.data());
     CHECK(std::all_of(y0.begin(), y0.end(), [](float v) { return v == 5.0f; }));
+  }
+  // The thread pool: an exception in an item (on the calling thread or a
+  // worker) stops the handing out of items, reaches the caller after every
+  // thread has left fn, and leaves the pool usable.
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int thrower : {0, 1, 500}) {  // the first item, an early one, a late one
+      std::atomic<int> ran{0}, inside{0};
+      bool caught = false;
+      try {
+        pool.run(1000, [&](int64_t i, int) {
+          inside++;
+          std::this_thread::sleep_for(std::chrono::microseconds(i % 7 == 0 ? 50 : 0));
+          ran++;
+          inside--;
+          if (i == thrower) throw std::runtime_error("item");
+        });
+      } catch (const std::runtime_error&) {
+        caught = true;
+      }
+      CHECK_MSG(caught, "pool: the exception of item %d (threads %d) did not reach the caller", thrower, threads);
+      CHECK_MSG(inside.load() == 0, "pool: run returned with threads still in fn");
+      const int seen = ran.load();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      CHECK_MSG(ran.load() == seen && seen < 1000, "pool: items ran after the exception (%d)", ran.load());
+      std::vector<std::atomic<int>> hits(3000);
+      pool.run(3000, [&](int64_t i, int) { hits[(size_t)i]++; });
+      bool once = true;
+      for (auto& h : hits) once = once && h.load() == 1;
+      CHECK_MSG(once, "pool: not every item ran once after an exception (threads %d)", threads);
+    }
   }
   // half conversions: every f16 bit pattern round trips through float
   for (uint32_t h = 0; h < 65536; h++) {

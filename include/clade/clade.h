@@ -165,7 +165,8 @@ CLADE_API void clade_model_params_init(clade_model_params *params);
 CLADE_API clade_status clade_model_load(const char *path,
                                         const clade_model_params *params,
                                         clade_model **out);
-/* Accepts NULL. */
+/* Accepts NULL. While trees made from the model are alive it frees
+   nothing (clade_last_error says why): free them first. */
 CLADE_API void clade_model_free(clade_model *model);
 
 typedef struct clade_model_info {
@@ -267,7 +268,7 @@ CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
 typedef struct clade_tree_params {
   size_t size;            /* sizeof(clade_tree_params) */
   clade_kv_type kv_type;  /* default F16 */
-  int32_t prefill_chunk;  /* tokens per forward pass in prefill; 0: 512 */
+  int32_t prefill_chunk;  /* tokens per forward pass in prefill; 0: 1024 */
 } clade_tree_params;
 
 CLADE_API void clade_tree_params_init(clade_tree_params *params);
@@ -277,7 +278,8 @@ CLADE_API void clade_tree_params_init(clade_tree_params *params);
 CLADE_API clade_status clade_tree_create(clade_model *model,
                                          const clade_tree_params *params,
                                          clade_tree **out);
-/* Frees the tree and every node. Caches made from it must be freed first.
+/* Frees the tree and every node. Caches made from it must be freed first:
+   while any is alive it frees nothing (clade_last_error says why).
    Accepts NULL. */
 CLADE_API void clade_tree_free(clade_tree *tree);
 
@@ -418,8 +420,11 @@ CLADE_API void clade_sampler_free(clade_sampler *sampler);
 
 /* Sample a token from n_vocab logits for stream `stream` (each stream has
    its own random state, derived from the seed and the stream number, so
-   results do not depend on the order sequences are sampled in). history
-   (may be NULL) feeds the repetition penalty. */
+   results do not depend on the order sequences are sampled in; the sampler
+   keeps a few dozen bytes of state per stream it has seen, until it is
+   freed).
+   history (may be NULL) feeds the repetition penalty; a history token
+   outside [0, n_vocab) is CLADE_E_TOKEN. */
 CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
                                     const float *logits, int32_t n_vocab,
                                     const clade_token *history,

@@ -225,8 +225,10 @@ void CpuBackend::swiglu(float* gate, const float* up, int64_t n) {
 void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
   std::lock_guard<std::mutex> lock(mu_);
   const int hd = p.head_dim, half = hd / 2;
+  if (hd <= 0 || hd > kMaxHeadDim || hd % 2 != 0)
+    fail(CLADE_E_UNSUPPORTED, "cpu: rope: head dimension " + std::to_string(hd));
   parallel_rows(n, 8, [&](int64_t a, int64_t b) {
-    float cs[kMaxHeadDim], sn[kMaxHeadDim];
+    float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
     for (int64_t t = a; t < b; t++) {
       float fp = (float)pos[t] * p.pos_scale;
       for (int i = 0; i < half; i++) {

@@ -28,7 +28,17 @@ void ThreadPool::work(int id) {
   for (;;) {
     int64_t i = next_.fetch_add(1, std::memory_order_relaxed);
     if (i >= n_items_) break;
-    (*fn_)(i, id);
+    try {
+      (*fn_)(i, id);
+    } catch (...) {
+      // Keep the first; hand out no more items (a worker's exception would
+      // otherwise end the process, and the caller's would leave run while
+      // the workers still use fn).
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+      next_.store(n_items_, std::memory_order_relaxed);
+      break;
+    }
   }
 }
 
@@ -60,7 +70,7 @@ void ThreadPool::run(int64_t n_items, const std::function<void(int64_t, int)>& f
     n_items_ = n_items;
     for (int64_t i = 0; i < n_items; i++) {
       next_.store(i + 1, std::memory_order_relaxed);  // next_item(): the one after this
-      fn(i, 0);
+      fn(i, 0);  // an exception leaves at once: no other thread is in fn
     }
     return;
   }
@@ -80,6 +90,12 @@ void ThreadPool::run(int64_t n_items, const std::function<void(int64_t, int)>& f
     if (spin < 4000) CLADE_PAUSE();
     else std::this_thread::yield();
   }
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    std::swap(e, error_);
+  }
+  if (e) std::rethrow_exception(e);
 }
 
 }  // namespace clade

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,6 +23,8 @@ class ThreadPool {
   // fn(item, thread) for every item in [0, n_items); the calling thread
   // takes part as thread 0. Items are handed out dynamically. Blocks until
   // all are done. Not reentrant; callers serialise (the backend's lock).
+  // An exception thrown by fn (on any thread) stops the handing out of
+  // items; run waits for every thread to leave fn, then rethrows the first.
   void run(int64_t n_items, const std::function<void(int64_t, int)>& fn);
   // Inside run: the item the next claim will get (>= n_items when none is
   // left). A hint for prefetching, as another thread may claim it first.
@@ -40,6 +43,8 @@ class ThreadPool {
   int64_t n_items_ = 0;
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   bool stop_ = false;
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // the first exception of the current run
 };
 
 }  // namespace clade
