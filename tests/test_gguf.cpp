@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "check.h"
 #include "clade/clade.h"
 #include "error.h"
@@ -718,6 +720,38 @@ void test_corrupt() {
   }
 }
 
+// A large file whose metadata count passes the bound against the file size
+// (13 bytes per entry at least) but lies: the reader must not reserve the
+// count's worth of entries up front (176 bytes each in memory: 29 GB for
+// this 2 GiB file, CLADE_E_NOMEM) but fail on the entries it reads (the
+// sparse file's zeros are empty keys: a duplicate key, CLADE_E_FORMAT).
+void test_big_count(const std::string& dir) {
+  const uint64_t size = (uint64_t)2 << 30;
+  const std::string path = dir + "/bigcount.gguf";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  CHECK(f != nullptr);
+  if (!f) return;
+  uint8_t head[24];
+  const uint32_t version = 3;
+  const uint64_t n_tensors = 0, n_kv = size / 13;
+  std::memcpy(head, "GGUF", 4);
+  std::memcpy(head + 4, &version, 4);
+  std::memcpy(head + 8, &n_tensors, 8);
+  std::memcpy(head + 16, &n_kv, 8);
+  const bool ok = std::fwrite(head, 1, sizeof head, f) == sizeof head && ftruncate(fileno(f), (off_t)size) == 0;
+  std::fclose(f);
+  CHECK_MSG(ok, "could not write %s", path.c_str());
+  if (ok) {
+    try {
+      GGUFFile::open(path);
+      CHECK_MSG(false, "a 2 GiB file of zeros parsed");
+    } catch (const clade::Error& e) {
+      CHECK_MSG(e.status() == CLADE_E_FORMAT, "big count: %d (%s), expected CLADE_E_FORMAT", (int)e.status(), e.what());
+    }
+  }
+  std::remove(path.c_str());
+}
+
 // ---- 3. through the public API ---------------------------------------------
 
 void test_public_api(const std::string& dir) {
@@ -788,6 +822,7 @@ int main() {
   test_round_trip(dir);
   test_truncation();
   test_corrupt();
+  test_big_count(dir);
   test_public_api(dir);
   std::string cmd = "rm -rf '" + dir + "'";
   if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
