@@ -80,6 +80,14 @@ inline size_t utf8_len(unsigned char c) {
   return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
 
+// The same, never past the avail bytes left (for code that advances
+// through text by characters: a malformed piece cannot make it overrun).
+inline size_t utf8_len(unsigned char c, size_t avail) {
+  return std::min(utf8_len(c), avail);
+}
+
+inline bool utf8_is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);
@@ -335,7 +343,9 @@ class TokenizerBase : public Tokenizer {
   TextMap text_to_id_;  // views into texts_ (texts_ never changes afterwards)
   std::vector<std::string> pieces_;
   std::vector<uint8_t> eog_;
-  // Control, user-defined and unknown tokens by first byte, longest first.
+  // Control, user-defined and unknown tokens by first byte, longest first;
+  // only those whose text is non-empty valid UTF-8 (the others are never
+  // matched in text).
   std::array<std::vector<int32_t>, 256> specials_;
   bool has_specials_ = false;
   size_t max_token_len_ = 0;
@@ -423,10 +433,17 @@ void TokenizerBase::finish() {
     if (t == kControl || t == kUnknown || t == kUnused) continue;  // rendered elsewhere / never
     pieces_[i] = t == kUserDefined ? texts_[i] : render(i);
   }
+  // The special-token matcher. A text that is not valid UTF-8 (a model file
+  // can hold any bytes) could match inside a character of the input and
+  // split it, leaving pieces of invalid UTF-8 for the encoders; such tokens
+  // are left out (they still decode by id). A valid text matched at a
+  // character boundary of valid input also ends at one.
   for (int32_t i = 0; i < nv; ++i) {
     const int t = types_[i];
-    if ((t == kControl || t == kUserDefined || t == kUnknown) && !texts_[i].empty()) {
-      specials_[static_cast<unsigned char>(texts_[i][0])].push_back(i);
+    const std::string& s = texts_[i];
+    if ((t == kControl || t == kUserDefined || t == kUnknown) && !s.empty() &&
+        utf8_first_invalid(s) == s.size()) {
+      specials_[static_cast<unsigned char>(s[0])].push_back(i);
       has_specials_ = true;
     }
   }
@@ -446,19 +463,25 @@ std::vector<int32_t> TokenizerBase::encode(std::string_view text, bool add_speci
   bool at_start = true;
   size_t frag = 0;
   if (parse_special && has_specials_) {
-    // Leftmost match, longest token first.
+    // Leftmost match, longest token first, at character boundaries only
+    // (i steps by characters; a match must also end at a boundary, which a
+    // valid special always does: checked so that pieces stay valid UTF-8
+    // whatever the vocabulary holds).
     size_t i = 0;
     while (i < text.size()) {
-      const auto& cands = specials_[static_cast<unsigned char>(text[i])];
+      const auto c = static_cast<unsigned char>(text[i]);
+      const auto& cands = specials_[c];
       int32_t hit = -1;
       for (int32_t id : cands) {
         const std::string& t = texts_[id];
-        if (t.size() <= text.size() - i && std::memcmp(text.data() + i, t.data(), t.size()) == 0) {
+        const size_t end = i + t.size();
+        if (t.size() <= text.size() - i && std::memcmp(text.data() + i, t.data(), t.size()) == 0 &&
+            (end == text.size() || !utf8_is_continuation(static_cast<unsigned char>(text[end])))) {
           hit = id;
           break;
         }
       }
-      if (hit < 0) { ++i; continue; }
+      if (hit < 0) { i += utf8_len(c, text.size() - i); continue; }
       if (i > frag) encode_fragment(text.substr(frag, i - frag), at_start, out);
       out.push_back(hit);
       at_start = true;
@@ -601,7 +624,7 @@ void SpmTokenizer::encode_word(const std::string& s, size_t begin, size_t end, s
   if (begin >= end) return;
   sym.clear();
   for (size_t i = begin; i < end;) {
-    const size_t n = utf8_len(static_cast<unsigned char>(s[i]));
+    const size_t n = utf8_len(static_cast<unsigned char>(s[i]), end - i);
     const int32_t k = static_cast<int32_t>(sym.size());
     sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(n), k - 1, k + 1});
     i += n;
@@ -923,7 +946,7 @@ void BpeTokenizer::encode_fragment(std::string_view text, bool /*at_start*/,
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) {  // an empty match (the patterns have none): step one character
-          me = ms + utf8_len(static_cast<unsigned char>(text[pc.first + ms]));
+          me = ms + utf8_len(static_cast<unsigned char>(text[pc.first + ms]), pc.second - ms);
           if (ms > pos) next.push_back({pc.first + pos, ms - pos});
           next.push_back({pc.first + ms, me - ms});
           pos = me;

@@ -25,8 +25,10 @@ class Tokenizer {
 
   // Encode text (must be valid UTF-8, else Error(CLADE_E_UTF8) naming the
   // byte offset). add_special: BOS/EOS as the metadata's add flags say.
-  // parse_special: control and user-defined token texts in the input are
-  // matched as those tokens; otherwise they are encoded as plain text.
+  // parse_special: control, user-defined and unknown token texts in the
+  // input are matched as those tokens (at character boundaries; a token whose
+  // text is empty or not valid UTF-8 is never matched); otherwise they are
+  // encoded as plain text.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
 

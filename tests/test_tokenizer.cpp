@@ -552,6 +552,263 @@ static void test_generated() {
   }
 }
 
+// ------------------------------------------------------------------ special texts that are not valid UTF-8
+
+// A vocabulary comes from the model file, so a control, user-defined or
+// unknown token's text may be any bytes. Such a token can still be decoded by
+// id, but must never be matched in input text: a match inside a multi-byte
+// character would leave text pieces that are not valid UTF-8 (the SPM encoder
+// then read past its buffer; PCRE2 was given invalid UTF-8 with
+// PCRE2_NO_UTF_CHECK).
+
+struct TokEdit { std::string text; int type; };
+
+struct EditedVocab {
+  std::vector<uint8_t> buf;
+  std::unique_ptr<GGUFFile> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+// The tokenizer.* keys of src, with the tokens from first_id on replaced by
+// the edits (text and type).
+static void edited_vocab(const GGUFFile& src, int32_t first_id, const std::vector<TokEdit>& edits,
+                         EditedVocab& out) {
+  std::vector<std::string> toks = src.find("tokenizer.ggml.tokens")->strs;
+  std::vector<int32_t> types(toks.size(), 1);
+  if (const auto* ty = src.find("tokenizer.ggml.token_type"))
+    for (size_t i = 0; i < types.size() && i < ty->ints.size(); ++i) types[i] = static_cast<int32_t>(ty->ints[i]);
+  for (size_t k = 0; k < edits.size(); ++k) {
+    toks[first_id + k] = edits[k].text;
+    types[first_id + k] = edits[k].type;
+  }
+  clade::GGUFWriter w;
+  for (const auto& kv : src.kvs())
+    if (kv.key.rfind("tokenizer.", 0) == 0 && kv.key != "tokenizer.ggml.tokens" &&
+        kv.key != "tokenizer.ggml.token_type")
+      w.set_value(kv.key, kv.value);
+  w.set_arr_str("tokenizer.ggml.tokens", toks);
+  w.set_arr_i32("tokenizer.ggml.token_type", types);
+  out.file = file_from(w, out.buf);
+  out.tok = Tokenizer::from_gguf(*out.file);
+}
+
+// src: a vocabulary; the tokens from first_id on are overwritten by
+// bad_edits (they must not be needed by the texts tested, other than as
+// plain-text tokens). The result must be that of the same vocabulary with the
+// tokens whose text is not valid UTF-8 replaced by unused ones.
+static void check_invalid_specials(const GGUFFile& src, int32_t first_id, bool spm, const std::string& label,
+                                   const std::vector<TokEdit>& bad_edits) {
+  const char* const emoji = "\xF0\x9F\x98\x80";  // U+1F600
+  const char* const grin = "\xF0\x9F\x98\x81";   // U+1F601: a valid 4-byte user-defined token, last
+  std::vector<TokEdit> base_edits;  // the same ids, never matched nor merged
+  for (size_t k = 0; k + 1 < bad_edits.size(); ++k)
+    base_edits.push_back({"<clade-test-unused-" + std::to_string(k) + ">", 5});
+  base_edits.push_back(bad_edits.back());
+  CHECK(bad_edits.back().text == grin, "the last edit is the valid special");
+
+  EditedVocab bad, base;
+  try {
+    edited_vocab(src, first_id, bad_edits, bad);
+    edited_vocab(src, first_id, base_edits, base);
+  } catch (const std::exception& e) {
+    CHECK(false, "%s: edited vocabulary does not load: %s", label.c_str(), e.what());
+    return;
+  }
+  if (!bad.tok || !base.tok) { CHECK(false, "%s: no tokenizer", label.c_str()); return; }
+  const Tokenizer& tb = *bad.tok;
+  const Tokenizer& t0 = *base.tok;
+  const int32_t grin_id = first_id + static_cast<int32_t>(bad_edits.size()) - 1;
+
+  // The invalid tokens still decode by id (user-defined as their bytes,
+  // control and unknown ones as their text when asked for).
+  for (size_t k = 0; k + 1 < bad_edits.size(); ++k) {
+    const int32_t id = first_id + static_cast<int32_t>(k);
+    const std::string& t = bad_edits[k].text;
+    const bool ud = bad_edits[k].type == 4;
+    CHECK(tb.token_text(id) == t && tb.token_to_piece(id, true) == t &&
+              tb.token_to_piece(id, false) == (ud ? t : std::string()),
+          "%s: token %d does not decode to its text \"%s\"", label.c_str(), id, escaped(t).c_str());
+  }
+
+  std::vector<std::string> texts = {
+      // 32 bytes with 4 spaces: the SPM fragment buffer was reserved at exactly its final size
+      std::string("abcdef ghijkl mnopqr stuvwx yza") + emoji,
+      std::string(40, 'a') + emoji,
+      emoji,
+      std::string(emoji) + emoji + " " + emoji + "x",
+      std::string("\xC3\xA9\xC2\xA9 ") + emoji + "\xE4\xBD\xA0\xE5\xA5\xBD " + emoji + "\xED\x9F\xBF",
+      "x\xF0\x9F\x98\x82y\xF0\x9F\x98\x83 \xF0\xA0\x80\x80 \xF4\x8F\xBF\xBF",
+      std::string("<s>") + emoji + "</s>",
+  };
+  std::mt19937 rng(spm ? 4321 : 8765);
+  static const char* units[] = {"a", "b", " ", "  ", "\n", "1", "\xC3\xA9", "\xC2\xA9", "\xE4\xBD\xA0",
+                                "\xE5\xA5\xBD", "\xED\x9F\xBF", "\xF0\x9F\x98\x80", "\xF0\x9F\x98\x82",
+                                "\xF0\x9F\xA6\x99", "\xF0\xA0\x80\x80", "\xF4\x8F\xBF\xBF", "'s"};
+  for (int it = 0; it < 300; ++it) {
+    std::string s;
+    if (it % 3 == 0) {
+      s = random_text(rng, 1 + it % 40, !spm);
+    } else {
+      const size_t n = 1 + rng() % 30;
+      for (size_t i = 0; i < n; ++i) s += units[rng() % (sizeof units / sizeof *units)];
+    }
+    texts.push_back(s);
+  }
+
+  int n_ok = 0;
+  for (const std::string& s : texts) {
+    // SPM reads U+2581 as a space and puts a space after a matched special
+    const bool round_trip = s.find('<') == std::string::npos &&
+                            !(spm && (s.find("\xE2\x96\x81") != std::string::npos || s.find(grin) != std::string::npos));
+    std::string why;  // the first problem with this text
+    for (bool ps : {false, true}) {
+      std::vector<int32_t> vb, v0;
+      try {
+        vb = tb.encode(s, false, ps);
+        v0 = t0.encode(s, false, ps);
+      } catch (const std::exception& e) {
+        why = std::string("threw ") + e.what();
+        break;
+      }
+      const std::string mode = ps ? "parse_special: " : "plain: ";
+      if (vb != v0) {
+        why = mode + "ids differ from the vocabulary without the invalid tokens\n  without" + ids_str(v0) +
+              "\n  with   " + ids_str(vb);
+        break;
+      }
+      for (int32_t id : vb)
+        if (id >= first_id && id < grin_id) why = mode + "invalid-text token " + std::to_string(id) + " in" + ids_str(vb);
+      if (!why.empty()) break;
+      if (round_trip) {
+        const std::string d = tb.decode(vb.data(), vb.size(), false);
+        bool valid = false;
+        const std::string st = stream_decode(tb, vb, true, true, &valid);
+        if (d != s) why = mode + "decodes to \"" + escaped(d) + "\"";
+        else if (st != s || !valid) why = mode + "streams to \"" + escaped(st) + "\"";
+        if (!why.empty()) break;
+      }
+    }
+    CHECK(why.empty(), "%s: \"%s\": %s", label.c_str(), escaped(s).c_str(), why.c_str());
+    n_ok += why.empty();
+  }
+  std::printf("  %s: invalid-UTF-8 special texts never matched: %d/%zu texts\n", label.c_str(), n_ok,
+              texts.size());
+
+  // A valid multi-byte special still matches, next to 4-byte characters.
+  {
+    const std::string s = std::string("x") + emoji + grin + emoji + "y";
+    const auto v = tb.encode(s, false, true);
+    int n_grin = 0;
+    for (int32_t id : v) n_grin += id == grin_id;
+    CHECK(n_grin == 1, "%s: the valid special matched %d times:%s", label.c_str(), n_grin, ids_str(v).c_str());
+    CHECK(v == t0.encode(s, false, true), "%s: valid special", label.c_str());
+    if (!spm) CHECK(tb.decode(v.data(), v.size(), true) == s, "%s: valid special round trip", label.c_str());
+  }
+}
+
+// Two sets of invalid special texts (12 tokens from first_id on): texts that
+// begin inside a character (they matched in its middle), and texts that begin
+// with a lead byte (they matched at a boundary but ended inside a character).
+// Apart, since the second kind would match first and hide the first kind.
+static void test_invalid_special_texts(const GGUFFile& src, int32_t first_id, bool spm, const char* label) {
+  const std::string grin = "\xF0\x9F\x98\x81";
+  const std::vector<TokEdit> tails = {
+      {"\x9F\x98\x80", 4},      // tail of U+1F600 (the review's case)
+      {"\x98\x80", 3},          // shorter tail, control
+      {"\x80", 4},              // lone continuation byte
+      {"\xA9", 2},              // lone continuation, unknown type
+      {"\xBD\xE5", 4},          // continuation + lead (inside 你好)
+      {"\xA5\xBD", 3},          // tail of 好
+      {"\x80\x80", 4},          // tail of U+20000
+      {"\xBF\xBF", 3},          // tail of U+10FFFF
+      {"\x9F\xBF", 4},          // tail of U+D7FF
+      {"\xA0", 4},              // inside 你 and U+20000
+      {"", 3},                  // empty
+      {grin, 4},                // valid: still matched
+  };
+  const std::vector<TokEdit> heads = {
+      {"\xF0\x9F", 4},          // head of U+1F600 (truncated lead)
+      {"\xF0\x9F\x98", 3},      // longer head, control
+      {"\xC3", 4},              // lone 2-byte lead
+      {"\xE4\xBD", 2},          // head of 你, unknown type
+      {"a\xF0", 4},             // ASCII then a lead byte
+      {"\xED\xA0\x80", 3},      // surrogate U+D800
+      {"\xF5", 3},              // never valid
+      {"\xC0\xAF", 4},          // overlong
+      {"\xF4\x8F\xBF", 4},      // head of U+10FFFF
+      {"\xF0\xA0\x80", 3},      // head of U+20000
+      {"", 4},                  // empty
+      {grin, 4},                // valid: still matched
+  };
+  check_invalid_specials(src, first_id, spm, std::string(label) + " (tails)", tails);
+  check_invalid_specials(src, first_id, spm, std::string(label) + " (heads)", heads);
+}
+
+// Small generated vocabularies with byte tokens for every byte, so every text encodes.
+static void test_generated_invalid_specials() {
+  std::vector<uint8_t> buf;
+  {  // SPM: <unk> <s> </s>, 256 byte tokens, U+2581, a-z, then room for the edits
+    std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {2, 3, 3};
+    char b[8];
+    for (int i = 0; i < 256; ++i) {
+      std::snprintf(b, sizeof b, "<0x%02X>", i);
+      toks.push_back(b);
+      types.push_back(6);
+    }
+    toks.push_back("\xE2\x96\x81");
+    types.push_back(1);
+    for (char c = 'a'; c <= 'z'; ++c) {
+      toks.push_back(std::string(1, c));
+      types.push_back(1);
+      toks.push_back("\xE2\x96\x81" + std::string(1, c));
+      types.push_back(1);
+    }
+    const int32_t first = static_cast<int32_t>(toks.size());
+    for (int k = 0; k < 12; ++k) {
+      toks.push_back("<pad" + std::to_string(k) + ">");
+      types.push_back(5);
+    }
+    std::vector<float> scores(toks.size(), 0.0f);
+    for (size_t i = 0; i < scores.size(); ++i) scores[i] = -static_cast<float>(i % 7);
+    clade::GGUFWriter w;
+    w.set_str("tokenizer.ggml.model", "llama");
+    w.set_arr_str("tokenizer.ggml.tokens", toks);
+    w.set_arr_i32("tokenizer.ggml.token_type", types);
+    w.set_arr_f32("tokenizer.ggml.scores", scores);
+    auto f = file_from(w, buf);
+    test_invalid_special_texts(*f, first, true, "tiny SPM");
+  }
+  for (const char* pre : {"gpt2", "llama3"}) {  // byte-level: the 256 byte characters, a few merges
+    std::vector<std::string> toks;
+    std::vector<int32_t> types;
+    int next = 0;
+    for (int c = 0; c < 256; ++c) {
+      const bool keep = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+      std::string s;
+      put_utf8(s, keep ? c : 256 + next++);
+      toks.push_back(s);
+      types.push_back(1);
+    }
+    const std::string sp = "\xC4\xA0";  // the byte-level space
+    toks.push_back("ab"); toks.push_back(sp + "a"); toks.push_back("\xC3\xB0\xC5\x81");  // F0 9F as "ðŁ"
+    types.insert(types.end(), 3, 1);
+    const int32_t first = static_cast<int32_t>(toks.size());
+    for (int k = 0; k < 12; ++k) {
+      toks.push_back("<pad" + std::to_string(k) + ">");
+      types.push_back(5);
+    }
+    clade::GGUFWriter w;
+    w.set_str("tokenizer.ggml.model", "gpt2");
+    w.set_str("tokenizer.ggml.pre", pre);
+    w.set_arr_str("tokenizer.ggml.tokens", toks);
+    w.set_arr_i32("tokenizer.ggml.token_type", types);
+    w.set_arr_str("tokenizer.ggml.merges", {"a b", sp + " a", "\xC3\xB0 \xC5\x81"});
+    auto f = file_from(w, buf);
+    test_invalid_special_texts(*f, first, false, (std::string("tiny BPE ") + pre).c_str());
+  }
+}
+
 // ------------------------------------------------------------------ main
 
 static bool is_dir(const std::string& p) {
@@ -565,6 +822,7 @@ int main(int argc, char** argv) {
   if (dir.empty()) dir = "../shared/data/vocab";
 
   test_generated();
+  test_generated_invalid_specials();
   std::printf("generated vocabularies: %d checks, %d failures\n", g_checks, g_failures);
 
   if (!is_dir(dir)) {
@@ -595,6 +853,8 @@ int main(int argc, char** argv) {
     if (!spm) g_bpe_file = f.get();
     if (spm) test_spm_specifics(*tok);
     else test_bpe_specifics(*tok);
+    // the last 12 ids: CJK characters (SPM), reserved control tokens (BPE)
+    test_invalid_special_texts(*f, tok->n_vocab() - 12, spm, spm ? "llama SPM" : "llama BPE");
     test_vocab_generic(*tok, spm);
   }
   std::printf("%d checks, %d failures\n", g_checks, g_failures);

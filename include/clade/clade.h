@@ -202,7 +202,10 @@ CLADE_API clade_status clade_model_describe(const clade_model *model,
 /* Flags for clade_tokenize. */
 #define CLADE_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model asks */
 #define CLADE_TOKENIZE_PARSE_SPECIAL 2u /* match control and user-defined
-                                           token texts in the input */
+                                           token texts in the input (at
+                                           character boundaries; a text
+                                           that is not valid UTF-8 never
+                                           matches) */
 
 /* Encode text[0..len) into tokens[0..capacity). *n_tokens receives the
    count. When capacity is too small, returns CLADE_BUFFER_SMALL with
