@@ -15,7 +15,9 @@
 
 struct clade_model {
   std::unique_ptr<clade::Model> m;
-  std::atomic<int> live_trees{0};  // clade_model_free refuses while trees use the model
+  // Trees and detokenizers made from the model; clade_model_free refuses
+  // while any is alive (they point into it).
+  mutable std::atomic<int> live_users{0};
 };
 struct clade_tree {
   std::unique_ptr<clade::Tree> t;
@@ -30,6 +32,7 @@ struct clade_sampler {
 struct clade_detokenizer {
   std::unique_ptr<clade::DetokenizeStream> d;
   std::string out;
+  const clade_model* model = nullptr;
 };
 
 namespace {
@@ -176,8 +179,9 @@ void clade_model_free(clade_model* model) {
   if (!model) return;
   // As clade_tree_free with live caches: freeing the model under its trees
   // would leave them dangling, so refuse (leak) rather than crash later.
-  if (model->live_trees > 0) {
-    set_error(CLADE_E_STATE, "clade_model_free: trees of this model are still alive; free them first");
+  if (model->live_users > 0) {
+    set_error(CLADE_E_STATE,
+              "clade_model_free: trees or detokenizers of this model are still alive; free them first");
     return;
   }
   delete model;
@@ -284,6 +288,8 @@ clade_status clade_detokenizer_create(const clade_model* model, int32_t special,
     const clade::Tokenizer* tok = tokenizer_of(model);
     std::unique_ptr<clade_detokenizer> d(new clade_detokenizer());
     d->d.reset(new clade::DetokenizeStream(*tok, special != 0, first_in_text != 0));
+    d->model = model;
+    model->live_users++;
     *out = d.release();
     return CLADE_OK;
   });
@@ -309,7 +315,11 @@ clade_status clade_detokenizer_flush(clade_detokenizer* detok, const char** text
   });
 }
 
-void clade_detokenizer_free(clade_detokenizer* detok) { delete detok; }
+void clade_detokenizer_free(clade_detokenizer* detok) {
+  if (!detok) return;
+  detok->model->live_users--;
+  delete detok;
+}
 
 /* ---- tree ---- */
 
@@ -343,7 +353,7 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
     std::unique_ptr<clade_tree> t(new clade_tree());
     t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024));
     t->model = model;
-    model->live_trees++;
+    model->live_users++;
     *out = t.release();
     return CLADE_OK;
   });
@@ -357,7 +367,7 @@ void clade_tree_free(clade_tree* tree) {
     set_error(CLADE_E_STATE, "clade_tree_free: caches of this tree are still alive; free them first");
     return;
   }
-  tree->model->live_trees--;
+  tree->model->live_users--;
   delete tree;
 }
 

@@ -472,8 +472,8 @@ std::vector<uint8_t> GGUFWriter::to_bytes() const {
   uint64_t alignment = alignment_;
   for (const KV& kv : kvs_)
     if (kv.key == "general.alignment") {
-      if (!kv.value.is_int() || kv.value.u == 0 || (kv.value.u & (kv.value.u - 1)) || kv.value.u > 65536)
-        fail(CLADE_E_INVALID_ARG, "GGUF writer: general.alignment must be a power of two up to 65536");
+      if (!kv.value.is_int() || kv.value.u < 8 || (kv.value.u & (kv.value.u - 1)) || kv.value.u > 65536)
+        fail(CLADE_E_INVALID_ARG, "GGUF writer: general.alignment must be a power of two from 8 to 65536");
       alignment = kv.value.u;
     }
   Out o;

@@ -754,7 +754,7 @@ void test_tree_free_with_cache() {
 
 // ---- limits, counts and lifetimes (from a review with ASan/UBSan) --------------
 
-void test_limits_and_lifetimes(const std::string& dir, const std::string& path) {
+void test_limits_and_lifetimes(const std::string& dir, const std::string& path, const std::string& vocab_path) {
   // A head dimension above 256 (what both backends' attention and RoPE take)
   // is refused at load, not at the first step (RoPE overflowed a stack array
   // from 514 on; 258-512 loaded and then failed every step).
@@ -791,6 +791,24 @@ void test_limits_and_lifetimes(const std::string& dir, const std::string& path) 
     CHECK_OK(clade_tree_release(t, a));
     clade_tree_free(t);
     clade_model_free(m);  // now freed (ASan would report a leak otherwise)
+  }
+  // Nor under a live detokenizer (it reads the model's tokenizer).
+  {
+    clade_model_params mp;
+    clade_model_params_init(&mp);
+    mp.vocab_only = 1;
+    clade_model* m = nullptr;
+    CHECK_OK(clade_model_load(vocab_path.c_str(), &mp, &m));
+    clade_detokenizer* d = nullptr;
+    CHECK_OK(clade_detokenizer_create(m, 0, 1, &d));
+    clade_model_free(m);  // refused
+    CHECK_MSG(std::strstr(clade_last_error(), "detokenizers") != nullptr, "message: %s", clade_last_error());
+    const char* text = nullptr;
+    size_t len = 0;
+    CHECK_OK(clade_detokenizer_push(d, 5, &text, &len));
+    CHECK_OK(clade_detokenizer_flush(d, &text, &len));
+    clade_detokenizer_free(d);
+    clade_model_free(m);
   }
   // Counts beyond the capacity are refused before the tokens are read (the
   // arrays here hold one token: reading n of them would run off the end).
@@ -1088,7 +1106,7 @@ int main() {
   test_tree_free_with_cache();
   test_refcount();
   test_read_not_mapped(path);
-  test_limits_and_lifetimes(dir, path);
+  test_limits_and_lifetimes(dir, path, vpath);
   std::fprintf(stderr, "logits comparisons: %d bitwise equal, %d within tolerance\n", g_exact, g_close);
 
   clade_model_free(g_model);

@@ -416,6 +416,19 @@ void test_round_trip(const std::string& dir) {
     CHECK_MSG(!o.threw, "GGUFWriter::to_bytes: general.alignment key without set_alignment: %s",
               o.message.c_str());
   }
+  // The same key with an alignment the reader refuses (below 8, not a power
+  // of two) is refused by the writer too, not written.
+  for (uint32_t a : {0u, 1u, 2u, 4u, 48u}) {
+    GGUFWriter w;
+    w.set_u32("general.alignment", a);
+    bool threw = false;
+    try {
+      w.to_bytes();
+    } catch (const clade::Error& e) {
+      threw = e.status() == CLADE_E_INVALID_ARG;
+    }
+    CHECK_MSG(threw, "to_bytes with general.alignment %u accepted", a);
+  }
   // A bad alignment is refused, not divided by.
   for (uint32_t a : {0u, 1u, 2u, 3u, 4u, 48u, 131072u}) {
     GGUFWriter w;
@@ -725,6 +738,8 @@ void test_corrupt() {
 // count's worth of entries up front (176 bytes each in memory: 29 GB for
 // this 2 GiB file, CLADE_E_NOMEM) but fail on the entries it reads (the
 // sparse file's zeros are empty keys: a duplicate key, CLADE_E_FORMAT).
+// (Best effort: where 29 GB of address space can be had, an uncapped reserve
+// would pass; on 24 GiB with the default overcommit it throws bad_alloc.)
 void test_big_count(const std::string& dir) {
   const uint64_t size = (uint64_t)2 << 30;
   const std::string path = dir + "/bigcount.gguf";

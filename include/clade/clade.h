@@ -165,8 +165,8 @@ CLADE_API void clade_model_params_init(clade_model_params *params);
 CLADE_API clade_status clade_model_load(const char *path,
                                         const clade_model_params *params,
                                         clade_model **out);
-/* Accepts NULL. While trees made from the model are alive it frees
-   nothing (clade_last_error says why): free them first. */
+/* Accepts NULL. While trees or detokenizers made from the model are alive
+   it frees nothing (clade_last_error says why): free them first. */
 CLADE_API void clade_model_free(clade_model *model);
 
 typedef struct clade_model_info {
@@ -201,11 +201,11 @@ CLADE_API clade_status clade_model_describe(const clade_model *model,
 
 /* Flags for clade_tokenize. */
 #define CLADE_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model asks */
-#define CLADE_TOKENIZE_PARSE_SPECIAL 2u /* match control and user-defined
-                                           token texts in the input (at
-                                           character boundaries; a text
-                                           that is not valid UTF-8 never
-                                           matches) */
+#define CLADE_TOKENIZE_PARSE_SPECIAL 2u /* match control, user-defined
+                                           and unknown token texts in the
+                                           input (at character boundaries;
+                                           a text that is not valid UTF-8
+                                           never matches) */
 
 /* Encode text[0..len) into tokens[0..capacity). *n_tokens receives the
    count. When capacity is too small, returns CLADE_BUFFER_SMALL with
