@@ -558,4 +558,12 @@ clade_status clade_sample(clade_sampler* sampler, uint64_t stream, const float* 
   });
 }
 
+clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(sampler, "sampler is NULL");
+    sampler->s->forget(stream);
+    return CLADE_OK;
+  });
+}
+
 }  // extern "C"

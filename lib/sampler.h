@@ -15,6 +15,7 @@ class Sampler {
  public:
   explicit Sampler(const clade_sampler_params& p) : p_(p) {}
   int32_t sample(uint64_t stream, const float* logits, int32_t n_vocab, const int32_t* history, size_t n_history);
+  void forget(uint64_t stream) { state_.erase(stream); }
 
  private:
   double uniform(uint64_t stream);  // [0, 1)

@@ -861,6 +861,31 @@ void test_limits_and_lifetimes(const std::string& dir, const std::string& path, 
     CHECK(o >= 0 && o < kVocab);
     clade_sampler_free(smp);
   }
+  // A forgotten stream starts again from its first draw; others go on.
+  {
+    clade_sampler_params sp;
+    clade_sampler_params_init(&sp);
+    sp.temperature = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp.seed = 9;
+    clade_sampler* smp = nullptr;
+    CHECK_OK(clade_sampler_create(&sp, &smp));
+    std::vector<float> lg(kVocab, 0.0f);  // uniform: every draw tells the state
+    auto draws = [&](uint64_t stream) {
+      std::vector<clade_token> v(16);
+      for (auto& t : v) CHECK_OK(clade_sample(smp, stream, lg.data(), kVocab, nullptr, 0, &t));
+      return v;
+    };
+    const std::vector<clade_token> a = draws(3), b = draws(4);
+    CHECK_OK(clade_sampler_forget(smp, 3));
+    CHECK_OK(clade_sampler_forget(smp, 999));  // never sampled
+    CHECK(draws(3) == a);
+    CHECK(draws(4) != b);  // stream 4 went on (16 uniform draws over 300 tokens)
+    CHECK_ST(clade_sampler_forget(nullptr, 3), CLADE_E_INVALID_ARG);
+    clade_sampler_free(smp);
+  }
 }
 
 // ---- reference counting ----------------------------------------------------------

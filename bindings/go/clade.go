@@ -920,6 +920,17 @@ func (s *Sampler) Sample(stream uint64, logits []float32, history []Token) (Toke
 	return Token(out), err
 }
 
+// Forget drops a finished stream's random state; sampling it again starts
+// afresh.
+func (s *Sampler) Forget(stream uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return closedErr("sampler")
+	}
+	return check(func() C.clade_status { return C.clade_sampler_forget(s.p, C.uint64_t(stream)) })
+}
+
 // ---- generate ------------------------------------------------------------------
 
 // Generate produces n tokens for each of samples sequences sharing the

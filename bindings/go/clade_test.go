@@ -278,6 +278,27 @@ func TestGenerateAndSampler(t *testing.T) {
 	if tok := must(g.Sample(0, row, nil)); tok != argmax(row) {
 		t.Fatalf("greedy sampler %d, argmax %d", tok, argmax(row))
 	}
+	// a forgotten stream starts again from its first draw
+	rp := DefaultSamplerParams()
+	rp.Temperature, rp.TopK, rp.TopP, rp.MinP, rp.Seed = 1, 0, 1, 0, 5
+	r := must(NewSampler(&rp))
+	defer r.Close()
+	var first, again []Token
+	for i := 0; i < 8; i++ {
+		first = append(first, must(r.Sample(7, row, nil)))
+	}
+	if err := r.Forget(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Forget(12345); err != nil { // never sampled: fine
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		again = append(again, must(r.Sample(7, row, nil)))
+	}
+	if !equal(first, again) {
+		t.Fatalf("after Forget: %v, first %v", again, first)
+	}
 	if got := greedy(t, c, s, row, 6); !equal(got, out[0]) {
 		t.Fatalf("generate %v, step by step %v", out[0], got)
 	}

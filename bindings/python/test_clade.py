@@ -160,6 +160,12 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(self._greedy(cache, s, row, 6), out[0])
             with clade.Sampler(temperature=0) as greedy:
                 self.assertEqual(greedy.sample(row), argmax(row))
+            # a forgotten stream starts again from its first draw
+            with clade.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=5) as smp:
+                first = [smp.sample(row, stream=7) for _ in range(8)]
+                smp.forget(7)
+                smp.forget(12345)  # never sampled: fine
+                self.assertEqual([smp.sample(row, stream=7) for _ in range(8)], first)
         a = clade.generate(m, prompt, 6, samples=3, temperature=1.0, seed=11)
         b = clade.generate(m, prompt, 6, samples=3, temperature=1.0, seed=11)
         self.assertEqual(a, b)  # seeded: reproducible

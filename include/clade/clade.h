@@ -424,14 +424,19 @@ CLADE_API void clade_sampler_free(clade_sampler *sampler);
 /* Sample a token from n_vocab logits for stream `stream` (each stream has
    its own random state, derived from the seed and the stream number, so
    results do not depend on the order sequences are sampled in; the sampler
-   keeps a few dozen bytes of state per stream it has seen, until it is
-   freed).
+   keeps a few dozen bytes of state per stream it has seen, until
+   clade_sampler_forget or clade_sampler_free).
    history (may be NULL) feeds the repetition penalty; a history token
    outside [0, n_vocab) is CLADE_E_TOKEN. */
 CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
                                     const float *logits, int32_t n_vocab,
                                     const clade_token *history,
                                     size_t n_history, clade_token *out);
+/* Forget stream's random state (a stream that has ended) and release its
+   memory; a later clade_sample on that stream number starts as with a new
+   sampler. A stream never sampled is fine. */
+CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
+                                            uint64_t stream);
 
 #ifdef __cplusplus
 }

@@ -414,6 +414,10 @@ class Sampler(_Handle):
                                  ctypes.byref(out)))
         return out.value
 
+    def forget(self, stream):
+        """Drop a finished stream's random state; sampling it again starts afresh."""
+        _check(_lib.clade_sampler_forget(self._get(), stream))
+
 
 def generate(model, prompt_tokens, n, samples=1, temperature=0.0, seed=0, kv_type=KV_F16,
              stop_at_eog=False):

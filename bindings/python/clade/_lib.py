@@ -401,3 +401,5 @@ clade_sampler_free = _fn("clade_sampler_free", None, [clade_sampler_p])
 clade_sample = _fn("clade_sample", clade_status,
                    [clade_sampler_p, c_uint64, POINTER(c_float), c_int32, POINTER(clade_token),
                     c_size_t, POINTER(clade_token)])
+# clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
+clade_sampler_forget = _fn("clade_sampler_forget", clade_status, [clade_sampler_p, c_uint64])

@@ -812,6 +812,12 @@ impl Sampler {
         })?;
         Ok(out)
     }
+
+    /// Drop a finished stream's random state; sampling it again starts
+    /// afresh.
+    pub fn forget(&mut self, stream: u64) -> Result<()> {
+        check(unsafe { sys::clade_sampler_forget(self.ptr.as_ptr(), stream) })
+    }
 }
 
 impl Drop for Sampler {

@@ -394,6 +394,8 @@ extern "C" {
         n_history: usize,
         out: *mut clade_token,
     ) -> clade_status;
+    // clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
+    pub fn clade_sampler_forget(sampler: *mut clade_sampler, stream: u64) -> clade_status;
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //!                     the tokenizer test is skipped without them
 //!   CLADE_LIB_DIR     where libclade.so is (build time; default ../../build)
 
-use clade::{Cache, CacheParams, ErrorKind, KvType, Model, ModelParams, Sampler, Token, Tree,
+use clade::{Cache, CacheParams, ErrorKind, KvType, Model, ModelParams, Sampler, SamplerParams, Token, Tree,
             TreeParams, ROOT};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -168,6 +168,16 @@ fn generate_and_sampler() {
     let row = cache.decode(&[(s, &[][..])], false).unwrap().remove(0);
     let mut g = Sampler::greedy().unwrap();
     assert_eq!(g.sample(0, &row, &[]).unwrap(), argmax(&row));
+    // a forgotten stream starts again from its first draw
+    let mut r = Sampler::new(SamplerParams {
+        temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 5, ..SamplerParams::default()
+    })
+    .unwrap();
+    let first: Vec<Token> = (0..8).map(|_| r.sample(7, &row, &[]).unwrap()).collect();
+    r.forget(7).unwrap();
+    r.forget(12345).unwrap(); // never sampled: fine
+    let again: Vec<Token> = (0..8).map(|_| r.sample(7, &row, &[]).unwrap()).collect();
+    assert_eq!(first, again);
     assert_eq!(greedy(&mut cache, s, row, 6), out[0]);
 }
 
