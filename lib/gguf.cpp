@@ -29,6 +29,10 @@ constexpr uint64_t kMaxDims = 4;
 // 256k entries.)
 constexpr uint64_t kMaxReserve = 1ull << 18;
 size_t capped(uint64_t n) { return (size_t)std::min(n, kMaxReserve); }
+// general.alignment: a power of two from 8 (the GGUF specification asks for
+// a multiple of 8; tensor data is read in place, 16-bit values and
+// quantized blocks, so it must be aligned) to 65536. Reader and writer alike.
+bool valid_alignment(uint64_t a) { return a >= 8 && (a & (a - 1)) == 0 && a <= 65536; }
 
 struct Reader {
   const uint8_t* base;
@@ -274,9 +278,7 @@ void GGUFFile::parse(const uint8_t* base, size_t size) {
   }
 
   if (const GGUFValue* a = find("general.alignment")) {
-    // The GGUF specification asks for a multiple of 8; tensor data is read
-    // in place (16-bit values, quantized blocks), so it must be aligned.
-    if (!a->is_int() || a->u < 8 || (a->u & (a->u - 1)) != 0 || a->u > 65536)
+    if (!a->is_int() || !valid_alignment(a->u))
       fail(CLADE_E_FORMAT, "GGUF: general.alignment must be a power of two from 8 to 65536");
     alignment_ = a->u;
   }
@@ -415,7 +417,7 @@ void GGUFWriter::set_arr_i32(const std::string& key, const std::vector<int32_t>&
 void GGUFWriter::set_value(const std::string& key, const GGUFValue& v) { put(key, v); }
 
 void GGUFWriter::set_alignment(uint32_t a) {
-  if (a < 8 || (a & (a - 1)) != 0 || a > 65536)
+  if (!valid_alignment(a))
     fail(CLADE_E_INVALID_ARG, "GGUF writer: alignment " + std::to_string(a) + " is not a power of two from 8 to 65536");
   alignment_ = a;
 }
@@ -472,7 +474,7 @@ std::vector<uint8_t> GGUFWriter::to_bytes() const {
   uint64_t alignment = alignment_;
   for (const KV& kv : kvs_)
     if (kv.key == "general.alignment") {
-      if (!kv.value.is_int() || kv.value.u < 8 || (kv.value.u & (kv.value.u - 1)) || kv.value.u > 65536)
+      if (!kv.value.is_int() || !valid_alignment(kv.value.u))
         fail(CLADE_E_INVALID_ARG, "GGUF writer: general.alignment must be a power of two from 8 to 65536");
       alignment = kv.value.u;
     }
