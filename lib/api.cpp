@@ -549,10 +549,6 @@ clade_status clade_sample(clade_sampler* sampler, uint64_t stream, const float* 
     CLADE_CHECK_ARG(sampler && logits && out, "sampler, logits or out is NULL");
     CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
     CLADE_CHECK_ARG(history || n_history == 0, "history is NULL");
-    for (size_t i = 0; i < n_history; i++)
-      if (history[i] < 0 || history[i] >= n_vocab)
-        return set_error(CLADE_E_TOKEN, "clade_sample: history token " + std::to_string(history[i]) +
-                                            " is outside the vocabulary (n_vocab " + std::to_string(n_vocab) + ")");
     *out = sampler->s->sample(stream, logits, n_vocab, history, n_history);
     return CLADE_OK;
   });

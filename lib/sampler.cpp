@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "error.h"
 
 namespace clade {
 
@@ -25,13 +28,18 @@ double Sampler::uniform(uint64_t stream) {
 }
 
 int32_t Sampler::sample(uint64_t stream, const float* logits, int32_t n, const int32_t* history, size_t n_history) {
+  // History tokens outside the vocabulary are an error, whatever the penalty.
+  for (size_t i = 0; i < n_history; i++)
+    if (history[i] < 0 || history[i] >= n)
+      fail(CLADE_E_TOKEN, "clade_sample: history token " + std::to_string(history[i]) +
+                              " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
   const float* l = logits;
   if (p_.repeat_penalty != 1.0f && history && n_history) {
     work_.assign(logits, logits + n);
     seen_.assign((size_t)n, 0);  // once per distinct token, in time linear in the history
     for (size_t i = 0; i < n_history; i++) {
-      int32_t t = history[i];
-      if (t < 0 || t >= n || seen_[(size_t)t]) continue;  // (the API has checked the range)
+      const int32_t t = history[i];
+      if (seen_[(size_t)t]) continue;
       seen_[(size_t)t] = 1;
       float& v = work_[(size_t)t];
       v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;

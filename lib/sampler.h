@@ -14,6 +14,7 @@ namespace clade {
 class Sampler {
  public:
   explicit Sampler(const clade_sampler_params& p) : p_(p) {}
+  // Throws Error(CLADE_E_TOKEN) for a history token outside [0, n_vocab).
   int32_t sample(uint64_t stream, const float* logits, int32_t n_vocab, const int32_t* history, size_t n_history);
   void forget(uint64_t stream) { state_.erase(stream); }
 
