@@ -37,6 +37,8 @@
 #include "error.h"
 #include "launch.h"
 
+static_assert(clade::cuda::kMaxHeadDim == clade::kMaxHeadDim, "the CUDA attention takes the head dimensions the model accepts");
+
 namespace clade {
 
 namespace {

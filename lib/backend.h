@@ -42,6 +42,10 @@ struct RopeParams {
 
 size_t kv_type_size(clade_kv_type t);
 
+// The largest head dimension every backend's attention and RoPE take (the
+// largest of the Llama family is 128); models above it are refused at load.
+constexpr int32_t kMaxHeadDim = 256;
+
 constexpr int32_t kKVBlock = 128;
 // Row (of head_dim elements) of key j's K, and of its V, within one head of
 // a span of capacity cap (j < cap).

@@ -33,11 +33,10 @@ void read_config(const GGUFFile& f, ModelConfig& c) {
                              std::to_string(c.n_kv_heads));
   c.head_dim = positive_int(f, key(c, "attention.key_length"), c.n_embd / c.n_heads, 1024);
   if (c.head_dim % 2 != 0) fail(CLADE_E_FORMAT, "model: head dimension must be even");
-  // Both backends' attention (and RoPE) take head dimensions up to 256 (the
-  // largest of the Llama family is 128): refuse the model at load rather
-  // than at its first step.
-  if (c.head_dim > 256)
-    fail(CLADE_E_UNSUPPORTED, "model: head dimension " + std::to_string(c.head_dim) + " is above 256, the largest supported");
+  // Refused at load rather than at the first step (backend.h).
+  if (c.head_dim > kMaxHeadDim)
+    fail(CLADE_E_UNSUPPORTED, "model: head dimension " + std::to_string(c.head_dim) + " is above " +
+                                  std::to_string(kMaxHeadDim) + ", the largest supported");
   c.n_ctx = positive_int(f, key(c, "context_length"), 4096, 1 << 24);
   c.rope_freq_base = (float)f.get_float(key(c, "rope.freq_base"), 10000.0);
   c.norm_eps = (float)f.get_float(key(c, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5);

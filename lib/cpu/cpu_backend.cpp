@@ -36,7 +36,6 @@ constexpr int64_t kXGroup = 64;
 constexpr int kAttnBlock = kKVBlock;
 // Keys per attention work item at least (when a span is split).
 constexpr int kAttnMinChunk = 256;
-constexpr int kMaxHeadDim = 256;
 // From this many query rows, scores use keys transposed into lanes (the
 // transpose pays from about 24 rows: measured with bench_attention, slower
 // at 16 rows, faster at 32).
