@@ -16,6 +16,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "bench_args.h"
 #include "cpu/kernels.h"
 #include "quant.h"
 
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const TensorType t = kv == "f32" ? TensorType::F32 : kv == "bf16" ? TensorType::BF16 : TensorType::F16;
+  const TensorType t = bench::row_type(kv);
   const size_t es = t == TensorType::F32 ? 4 : 2;
   const CpuKernels& k = cpu_kernels();
   const int jb = 128, ldk = 128;
@@ -55,13 +56,9 @@ int main(int argc, char** argv) {
   const uint8_t* kp = kvb.data();
   const uint8_t* vp = kvb.data() + (size_t)jb * hd * es;
   std::printf("kernels,kv,head_dim,rows,transpose,scores,max,exp2,pv,total\n");
-  size_t at = 0;
-  while (at < rows_list.size()) {
-    size_t comma = rows_list.find(',', at);
-    if (comma == std::string::npos) comma = rows_list.size();
-    const int R = std::atoi(rows_list.substr(at, comma - at).c_str());
-    at = comma + 1;
-    if (R < 1) continue;
+  for (const long long rows : bench::int_list(rows_list)) {
+    if (rows < 1) continue;
+    const int R = (int)rows;
     const bool many = R >= 24;  // as CpuBackend::attend_item
     std::vector<float> q((size_t)R * hd), s((size_t)R * jb), s2, acc((size_t)R * hd), kt((size_t)hd * ldk), m((size_t)R);
     for (float& x : q) x = nd(rng) * 0.125f;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "bench_args.h"
 #include "cpu/kernels.h"
 #include "quant.h"
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const TensorType t = type == "f32" ? TensorType::F32 : type == "bf16" ? TensorType::BF16 : TensorType::F16;
+  const TensorType t = bench::row_type(type);
   const size_t es = t == TensorType::F32 ? 4 : 2;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -54,12 +55,7 @@ int main(int argc, char** argv) {
   W.n_in = cols;
   W.n_out = rows;
   std::printf("kernels,type,rows,cols,n,threads,ms,weight_gb_s,gflop_s\n");
-  size_t at = 0;
-  while (at <= ns.size()) {
-    size_t comma = ns.find(',', at);
-    if (comma == std::string::npos) comma = ns.size();
-    const int64_t n = std::atoll(ns.substr(at, comma - at).c_str());
-    at = comma + 1;
+  for (const int64_t n : bench::int_list(ns)) {
     if (n <= 0) continue;
     std::vector<float> x((size_t)(n * cols)), y((size_t)(n * rows));
     for (float& v : x) v = nd(rng);
