@@ -6,11 +6,14 @@
 // usage: bench_attention [--batch B] [--len L] [--kv-heads H] [--group G]
 //                        [--head-dim D] [--kv f16|bf16|f32] [--threads T]
 //                        [--reps N] [--bw GB/s] [--peak GFLOP/s] [--mode flat|shared]
-//                        [--pair-bw MiB]
+//                        [--pair-bw MiB] [--layers N]
 //
 // Prints, per mode, ms per call, GB/s of KV read, GFLOP/s, and the ratio to
 // the roofline max(bytes / bw, FLOPs / peak) (bw and peak: give the figures
 // of `clade bench machine`, or leave the defaults measured there).
+//
+// --layers N: layers per KV store (default 8, the sweep's models): each
+// store is allocated as the library allocates it, see below.
 //
 // --pair-bw M: before every call, one pass of the read-bandwidth measurement
 // of `clade bench machine` over M MiB, with the same threads; stderr then
@@ -36,7 +39,7 @@ using namespace clade;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5, pair_mib = 0;
+  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5, pair_mib = 0, layers = 8;
   double bw = 52.5, peak = 202.0;
   std::string kv = "f16", only;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -54,10 +57,15 @@ int main(int argc, char** argv) {
     else if (a == "--kv") kv = v;
     else if (a == "--mode") only = v;
     else if (a == "--pair-bw") pair_mib = std::atoi(v);
+    else if (a == "--layers") layers = std::atoi(v);
     else {
       std::fprintf(stderr, "bench_attention: unknown flag %s\n", a.c_str());
       return 2;
     }
+  }
+  if (batch < 1 || len < 1 || kvh < 1 || group < 1 || hd < 1 || threads < 1 || reps < 1 || layers < 1) {
+    std::fprintf(stderr, "bench_attention: sizes, --threads, --reps and --layers must be at least 1\n");
+    return 2;
   }
   const clade_kv_type type = kv == "f32" ? CLADE_KV_F32 : kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
   const size_t es = kv_type_size(type);
@@ -79,16 +87,21 @@ int main(int argc, char** argv) {
     quantize_row(tt, f.data(), buf.data(), (int64_t)n);
     return buf;
   };
-  // KV in the backend's memory, as the library keeps it (one buffer per
-  // span, per sequence when flat; the block layout of backend.h, which is
-  // also why large spans get the backend's huge pages). The stored values
-  // do not matter: the same random bytes serve as every span's K and V.
+  // KV in the backend's memory, as the library keeps it: a span's store
+  // holds every layer ([layer][kv_heads][2 * cap][head_dim], lib/kv.h), one
+  // store per sequence when flat, and the measured layer is the first of
+  // --layers. The store's size is what decides whether the backend gives it
+  // huge pages (from 8 MiB, lib/pages.h): a one-layer buffer of a 2048-key
+  // span (512 KiB) would get 4 KiB pages where the library's 8-layer store
+  // gets huge ones. Only the first layer is written (the others stay
+  // untouched, so not resident beyond its huge pages). The stored values do
+  // not matter: the same random bytes serve as every span's K and V.
   std::vector<uint8_t> host_kv = fill(2 * span);
   struct Span {
     uint8_t* kv;
   };
   auto make_span = [&]() {
-    Span sp{static_cast<uint8_t*>(be->alloc(2 * span * es))};
+    Span sp{static_cast<uint8_t*>(be->alloc(2 * span * es * (size_t)layers))};
     be->copy_to(sp.kv, host_kv.data(), 2 * span * es);
     return sp;
   };
