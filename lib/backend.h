@@ -12,7 +12,11 @@
 // capacity that is not a multiple of kKVBlock is narrower, so a span holds
 // exactly its capacity). Attention then reads one sequential stream per
 // head, K and V of a block side by side (measured about 12% faster for
-// flat attention streaming from memory than two separate planes).
+// flat attention streaming from memory than two separate planes). Within a
+// block, the K part (its keys' head_dim elements each) may be laid out by
+// the backend: rows (kv_k_row below; the CUDA backend) or tiles of 16 keys
+// in lanes (the CPU backend, lib/cpu/kernels.h). Block starts are the same
+// in both, so the part of a span from a block boundary on is a span.
 #pragma once
 
 #include <cstddef>
@@ -47,8 +51,9 @@ size_t kv_type_size(clade_kv_type t);
 constexpr int32_t kMaxHeadDim = 256;
 
 constexpr int32_t kKVBlock = 128;
-// Row (of head_dim elements) of key j's K, and of its V, within one head of
-// a span of capacity cap (j < cap).
+// Row (of head_dim elements) of key j's K in the row layout (at a block
+// boundary j: the block's start in any layout), and of its V, within one
+// head of a span of capacity cap (j < cap).
 inline int64_t kv_k_row(int64_t j, int64_t /*cap*/) {
   const int64_t b = j / kKVBlock * kKVBlock;
   return 2 * b + (j - b);
@@ -126,6 +131,14 @@ class Backend {
   // one layer (kv_dst: head 0) at positions start .. start+n-1.
   virtual void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
                         int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) = 0;
+  // Copy keys [0, n) of one head of a span (src, capacity src_cap) to
+  // positions [dst_at, dst_at + n) of one head of another (dst, dst_cap),
+  // K and V. This default serves the row layout above with copy(); a
+  // backend that lays out K otherwise within a block (the CPU backend,
+  // lib/cpu/kernels.h) overrides it. kv_write, attention and kv_copy are
+  // the only readers and writers of a span's K.
+  virtual void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
+                       int32_t head_dim, clade_kv_type type);
   // Solve independent attention problems (scores scaled by `scale`).
   virtual void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
                          const AttnProblem* problems, size_t n_problems) = 0;

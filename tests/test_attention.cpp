@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "cpu/kernels.h"
 #include "forward.h"
 #include "half.h"
 #include "kv.h"
@@ -169,14 +170,14 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
       int visible = f.own_before + t + 1;
       for (int h = 0; h < nh; h++) {
         int g = h / c.group;
-        const void* head = kv.head(0, g);  // K and V rows: backend.h's block layout
+        const void* head = kv.head(0, g);  // backend.h's blocks; K in the CPU backend's tiles
         std::vector<double> sc((size_t)visible);
         double mx = -1e300;
         const float* qr = q.data() + ((size_t)(f.tok0 + t) * nh + h) * hd;
         for (int j = 0; j < visible; j++) {
           double s = 0;
-          const size_t kr = (size_t)kv_k_row(j, kv.capacity()) * hd;
-          for (int d = 0; d < hd; d++) s += (double)qr[d] * stored(c.type, head, kr + d);
+          for (int d = 0; d < hd; d++)
+            s += (double)qr[d] * stored(c.type, head, (size_t)kv_k_elem(j, d, kv.capacity(), hd));
           sc[(size_t)j] = s * scale;
           mx = std::max(mx, sc[(size_t)j]);
         }
@@ -215,7 +216,49 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
 
 }  // namespace
 
+// The CPU backend's kv_copy: keys written with kv_write into a span of one
+// capacity, copied to another capacity at an offset (a node's KV into a
+// sequence's store, a store's growth), element for element the same K
+// (tiles of both widths, aligned and not) and V.
+static void test_kv_copy() {
+  std::unique_ptr<Backend> be = make_cpu_backend(1);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (clade_kv_type type : {CLADE_KV_F16, CLADE_KV_F32})
+    for (int hd : {6, 64})
+      for (int src_cap : {1, 37, 128, 300})
+        for (int dst_cap : {40, 129, 333, 700})
+          for (int dst_at : {0, 5, 16, 130}) {
+            const int n = std::min(src_cap, dst_cap - dst_at);
+            if (n <= 0) continue;
+            const size_t es = kv_type_size(type), span = (size_t)2 * hd * es;
+            std::vector<uint8_t> src((size_t)src_cap * span), dst((size_t)dst_cap * span, 0xAB);
+            std::vector<float> k((size_t)n * hd), v((size_t)n * hd);
+            for (auto& x : k) x = nd(rng);
+            for (auto& x : v) x = nd(rng);
+            be->kv_write(src.data(), type, src_cap, 1, hd, 0, k.data(), v.data(), n);
+            be->kv_copy(dst.data(), dst_cap, dst_at, src.data(), src_cap, n, hd, type);
+            bool same = true;
+            for (int j = 0; j < n; j++)
+              for (int d = 0; d < hd; d++) {
+                same &= std::memcmp(dst.data() + kv_k_elem(dst_at + j, d, dst_cap, hd) * es,
+                                    src.data() + kv_k_elem(j, d, src_cap, hd) * es, es) == 0;
+                same &= std::memcmp(dst.data() + ((size_t)kv_v_row(dst_at + j, dst_cap) * hd + d) * es,
+                                    src.data() + ((size_t)kv_v_row(j, src_cap) * hd + d) * es, es) == 0;
+              }
+            // and the written keys are the given ones (kv_write's places)
+            for (int j = 0; j < n && type == CLADE_KV_F32; j++)
+              for (int d = 0; d < hd; d++) {
+                float x;
+                std::memcpy(&x, src.data() + kv_k_elem(j, d, src_cap, hd) * es, 4);
+                same &= x == k[(size_t)j * hd + d];
+              }
+            CHECK_MSG(same, "kv_copy type=%d hd=%d caps %d -> %d at %d", (int)type, hd, src_cap, dst_cap, dst_at);
+          }
+}
+
 int main() {
+  test_kv_copy();
   std::mt19937 rng(1234);
   for (int threads : {1, 2}) {
     std::unique_ptr<Backend> be = make_cpu_backend(threads);

@@ -24,6 +24,14 @@ namespace {
 
 // The fp64 dot product of a and b[0..n), and the sum of |a_i b_i| (the
 // scale its rounding error is judged against).
+// Keys [kw][hd] (rows) in the CPU backend's tiles of one block of kw keys.
+std::vector<float> tiles_of(const std::vector<float>& rows, int kw, int hd) {
+  std::vector<float> t((size_t)kw * hd, 0.0f);
+  for (int j = 0; j < kw; j++)
+    for (int d = 0; d < hd; d++) t[(size_t)k_tile_elem(j, d, kw, hd)] = rows[(size_t)j * hd + d];
+  return t;
+}
+
 double exact_dot(const float* a, const float* b, int n, double* mag) {
   double e = 0, m = 0;
   for (int i = 0; i < n; i++) {
@@ -155,27 +163,47 @@ int main() {
                     tensor_type_name(t), rows, n);
       }
   }
-  // scores and pv with 16-bit K/V against the portable path
-  for (TensorType t : {TensorType::F16, TensorType::BF16})
-    for (int hd : {64, 128})
-      for (int R : {1, 2, 4, 5, 6, 7, 13})  // the AVX-512 P.V takes up to 6 rows per pass
-        for (int jb : {1, 19}) {
-          std::vector<float> q((size_t)R * hd), kf((size_t)jb * hd), p((size_t)R * jb), s1((size_t)R * jb),
-              s2((size_t)R * jb), a1((size_t)R * hd, 0.5f), a2((size_t)R * hd, 0.5f);
-          for (auto& x : q) x = nd(rng);
-          for (auto& x : kf) x = nd(rng);
-          for (auto& x : p) x = std::fabs(nd(rng));
-          std::vector<uint16_t> kh(kf.size());
-          quantize_row(t, kf.data(), kh.data(), (int64_t)kf.size());
-          ref.scores(q.data(), R, t, kh.data(), jb, hd, s1.data(), nullptr);
-          opt.scores(q.data(), R, t, kh.data(), jb, hd, s2.data(), kh.data());  // prefetch: any rows
-          for (size_t i = 0; i < s1.size(); i++)
-            CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d", hd, R);
-          ref.pv(a1.data(), R, p.data(), jb, t, kh.data(), hd, nullptr);
-          opt.pv(a2.data(), R, p.data(), jb, t, kh.data(), hd, kh.data());
-          for (size_t i = 0; i < a1.size(); i++)
-            CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d jb=%d", hd, R, jb);
+  // the tile layout: every (key, element) of a block has its own place
+  for (int kw : {1, 15, 16, 17, 100, 128})
+    for (int hd : {1, 6, 64}) {
+      std::vector<int> seen((size_t)kw * hd, 0);
+      for (int j = 0; j < kw; j++)
+        for (int d = 0; d < hd; d++) {
+          const int64_t e = k_tile_elem(j, d, kw, hd);
+          CHECK(e >= 0 && e < (int64_t)kw * hd);
+          if (e >= 0 && e < (int64_t)kw * hd) seen[(size_t)e]++;
         }
+      for (int c : seen) CHECK_MSG(c == 1, "k_tile_elem kw=%d hd=%d", kw, hd);
+    }
+  // scores and pv with 16-bit K/V against the portable path (scores: keys
+  // in tiles of a block of kw keys, the first jb of them used; pv: V rows)
+  for (TensorType t : {TensorType::F16, TensorType::BF16})
+    for (int hd : {64, 128, 6})
+      for (int R : {1, 2, 4, 5, 6, 7, 13})  // the AVX-512 P.V takes up to 6 rows per pass
+        for (int jb : {1, 19, 40})
+          for (int kw : {jb, jb + 5, 128}) {
+            if (kw > 128) continue;
+            std::vector<float> q((size_t)R * hd), kf((size_t)kw * hd), p((size_t)R * jb), s1((size_t)R * jb),
+                s2((size_t)R * jb + 16, 7.0f), a1((size_t)R * hd, 0.5f), a2((size_t)R * hd, 0.5f);
+            for (auto& x : q) x = nd(rng);
+            for (auto& x : kf) x = nd(rng);
+            for (auto& x : p) x = std::fabs(nd(rng));
+            const std::vector<float> kt = tiles_of(kf, kw, hd);
+            std::vector<uint16_t> kh(kt.size()), vh((size_t)jb * hd);
+            quantize_row(t, kt.data(), kh.data(), (int64_t)kt.size());
+            quantize_row(t, kf.data(), vh.data(), (int64_t)vh.size());  // V: the first jb rows
+            ref.scores(q.data(), R, t, kh.data(), jb, kw, hd, s1.data(), nullptr);
+            opt.scores(q.data(), R, t, kh.data(), jb, kw, hd, s2.data(), vh.data());  // prefetch: the V rows
+            for (size_t i = (size_t)R * jb; i < s2.size(); i++) CHECK_MSG(s2[i] == 7.0f, "scores wrote past the end");
+            for (size_t i = 0; i < s1.size(); i++)
+              CHECK_MSG(std::fabs(s1[i] - s2[i]) <= 1e-5f * (10 + std::fabs(s1[i])), "scores16 hd=%d R=%d jb=%d kw=%d",
+                        hd, R, jb, kw);
+            ref.pv(a1.data(), R, p.data(), jb, t, vh.data(), hd, nullptr);
+            opt.pv(a2.data(), R, p.data(), jb, t, vh.data(), hd, kh.data());
+            for (size_t i = 0; i < a1.size(); i++)
+              CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (10 + std::fabs(a1[i])), "pv16 hd=%d R=%d jb=%d", hd, R,
+                        jb);
+          }
   // pv: acc += P V for few rows
   for (int hd : {64, 128, 40})
     for (int R : {1, 3, 4, 5, 6, 8, 11, 64}) {
@@ -190,61 +218,28 @@ int main() {
       for (size_t i = 0; i < a1.size(); i++)
         CHECK_MSG(std::fabs(a1[i] - a2[i]) <= 1e-5f * (1 + std::fabs(a1[i])), "pv hd=%d R=%d", hd, R);
     }
-  // scores: against fp64, both within a few ulps of the magnitude
-  for (int hd : {64, 128, 40}) {
-    for (int R : {1, 2, 3, 9}) {
-      int jb = 13;
-      std::vector<float> q((size_t)R * hd), k((size_t)jb * hd), s1((size_t)R * jb), s2((size_t)R * jb);
-      for (auto& v : q) v = nd(rng);
-      for (auto& v : k) v = nd(rng);
-      ref.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s1.data(), nullptr);
-      opt.scores(q.data(), R, TensorType::F32, k.data(), jb, hd, s2.data(), nullptr);
-      for (int r = 0; r < R; r++)
-        for (int j = 0; j < jb; j++) {
-          double mag;
-          const double e = exact_dot(q.data() + (size_t)r * hd, k.data() + (size_t)j * hd, hd, &mag);
-          CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
-          CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
-        }
-    }
-  }
-  // keys in lanes: transpose_k exactly as the portable path (zero padding
-  // included), scores_t against fp64 like scores
-  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
-    for (int hd : {64, 128, 40})
-      for (int jb : {1, 16, 19, 45, 128}) {
-        const int ldk = (jb + 15) / 16 * 16;
-        const size_t es = t == TensorType::F32 ? 4 : 2;
-        std::vector<float> kf((size_t)jb * hd);
-        for (auto& x : kf) x = nd(rng);
-        std::vector<uint8_t> kb(kf.size() * es);
-        if (t == TensorType::F32) std::memcpy(kb.data(), kf.data(), kb.size());
-        else quantize_row(t, kf.data(), kb.data(), (int64_t)kf.size());
-        std::vector<float> kt1((size_t)hd * ldk, -1.0f), kt2((size_t)hd * ldk, -2.0f);
-        ref.transpose_k(t, kb.data(), jb, hd, kt1.data(), ldk, nullptr);
-        opt.transpose_k(t, kb.data(), jb, hd, kt2.data(), ldk, kb.data());
-        CHECK_MSG(std::memcmp(kt1.data(), kt2.data(), kt1.size() * 4) == 0, "transpose_k %s hd=%d jb=%d",
-                  tensor_type_name(t), hd, jb);
-        std::vector<float> kw((size_t)jb * hd);  // the stored keys, widened
-        ref.to_f32(t, kb.data(), kw.data(), (int64_t)kw.size());
-        for (int j = 0; j < ldk; j++)
-          for (int d = 0; d < hd; d++)
-            CHECK(kt1[(size_t)d * ldk + j] == (j < jb ? kw[(size_t)j * hd + d] : 0.0f));
-        for (int R : {1, 3, 4, 9}) {
-          std::vector<float> q((size_t)R * hd), s1((size_t)R * jb, 7.0f), s2((size_t)R * jb + 16, 7.0f);
-          for (auto& x : q) x = nd(rng);
-          ref.scores_t(q.data(), R, kt1.data(), ldk, jb, hd, s1.data());
-          opt.scores_t(q.data(), R, kt1.data(), ldk, jb, hd, s2.data());
-          for (size_t i = (size_t)R * jb; i < s2.size(); i++) CHECK_MSG(s2[i] == 7.0f, "scores_t wrote past the end");
+  // scores: against fp64, both within a few ulps of the magnitude (keys in
+  // tiles; narrow tiles, head dimensions of every vector path and none)
+  for (int hd : {64, 128, 40, 6, 7}) {
+    for (int R : {1, 2, 3, 4, 9, 64})  // 64: a group of a shared node's rows
+      for (int jb : {13, 40})
+        for (int kw : {jb, 128}) {
+          std::vector<float> q((size_t)R * hd), k((size_t)kw * hd), s1((size_t)R * jb), s2((size_t)R * jb);
+          for (auto& v : q) v = nd(rng);
+          for (auto& v : k) v = nd(rng);
+          const std::vector<float> kt = tiles_of(k, kw, hd);
+          ref.scores(q.data(), R, TensorType::F32, kt.data(), jb, kw, hd, s1.data(), nullptr);
+          opt.scores(q.data(), R, TensorType::F32, kt.data(), jb, kw, hd, s2.data(), nullptr);
           for (int r = 0; r < R; r++)
             for (int j = 0; j < jb; j++) {
               double mag;
-              const double e = exact_dot(q.data() + (size_t)r * hd, kw.data() + (size_t)j * hd, hd, &mag);
-              CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t ref hd=%d R=%d jb=%d", hd, R, jb);
-              CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 1e-6 * mag, "scores_t hd=%d R=%d jb=%d", hd, R, jb);
+              const double e = exact_dot(q.data() + (size_t)r * hd, k.data() + (size_t)j * hd, hd, &mag);
+              CHECK_MSG(std::fabs(s2[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d jb=%d kw=%d", hd, R,
+                        jb, kw);
+              CHECK_MSG(std::fabs(s1[(size_t)r * jb + j] - e) <= 4e-7 * mag, "scores hd=%d R=%d", hd, R);
             }
         }
-      }
+  }
   // the CPU backend's matmul (weight-row runs for small batches, tiles x
   // input-row groups for larger ones, quantized tiles widened) against fp64
   for (int threads : {1, 2, 7}) {

@@ -36,14 +36,10 @@ constexpr int64_t kXGroup = 64;
 constexpr int kAttnBlock = kKVBlock;
 // Keys per attention work item at least (when a span is split).
 constexpr int kAttnMinChunk = 256;
-// From this many query rows, scores use keys transposed into lanes (the
-// transpose pays from about 24 rows: measured with bench_attention, slower
-// at 16 rows, faster at 32).
-constexpr int kAttnTransRows = 24;
 // Query rows per work item: a few-row problem is one item; a many-row
-// problem is cut into items of up to kAttnItemRows rows, each transposing
-// a key block once for all its rows, and passing over them in
-// groups of kAttnGroupRows (scores and probabilities of a group: 32 KiB).
+// problem is cut into items of up to kAttnItemRows rows, each reading a
+// key block once for all its rows and passing over them in groups of
+// kAttnGroupRows (scores and probabilities of a group: 32 KiB).
 constexpr int kAttnItemRows = 256;
 constexpr int kAttnGroupRows = 64;
 // The step's attention is cut into about this many items per thread, so
@@ -53,7 +49,7 @@ constexpr int kAttnItemsPerThread = 4;
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
   std::vector<float> row;    // one widened row
-  std::vector<float> q, s, acc, kt, m, l;
+  std::vector<float> q, s, acc, m, l;
 };
 
 class CpuBackend final : public Backend {
@@ -83,6 +79,8 @@ class CpuBackend final : public Backend {
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
+  void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
+               int32_t head_dim, clade_kv_type type) override;
   void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
                  size_t n_problems) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
@@ -127,8 +125,8 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
 };
 
-// Row `row` of a problem's span (K and V rows in kv_k_row / kv_v_row
-// order), rows of hd elements of es bytes.
+// Row `row` of a problem's span (V rows by kv_v_row; a K block starts at
+// kv_k_row of its first key), rows of hd elements of es bytes.
 const uint8_t* span_row(const AttnProblem& p, int64_t row, int hd, size_t es) {
   return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es;
 }
@@ -251,34 +249,84 @@ void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, 
 void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
                           int32_t start, const float* k, const float* v, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    fail(CLADE_E_INVALID_ARG, "cpu: kv_write: head dimension " + std::to_string(head_dim));
   TensorType tt = kv_tensor_type(type);
-  const size_t rb = (size_t)head_dim * kv_type_size(type);
+  const size_t es = kv_type_size(type), rb = (size_t)head_dim * es;
+  uint8_t row[kMaxHeadDim * 4];
   for (int64_t t = 0; t < n; t++)
     for (int h = 0; h < kv_heads; h++) {
       uint8_t* head = static_cast<uint8_t*>(kv_dst) + (size_t)h * 2 * capacity * rb;
-      k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, head + kv_k_row(start + t, capacity) * rb, head_dim);
-      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, head + kv_v_row(start + t, capacity) * rb, head_dim);
+      // K: element d of the key goes to its tile's row d (kernels.h).
+      k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, row, head_dim);
+      const int64_t j = start + t, b = j / kKVBlock * kKVBlock;
+      const int kw = kv_block_keys(b, capacity), i = (int)(j - b), tw = std::min(kKTile, kw - i / kKTile * kKTile);
+      uint8_t* k0 = head + ((size_t)kv_k_row(b, capacity) * head_dim + (size_t)k_tile_elem(i, 0, kw, head_dim)) * es;
+      for (int d = 0; d < head_dim; d++) std::memcpy(k0 + (size_t)d * tw * es, row + (size_t)d * es, es);
+      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, head + kv_v_row(j, capacity) * rb, head_dim);
     }
 }
 
+// Tiles whose keys sit at the same place of the same width on both sides
+// (every full tile when dst_at is a multiple of kKTile) are copied whole;
+// other keys element by element. V rows in runs, as the row layout.
+void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
+                         int32_t head_dim, clade_kv_type type) {
+  const size_t es = kv_type_size(type), rb = (size_t)head_dim * es;
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  // Key j of a span of capacity cap: its element 0 and its tile's width.
+  auto where = [&](int32_t j, int32_t cap, int* tw) {
+    const int32_t b = j / kKVBlock * kKVBlock;
+    *tw = std::min(kKTile, kv_block_keys(b, cap) - (j - b) / kKTile * kKTile);
+    return kv_k_elem(j, 0, cap, head_dim);
+  };
+  auto copy_key = [&](auto elem, int32_t js, int32_t jd) {
+    using E = decltype(elem);
+    int ws, wd;
+    const E* from = reinterpret_cast<const E*>(s) + where(js, src_cap, &ws);
+    E* to = reinterpret_cast<E*>(d) + where(jd, dst_cap, &wd);
+    for (int e = 0; e < head_dim; e++) to[(size_t)e * wd] = from[(size_t)e * ws];
+  };
+  for (int32_t j = 0; j < n;) {
+    const int32_t t = dst_at + j;
+    const int32_t run = std::min({n - j, kKVBlock - j % kKVBlock, kKVBlock - t % kKVBlock});
+    std::memcpy(d + kv_v_row(t, dst_cap) * rb, s + kv_v_row(j, src_cap) * rb, (size_t)run * rb);
+    for (int32_t i = 0; i < run;) {
+      const int32_t js = j + i, jd = t + i;
+      int ws, wd;
+      const int64_t es0 = where(js, src_cap, &ws), ed0 = where(jd, dst_cap, &wd);
+      if (js % kKTile == 0 && jd % kKTile == 0 && ws == kKTile && wd == kKTile && run - i >= kKTile) {
+        std::memcpy(d + (size_t)ed0 * es, s + (size_t)es0 * es, (size_t)kKTile * rb);
+        i += kKTile;
+        continue;
+      }
+      if (es == 2) copy_key(uint16_t{}, js, jd);
+      else copy_key(uint32_t{}, js, jd);
+      i++;
+    }
+    j += run;
+  }
+}
+
 // Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1).
-// Few rows (a sequence's own query rows) read each block's 16-bit keys and
-// values directly, widened in registers. Many rows (a shared node's rows)
-// transpose the block's keys into lanes once, then every group of
-// kAttnGroupRows rows uses them from L2. (Widening the values once as well
-// was measured slower at 32 rows and no faster at 64: P.V widens them in
-// registers for up to 6 rows at a time.)
+// Each block's 16-bit keys and values are widened in registers by the
+// kernels, for every group of kAttnGroupRows rows (later groups find the
+// block in L1/L2). With keys in tiles, this one path serves few rows (a
+// sequence's own) and many (a shared node's): widening a block's keys into
+// f32 lanes once for many rows, the row layout's second path, measured no
+// faster at 32 to 1024 rows (bench_attention --mode shared). (Widening the
+// values once as well was measured slower at 32 rows and no faster at 64:
+// P.V widens them in registers for up to 6 rows at a time.)
 void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
                              int r1, int c0, int c1, float* o, double* lse,
                              const std::function<const void*()>& next_k) {
   ThreadScratch& s = scratch_[(size_t)tid];
   const int R = r1 - r0;
-  const bool many = R >= kAttnTransRows;
-  const int G = many ? kAttnGroupRows : R;  // rows per scores/softmax/P.V pass
+  const int G = std::min(R, kAttnGroupRows);  // rows per scores/softmax/P.V pass
   s.q.resize((size_t)R * hd);
   s.s.resize((size_t)G * kAttnBlock);
   s.acc.assign((size_t)R * hd, 0.0f);
-  if (many) s.kt.resize((size_t)kAttnBlock * hd);
   s.m.assign((size_t)R, -std::numeric_limits<float>::infinity());
   s.l.assign((size_t)R, 0.0f);
   // The softmax runs in base 2: scores are scale * log2(e) * q.k, their
@@ -324,24 +372,17 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   float* S = s.s.data();
   for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
     const int jb = std::min(kAttnBlock, end - j0);
-    // j0 is a block boundary (items start at one): the block's K rows, then
+    // j0 is a block boundary (items start at one): the block's K tiles, then
     // its V rows. Streaming from memory, this block's values are fetched
     // while its keys are used, and the next block's keys while its values
     // are summed (both streams stay in flight; measured with bench_attention).
-    const uint8_t* kp = span_row(p, kv_k_row(j0, p.cap), hd, es);
+    const uint8_t* kp = span_row(p, kv_k_row(j0, p.cap), hd, es);  // the block's K tiles
     const uint8_t* vp = span_row(p, kv_v_row(j0, p.cap), hd, es);
+    const int kw = kv_block_keys(j0, p.cap);
     const void* pf_k = j0 + kAttnBlock < end ? span_row(p, kv_k_row(j0 + kAttnBlock, p.cap), hd, es) : next_k();
-    if (!many) {
-      k_.scores(s.q.data(), R, kt, kp, jb, hd, S, vp);
-      softmax(S, 0, R, j0, jb);
-      k_.pv(s.acc.data(), R, S, jb, kt, vp, hd, pf_k);
-      continue;
-    }
-    const int ldk = (jb + 15) / 16 * 16;
-    k_.transpose_k(kt, kp, jb, hd, s.kt.data(), ldk, vp);
     for (int g0 = 0; g0 < R; g0 += G) {
       const int n = std::min(G, R - g0);
-      k_.scores_t(s.q.data() + (size_t)g0 * hd, n, s.kt.data(), ldk, jb, hd, S);
+      k_.scores(s.q.data() + (size_t)g0 * hd, n, kt, kp, jb, kw, hd, S, g0 == 0 ? vp : nullptr);
       softmax(S, g0, n, j0, jb);
       k_.pv(s.acc.data() + (size_t)g0 * hd, n, S, jb, kt, vp, hd, g0 == 0 ? pf_k : nullptr);
     }

@@ -63,12 +63,20 @@ float exp2_sum_plain(float* x, float m, int64_t n) {
   return s;
 }
 
-template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
-void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void*) {
+// Element `off` of a K block of type t, as f32.
+inline float k_elem(TensorType t, const void* k, int64_t off) {
+  if (t == TensorType::F32) return static_cast<const float*>(k)[off];
+  const uint16_t h = static_cast<const uint16_t*>(k)[off];
+  return t == TensorType::BF16 ? bf16_to_float(h) : half_to_float(h);
+}
+
+// The plain path: each key gathered from its tile into a row, then Dot.
+template <float (*Dot)(const float*, const float*, int64_t)>
+void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int kw, int hd, float* s,
+                    const void*) {
   std::vector<float> row((size_t)hd);
-  const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
   for (int j = 0; j < jb; j++) {
-    ToF32(kt, static_cast<const uint8_t*>(k) + j * rb, row.data(), hd);
+    for (int d = 0; d < hd; d++) row[(size_t)d] = k_elem(kt, k, k_tile_elem(j, d, kw, hd));
     for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row.data(), hd);
   }
 }
@@ -84,29 +92,6 @@ void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, 
     row = scratch;
   }
   for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
-}
-
-void transpose_k_plain(TensorType kt, const void* k, int jb, int hd, float* out, int ldk, const void*) {
-  std::vector<float> row((size_t)hd);
-  const size_t rb = (size_t)hd * (kt == TensorType::F32 ? 4 : 2);
-  for (int j = 0; j < ldk; j++) {
-    if (j < jb) dequantize_row(kt, static_cast<const uint8_t*>(k) + j * rb, row.data(), hd);
-    for (int d = 0; d < hd; d++) out[(size_t)d * ldk + j] = j < jb ? row[(size_t)d] : 0.0f;
-  }
-}
-
-void scores_t_plain(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s) {
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < jb; j++) {
-      float e = 0, o = 0;
-      int d = 0;
-      for (; d + 2 <= hd; d += 2) {
-        e += q[(size_t)r * hd + d] * kt[(size_t)d * ldk + j];
-        o += q[(size_t)r * hd + d + 1] * kt[(size_t)(d + 1) * ldk + j];
-      }
-      if (d < hd) e += q[(size_t)r * hd + d] * kt[(size_t)d * ldk + j];
-      s[(size_t)r * jb + j] = e + o;
-    }
 }
 
 void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void*) {
@@ -131,8 +116,8 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 }
 
 const CpuKernels kPortable = {
-    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain, to_f32_plain>,
-    transpose_k_plain, scores_t_plain, pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
+    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
+    pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
 #if defined(__x86_64__)
@@ -323,19 +308,6 @@ AVX2 void silu_mul_avx2(float* gate, const float* up, int64_t n) {
   silu_mul_plain(gate + i, up + i, n - i);
 }
 
-// [sum(a), sum(b), sum(c), sum(d)] with unpacks and adds: about 5% faster
-// scores for 4 rows than three vhaddps (microbenchmark of scores_rows256).
-AVX2 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  // a0+a2 b0+b2 a1+a3 b1+b3 (each 128-bit half)
-  __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
-  __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
-  // a b c d (each half)
-  __m256d abd = _mm256_castps_pd(ab), cdd = _mm256_castps_pd(cd);
-  __m256 abcd = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(abd, cdd)),
-                              _mm256_castpd_ps(_mm256_unpackhi_pd(abd, cdd)));
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 template <int T>
 AVX2 inline __m256 load_w(const uint8_t* p, int64_t k) {
   if (T == (int)TensorType::F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 2 * k)));
@@ -365,68 +337,73 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
     for (int j = 0; j < XB; j++) y[(int64_t)j * ldy + r] = hsum(acc[r][j]);
 }
 
-// 2 query rows x 4 keys per step: 8 accumulators, 6 loads per 8 FMAs; 16-bit
-// keys widened in registers.
-template <int T>
-AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int hd, float* s, const uint8_t* pf) {
-  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
-  const size_t kr = (size_t)hd * es;
-  int r = 0;
-  for (; r + 2 <= R; r += 2) {
-    const float* q0 = q + (size_t)r * hd;
-    const float* q1 = q0 + hd;
-    float* s0 = s + (size_t)r * jb;
-    float* s1 = s0 + jb;
-    int j = 0;
-    for (; j + 4 <= jb; j += 4) {
-      const uint8_t* k0 = k + (size_t)j * kr;
-      if (pf && r == 0) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * kr, 4 * kr);
-      __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-      for (int d = 0; d < hd; d += 8) {
-        __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
-        __m256 y0 = load_w<T>(k0, d), y1 = load_w<T>(k0 + kr, d);
-        __m256 y2 = load_w<T>(k0 + 2 * kr, d), y3 = load_w<T>(k0 + 3 * kr, d);
-        a00 = _mm256_fmadd_ps(x0, y0, a00);
-        a01 = _mm256_fmadd_ps(x0, y1, a01);
-        a02 = _mm256_fmadd_ps(x0, y2, a02);
-        a03 = _mm256_fmadd_ps(x0, y3, a03);
-        a10 = _mm256_fmadd_ps(x1, y0, a10);
-        a11 = _mm256_fmadd_ps(x1, y1, a11);
-        a12 = _mm256_fmadd_ps(x1, y2, a12);
-        a13 = _mm256_fmadd_ps(x1, y3, a13);
-      }
-      _mm_storeu_ps(s0 + j, hsum4(a00, a01, a02, a03));
-      _mm_storeu_ps(s1 + j, hsum4(a10, a11, a12, a13));
-    }
-    for (; j < jb; j++) {
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      for (int d = 0; d < hd; d += 8) {
-        __m256 y = load_w<T>(k + (size_t)j * kr, d);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), y, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), y, a1);
-      }
-      s0[j] = hsum(a0);
-      s1[j] = hsum(a1);
-    }
-  }
-  for (; r < R; r++) {
-    const float* q0 = q + (size_t)r * hd;
-    for (int j = 0; j < jb; j++) {
-      __m256 a0 = _mm256_setzero_ps();
-      for (int d = 0; d < hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), load_w<T>(k + (size_t)j * kr, d), a0);
-      s[(size_t)r * jb + j] = hsum(a0);
-    }
+// Scores of keys [j0, j1) of a tiled K block by gathering each key into a
+// row (tiles narrower than kKTile, head dimensions the vector paths do not
+// take).
+template <float (*Dot)(const float*, const float*, int64_t)>
+void scores_gather(const float* q, int R, TensorType kt, const void* k, int j0, int j1, int jb, int kw, int hd,
+                   float* s) {
+  float row[kMaxHeadDim];
+  for (int j = j0; j < j1; j++) {
+    for (int d = 0; d < hd; d++) row[d] = k_elem(kt, k, k_tile_elem(j, d, kw, hd));
+    for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row, hd);
   }
 }
 
-AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void* pf) {
+// RR query rows (1 or 2) x one full tile of 16 keys: per row, two 8-key
+// halves x two chains (even and odd d), so 8 accumulators for 2 rows; the
+// query element is broadcast, the keys are widened in registers. hd even.
+template <int T, int RR>
+AVX2 void scores_tile_avx2(const float* q, int hd, const uint8_t* tile, float* s, int lds, int n) {
+  __m256 a[RR][2][2];
+  for (int r = 0; r < RR; r++)
+    for (int h = 0; h < 2; h++) a[r][h][0] = a[r][h][1] = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 2) {
+    const __m256 k00 = load_w<T>(tile, (int64_t)d * kKTile), k01 = load_w<T>(tile, (int64_t)d * kKTile + 8);
+    const __m256 k10 = load_w<T>(tile, (int64_t)(d + 1) * kKTile), k11 = load_w<T>(tile, (int64_t)(d + 1) * kKTile + 8);
+    for (int r = 0; r < RR; r++) {
+      const __m256 x0 = _mm256_broadcast_ss(q + (size_t)r * hd + d), x1 = _mm256_broadcast_ss(q + (size_t)r * hd + d + 1);
+      a[r][0][0] = _mm256_fmadd_ps(x0, k00, a[r][0][0]);
+      a[r][1][0] = _mm256_fmadd_ps(x0, k01, a[r][1][0]);
+      a[r][0][1] = _mm256_fmadd_ps(x1, k10, a[r][0][1]);
+      a[r][1][1] = _mm256_fmadd_ps(x1, k11, a[r][1][1]);
+    }
+  }
+  for (int r = 0; r < RR; r++) {
+    alignas(32) float t[16];
+    _mm256_store_ps(t, _mm256_add_ps(a[r][0][0], a[r][0][1]));
+    _mm256_store_ps(t + 8, _mm256_add_ps(a[r][1][0], a[r][1][1]));
+    std::memcpy(s + (size_t)r * lds, t, (size_t)n * sizeof(float));
+  }
+}
+
+template <int T>
+AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int kw, int hd, float* s, const uint8_t* pf) {
+  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
+  const size_t vr = (size_t)hd * es;
+  for (int t = 0; t < jb; t += kKTile) {
+    const int n = std::min(kKTile, jb - t);
+    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)t * vr, (size_t)n * vr);
+    if (std::min(kKTile, kw - t) < kKTile) {  // the narrow last tile of a span's last block
+      scores_gather<dot_avx2>(q, R, (TensorType)T, k, t, t + n, jb, kw, hd, s);
+      continue;
+    }
+    const uint8_t* tile = k + (size_t)t * hd * es;
+    int r = 0;
+    for (; r + 2 <= R; r += 2) scores_tile_avx2<T, 2>(q + (size_t)r * hd, hd, tile, s + (size_t)r * jb + t, jb, n);
+    if (r < R) scores_tile_avx2<T, 1>(q + (size_t)r * hd, hd, tile, s + (size_t)r * jb + t, jb, n);
+  }
+}
+
+AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int jb, int kw, int hd, float* s,
+                      const void* pf) {
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
-  if (hd % 8 != 0) return scores_generic<dot_avx2, to_f32_avx2>(q, R, kt, k, jb, hd, s, pf);
+  if (hd % 2 != 0 || hd > kMaxHeadDim) return scores_generic<dot_avx2>(q, R, kt, k, jb, kw, hd, s, pf);
   switch (kt) {
-    case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, hd, s, pb);
-    case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, hd, s, pb);
-    default: return scores_typed<(int)TensorType::F32>(q, R, kb, jb, hd, s, pb);
+    case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, kw, hd, s, pb);
+    case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, kw, hd, s, pb);
+    default: return scores_typed<(int)TensorType::F32>(q, R, kb, jb, kw, hd, s, pb);
   }
 }
 
@@ -581,8 +558,8 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2, transpose_k_plain,
-    scores_t_plain, pv_avx2, gemm_avx2, row_dots_avx2,
+    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
+    pv_avx2, gemm_avx2, row_dots_avx2,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -613,67 +590,88 @@ AVX512 inline __m256 fold512(__m512 x) {
   return _mm256_add_ps(_mm512_castps512_ps256(x), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
 }
 
-// 4 query rows x 4 keys: 16 accumulators of 8 lanes (the AVX-512 register
-// file holds them plus the widened keys, so 4 rows share each conversion).
-// 8 lanes rather than 16: a score's horizontal sum is then 8 -> 1, a third
-// of the shuffles of 16 -> 1, for the same FMA throughput on this CPU (two
-// 256-bit FMA pipes); measured about 5% faster with bench_attention.
-template <int T, int RR>
-AVX512 void scores_rows256(const float* q, const uint8_t* k, size_t kr, int jb, int hd, float* s, const uint8_t* pf) {
-  int j = 0;
-  for (; j + 4 <= jb; j += 4) {
-    __m256 a[RR][4];
-    for (int r = 0; r < RR; r++)
-      for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
-    const uint8_t* k0 = k + (size_t)j * kr;
-    prefetch_bytes<_MM_HINT_T0>(k0 + PF * kr, 4 * kr);
-    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * kr, 4 * kr);
-    int d = 0;
-    do {  // hd >= 8 (accumulators in registers, see scores_t_block)
-      __m256 y[4];
-      for (int c = 0; c < 4; c++) y[c] = load_w<T>(k0 + c * kr, d);
-      for (int r = 0; r < RR; r++) {
-        __m256 x = _mm256_loadu_ps(q + (size_t)r * hd + d);
-        for (int c = 0; c < 4; c++) a[r][c] = _mm256_fmadd_ps(x, y[c], a[r][c]);
-      }
-      d += 8;
-    } while (d < hd);
-    for (int r = 0; r < RR; r++) _mm_storeu_ps(s + (size_t)r * jb + j, hsum4(a[r][0], a[r][1], a[r][2], a[r][3]));
-  }
-  for (; j < jb; j++)
-    for (int r = 0; r < RR; r++) {
-      __m256 a = _mm256_setzero_ps();
-      for (int d = 0; d < hd; d += 8)
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)r * hd + d), load_w<T>(k + (size_t)j * kr, d), a);
-      s[(size_t)r * jb + j] = hsum(a);
+// 16 elements at element offset k of p, the first n of them (the rest 0).
+template <int T>
+AVX512 inline __m512 load16n(const uint8_t* p, int64_t k, __mmask16 m) {
+  if (T == (int)TensorType::F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * k));
+  if (T == (int)TensorType::BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 2 * k)), 16));
+  return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + k);
+}
+
+// RR query rows (up to 4) x one tile of tw keys (tw <= 16; lanes past tw
+// are loaded as 0 and not stored): per row 4 accumulators, chain c taking
+// d = c, c+4, ...; each query element is a broadcast operand of its FMA
+// (no shuffle), each widened key vector serves RR rows. 16 accumulators
+// for 4 rows keep both FMA pipes busy; measured at the FMA peak from cache
+// (scratch microbenchmark: about 11 ticks per key for 4 rows, hd 64,
+// against 14 for the row layout's 8-lane dot products and their horizontal
+// sums). hd a multiple of 4. Stores the first n (<= tw) scores of each row.
+template <int T, int RR, bool FULL>
+AVX512 inline __attribute__((always_inline)) void scores_tile512(const float* q, int hd, const uint8_t* tile, int tw, float* s, int lds, int n) {
+  const __mmask16 mk = FULL ? (__mmask16)0xFFFF : (__mmask16)((1u << tw) - 1);
+  __m512 a[RR][4];
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+  for (int d = 0; d < hd; d += 4)
+    for (int c = 0; c < 4; c++) {
+      const int64_t at = (int64_t)(d + c) * tw;
+      const __m512 kv = FULL ? load16<T>(tile, at) : load16n<T>(tile, at, mk);
+      for (int r = 0; r < RR; r++)
+        a[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)r * hd + d + c]), kv, a[r][c]);
     }
+  const __mmask16 sm = (__mmask16)((1u << n) - 1);
+  for (int r = 0; r < RR; r++)
+    _mm512_mask_storeu_ps(s + (size_t)r * lds, sm,
+                          _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
+}
+
+// Rows [0, RR) of one row group over the block's tiles.
+template <int T, int RR>
+AVX512 void scores_rows512(const float* q, int hd, const uint8_t* k, int jb, int kw, float* s, int lds,
+                           const uint8_t* pf) {
+  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
+  const size_t vr = (size_t)hd * es;  // a V row
+  for (int t = 0; t < jb; t += kKTile) {
+    const int n = std::min(kKTile, jb - t), tw = std::min(kKTile, kw - t);
+    const uint8_t* tile = k + (size_t)t * hd * es;
+    // With pf (the first row group): the values of this tile's keys (the
+    // next phase) toward L2. This block's own keys are left to the hardware
+    // prefetcher and to P.V, which fetches the next block's keys toward L2:
+    // fetching them two tiles ahead toward L1 as well measured 5-10% slower
+    // streaming from memory (bench_attention --batch 64 --len 2048 --mode
+    // flat), and spreading these fetches over the d steps 30% slower.
+    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)t * vr, (size_t)n * vr);
+    if (tw == kKTile) scores_tile512<T, RR, true>(q, hd, tile, tw, s + t, lds, n);
+    else scores_tile512<T, RR, false>(q, hd, tile, tw, s + t, lds, n);
+  }
 }
 
 template <int T>
-AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int hd, float* s, const uint8_t* pf) {
-  const size_t kr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
+AVX512 void scores_typed512(const float* q, int R, const uint8_t* k, int jb, int kw, int hd, float* s,
+                            const uint8_t* pf) {
   for (int r0 = 0; r0 < R; r0 += 4) {
     const float* qr = q + (size_t)r0 * hd;
     float* sr = s + (size_t)r0 * jb;
     const uint8_t* p = r0 == 0 ? pf : nullptr;  // once
     switch (std::min(4, R - r0)) {
-      case 1: scores_rows256<T, 1>(qr, k, kr, jb, hd, sr, p); break;
-      case 2: scores_rows256<T, 2>(qr, k, kr, jb, hd, sr, p); break;
-      case 3: scores_rows256<T, 3>(qr, k, kr, jb, hd, sr, p); break;
-      default: scores_rows256<T, 4>(qr, k, kr, jb, hd, sr, p); break;
+      case 1: scores_rows512<T, 1>(qr, hd, k, jb, kw, sr, jb, p); break;
+      case 2: scores_rows512<T, 2>(qr, hd, k, jb, kw, sr, jb, p); break;
+      case 3: scores_rows512<T, 3>(qr, hd, k, jb, kw, sr, jb, p); break;
+      default: scores_rows512<T, 4>(qr, hd, k, jb, kw, sr, jb, p); break;
     }
   }
 }
 
-AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s,
+AVX512 void scores_avx512(const float* q, int R, TensorType kt, const void* k, int jb, int kw, int hd, float* s,
                           const void* pf) {
-  if (hd <= 0 || hd % 8 != 0) return scores_avx2(q, R, kt, k, jb, hd, s, pf);
+  if (hd <= 0 || hd % 4 != 0) return scores_avx2(q, R, kt, k, jb, kw, hd, s, pf);
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
   switch (kt) {
-    case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, hd, s, pb);
-    case TensorType::BF16: return scores_typed512<(int)TensorType::BF16>(q, R, kb, jb, hd, s, pb);
-    default: return scores_typed512<(int)TensorType::F32>(q, R, kb, jb, hd, s, pb);
+    case TensorType::F16: return scores_typed512<(int)TensorType::F16>(q, R, kb, jb, kw, hd, s, pb);
+    case TensorType::BF16: return scores_typed512<(int)TensorType::BF16>(q, R, kb, jb, kw, hd, s, pb);
+    default: return scores_typed512<(int)TensorType::F32>(q, R, kb, jb, kw, hd, s, pb);
   }
 }
 
@@ -692,7 +690,7 @@ AVX512 void pv_block512(float* acc, const float* p, int jb, const uint8_t* v, si
   for (int r = 0; r < RR; r++)
     for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(acc + (size_t)r * hd + d0 + 16 * c);
   int j = 0;
-  do {  // jb >= 1 (the accumulators then stay in registers, as in scores_t_block)
+  do {  // jb >= 1 (GCC kept the accumulators of a loop that can run zero times in memory)
     if (PFM & 1) prefetch_bytes<_MM_HINT_T0>(v + (size_t)(j + PF) * vr, vr);
     if (PFM & 2) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * vr, vr);
     __m512 vv[4];
@@ -744,108 +742,6 @@ AVX512 void pv_avx512(float* acc, int R, const float* p, int jb, TensorType vt, 
     case TensorType::BF16: return pv_typed512<(int)TensorType::BF16>(acc, R, p, jb, vb, hd, pb);
     default: return pv_typed512<(int)TensorType::F32>(acc, R, p, jb, vb, hd, pb);
   }
-}
-
-// ---- keys in lanes (many query rows) ----
-
-// In place: r[i] lane j <- r[j] lane i (a 16x16 f32 transpose; 64 shuffles).
-AVX512 inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; i++) {  // per 128-bit lane: a0 b0 a1 b1 | a2 b2 a3 b3
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; i++) {  // lane L of r[4i+k]: rows 4i..4i+3, column 4L+k
-    __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int k = 0; k < 4; k++) {  // gather lane L of r[k], r[4+k], r[8+k], r[12+k] into column 4L+k
-    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xDD);
-    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xDD);
-    t[k] = _mm512_shuffle_f32x4(a, c, 0x88);
-    t[8 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);
-    t[4 + k] = _mm512_shuffle_f32x4(b, d, 0x88);
-    t[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD);
-  }
-  for (int i = 0; i < 16; i++) r[i] = t[i];
-}
-
-template <int T>
-AVX512 void transpose_k_typed512(const uint8_t* k, int jb, int hd, float* out, int ldk, const uint8_t* pf) {
-  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
-  const size_t kr = (size_t)hd * es;
-  for (int j0 = 0; j0 < ldk; j0 += 16)
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-      if (pf && (d0 * es) % 64 == 0)
-        for (int i = 0; i < 16 && j0 + i < jb; i++)
-          _mm_prefetch((const char*)(pf + (size_t)(j0 + i) * kr + d0 * es), _MM_HINT_T1);
-      __m512 r[16];
-      for (int i = 0; i < 16; i++) r[i] = j0 + i < jb ? load16<T>(k + (size_t)(j0 + i) * kr, d0) : _mm512_setzero_ps();
-      transpose16(r);
-      for (int i = 0; i < 16; i++) _mm512_storeu_ps(out + (size_t)(d0 + i) * ldk + j0, r[i]);
-    }
-}
-
-AVX512 void transpose_k_avx512(TensorType kt, const void* k, int jb, int hd, float* out, int ldk, const void* pf) {
-  if (hd % 16 != 0 || ldk % 16 != 0) return transpose_k_plain(kt, k, jb, hd, out, ldk, pf);
-  const uint8_t* kb = static_cast<const uint8_t*>(k);
-  const uint8_t* pb = static_cast<const uint8_t*>(pf);
-  switch (kt) {
-    case TensorType::F16: return transpose_k_typed512<(int)TensorType::F16>(kb, jb, hd, out, ldk, pb);
-    case TensorType::BF16: return transpose_k_typed512<(int)TensorType::BF16>(kb, jb, hd, out, ldk, pb);
-    default: return transpose_k_typed512<(int)TensorType::F32>(kb, jb, hd, out, ldk, pb);
-  }
-}
-
-// RR rows x 16*JV keys: RR*JV*2 accumulators (two chains per score: even
-// and odd d), query elements broadcast, keys loaded in lanes.
-template <int RR, int JV>
-AVX512 void scores_t_block(const float* q, int hd, const float* kt, int ldk, float* s, int lds, int nj) {
-  __m512 a[RR][JV][2];
-  for (int r = 0; r < RR; r++)
-    for (int v = 0; v < JV; v++) a[r][v][0] = a[r][v][1] = _mm512_setzero_ps();
-  // do-while: hd >= 2 is known to the compiler then, which otherwise keeps
-  // the accumulators in memory for the no-iteration path (measured about
-  // 12% slower).
-  int d = 0;
-  do {
-    __m512 k0[JV], k1[JV];
-    for (int v = 0; v < JV; v++) {
-      k0[v] = _mm512_loadu_ps(kt + (size_t)d * ldk + 16 * v);
-      k1[v] = _mm512_loadu_ps(kt + (size_t)(d + 1) * ldk + 16 * v);
-    }
-    for (int r = 0; r < RR; r++) {
-      __m512 b0 = _mm512_set1_ps(q[(size_t)r * hd + d]), b1 = _mm512_set1_ps(q[(size_t)r * hd + d + 1]);
-      for (int v = 0; v < JV; v++) {
-        a[r][v][0] = _mm512_fmadd_ps(b0, k0[v], a[r][v][0]);
-        a[r][v][1] = _mm512_fmadd_ps(b1, k1[v], a[r][v][1]);
-      }
-    }
-    d += 2;
-  } while (d < hd);
-  __mmask16 mk[JV];
-  for (int v = 0; v < JV; v++) mk[v] = (__mmask16)((1u << std::max(0, std::min(16, nj - 16 * v))) - 1);
-  for (int r = 0; r < RR; r++)
-    for (int v = 0; v < JV; v++)
-      _mm512_mask_storeu_ps(s + (size_t)r * lds + 16 * v, mk[v], _mm512_add_ps(a[r][v][0], a[r][v][1]));
-}
-
-template <int RR>
-AVX512 void scores_t_rows(const float* q, int hd, const float* kt, int ldk, int jb, float* s) {
-  int j = 0;
-  for (; j + 16 < jb; j += 32) scores_t_block<RR, 2>(q, hd, kt + j, ldk, s + j, jb, jb - j);
-  if (j < jb) scores_t_block<RR, 1>(q, hd, kt + j, ldk, s + j, jb, jb - j);
-}
-
-AVX512 void scores_t_avx512(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s) {
-  if (hd <= 0 || hd % 2 != 0) return scores_t_plain(q, R, kt, ldk, jb, hd, s);
-  int r = 0;
-  for (; r + 4 <= R; r += 4) scores_t_rows<4>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
-  for (; r < R; r++) scores_t_rows<1>(q + (size_t)r * hd, hd, kt, ldk, jb, s + (size_t)r * jb);
 }
 
 // exp_avx2 (same constants), 16 lanes.
@@ -1017,8 +913,8 @@ AVX512 void gemm_avx512(TensorType t, const uint8_t* w, uint64_t wstride, int ro
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
-    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512, transpose_k_avx512,
-    scores_t_avx512, pv_avx512, gemm_avx512, row_dots_avx2,
+    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
+    pv_avx512, gemm_avx512, row_dots_avx2,
 };
 #endif
 

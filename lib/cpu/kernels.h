@@ -2,11 +2,42 @@
 // x86-64 AVX2/FMA/F16C version picked at run time when the CPU has it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "../backend.h"
 #include "../gguf.h"
 
 namespace clade {
+
+// The CPU backend's keys inside a KV block (backend.h: a block's K part,
+// then its V rows). A block of kw keys (kKVBlock, or fewer in the last
+// block of a span whose capacity is not a multiple of it) keeps its keys in
+// tiles of kKTile keys: tile t (keys t .. t+tw-1 of the block, tw =
+// min(kKTile, kw - t)) is [head_dim][tw], element d of key t+i at d*tw + i.
+// One query element against a tile's 16 keys is then one 16-lane FMA with
+// the element broadcast: scores need no horizontal sums (the row layout
+// spent about a fifth of the scores' time in them), and the same kernel
+// serves any number of query rows (the row layout needed a second path for
+// many rows, with each block's keys transposed into lanes). The tile width follows the
+// capacity, not the length, so keys never move as a span fills; a span's
+// part from a block boundary on is still a span. V rows keep the row
+// layout of backend.h.
+constexpr int kKTile = 16;
+// Element offset of element d of key i (i < kw) from the start of a block
+// of kw keys.
+inline int64_t k_tile_elem(int i, int d, int kw, int hd) {
+  const int t = i / kKTile * kKTile;
+  const int tw = std::min(kKTile, kw - t);
+  return (int64_t)t * hd + (int64_t)d * tw + (i - t);
+}
+// Keys in the block of a span (capacity cap) that starts at key b.
+inline int kv_block_keys(int64_t b, int64_t cap) { return (int)std::min<int64_t>(kKVBlock, cap - b); }
+// Element offset of element d of key j's K within one head of a span.
+inline int64_t kv_k_elem(int64_t j, int d, int64_t cap, int hd) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  return kv_k_row(b, cap) * hd + k_tile_elem((int)(j - b), d, kv_block_keys(b, cap), hd);
+}
 
 struct CpuKernels {
   const char* name;
@@ -25,31 +56,25 @@ struct CpuKernels {
   float (*exp2_sum)(float* x, float m, int64_t n);
   // gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)) (SwiGLU)
   void (*silu_mul)(float* gate, const float* up, int64_t n);
-  // S[r][j] = dot(Q row r, K row j), Q [R][hd], K [jb][hd], S [R][jb].
-  // Each dot product keeps 8 short accumulation chains (hd/8 terms each):
-  // OpenBLAS's sgemm kernel for larger R uses one chain of hd terms, which
-  // doubled the attention error against fp64 (tests/test_attention.cpp).
-  // K rows of type kt (F32, F16, BF16; 16-bit rows are widened in
-  // registers, so few rows need no conversion pass).
+  // S[r][j] = dot(Q row r, key j) for j < jb, Q [R][hd], S [R][jb]; k: a
+  // block of kw >= jb keys in tiles (above), of type kt (F32, F16, BF16;
+  // 16-bit keys are widened in registers, so few rows need no conversion
+  // pass). Each dot product keeps 4 accumulation chains (every 4th d),
+  // added at the end: OpenBLAS's sgemm kernel for larger R uses one chain of
+  // hd terms, which doubled the attention error against fp64
+  // (tests/test_attention.cpp).
   //
-  // pf (scores, transpose_k, pv): nullptr, or jb rows laid out like k (or
-  // v), fetched toward L2 while the kernel works through its own rows: the
+  // pf (scores, pv): nullptr, or jb V rows (scores) or a block of K
+  // (pv), fetched toward L2 while the kernel works through its own rows: the
   // next phase's data (V of the same keys while scoring; K of the next
   // block while summing values), so that attention streaming from memory
   // keeps both of its streams in flight instead of one at a time.
-  void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int hd, float* s, const void* pf);
-  // Keys in lanes, for many query rows: KT[d][j] = K row j, element d,
-  // widened to f32, for j < jb, and 0 for jb <= j < ldk (ldk: a multiple of
-  // 16, >= jb); KT [hd][ldk]. K rows of type kt (F32, F16, BF16).
-  void (*transpose_k)(TensorType kt, const void* k, int jb, int hd, float* kt_out, int ldk, const void* pf);
-  // S[r][j] = dot(Q row r, K row j) from KT (above); S [R][jb]. Each score
-  // sums its products in two chains (even and odd d), added at the end: a
-  // GEMM-shaped product with no horizontal sums.
-  void (*scores_t)(const float* q, int R, const float* kt, int ldk, int jb, int hd, float* s);
+  void (*scores)(const float* q, int R, TensorType kt, const void* k, int jb, int kw, int hd, float* s,
+                 const void* pf);
   // acc[r][d] += sum_j p[r][j] * v[j][d]: acc [R][hd], p [R][jb], v [jb][hd]
   // of type vt (the attention value product). R <= 0 or jb <= 0: nothing.
   //
-  // scores, scores_t, pv: head dimension hd >= 1 (the vector paths that
+  // scores, pv: head dimension hd >= 1 (the vector paths that
   // need hd >= 2 or 8 are only chosen when hd is a multiple of it).
   void (*pv)(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf);
   // y[j][o] = dot(W row o, x row j) for o < rows, j < n. W rows are of type
