@@ -286,9 +286,13 @@ void* CudaBackend::alloc(size_t bytes) {
 void CudaBackend::release(void* p) {
   if (!p) return;
   std::lock_guard<std::mutex> lock(mu_);
-  enter();
-  check(cudaStreamSynchronize(stream_), "release: waiting for queued work");
-  check(cudaFree(p), "release: cudaFree");
+  // Never throws: release runs from destructors (a model's, a store's), and
+  // after a device fault every later call fails; the queued work is waited
+  // for where the device still answers, the memory is freed either way, and
+  // the fault stays to be reported by the next checked call.
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);
+  cudaFree(p);
 }
 
 void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
@@ -447,7 +451,9 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
   std::lock_guard<std::mutex> lock(mu_);
   enter();
   const int half = p.head_dim / 2;
-  if (n <= 0 || n_heads <= 0 || half <= 0) return;
+  if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || p.head_dim % 2 != 0)
+    fail(CLADE_E_UNSUPPORTED, "cuda: rope: head dimension " + std::to_string(p.head_dim));
+  if (n <= 0 || n_heads <= 0) return;
   if (!p.inv_freq || !pos) fail(CLADE_E_INVALID_ARG, "cuda: rope: positions or frequencies missing");
   // Device copy of [inv_freq (half floats)][pos (n int32)], both host memory.
   const size_t freq_bytes = (size_t)half * sizeof(float), pos_bytes = (size_t)n * sizeof(int32_t);

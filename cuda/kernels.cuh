@@ -153,11 +153,13 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] += x[i];
 }
 
-// gate = silu(gate) * up
+// gate = silu(gate) * up; gates below -88 give 0, as the CPU backend's
+// (lib/cpu/kernels.cpp, kSiluLow: -inf would give -inf / inf = NaN, and
+// the few gates just above -88.7 a denormal instead of 0).
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    gate[i] = (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * up[i];
   }
 }
 
