@@ -352,11 +352,15 @@ CLADE_API void clade_cache_free(clade_cache *cache);
 /* Flags for clade_cache_add. */
 #define CLADE_SEQ_PRIVATE 1u /* copy the node path's KV into the sequence's
                                 own cache (the flat baseline: nothing is
-                                shared); needs max_tokens >= path length */
+                                shared); the path comes on top of its
+                                max_tokens unique tokens; the cache's
+                                kv_type must be the tree's */
 
 /* Add a sequence attached to node (the sequence holds a reference to it).
    tokens[0..n_tokens) are its own first tokens: they are queued and
-   evaluated by the next step, before that step's tokens. */
+   evaluated by the next step, before that step's tokens. Returns
+   CLADE_CACHE_FULL (nothing added) when every slot is taken or n_tokens
+   exceeds max_tokens. */
 CLADE_API clade_status clade_cache_add(clade_cache *cache, clade_node_id node,
                                        const clade_token *tokens,
                                        size_t n_tokens, uint32_t flags,
