@@ -36,9 +36,11 @@ struct PassSeq {
 // Machine constants of the cost model (seconds per byte, per FLOP). The
 // defaults were measured on the development machine (2 Zen 4 cores) with
 // build/bench/bench_attention (attention alone, f16 KV, head dim 64):
-// streaming KV reaches about 35 GB/s (one row per KV head, flat), the
-// keys-in-lanes path for many rows about 150 GFLOP/s, few rows (2 to 8)
-// about 120-145 GFLOP/s from cache; see bench/README.md.
+// streaming KV reaches about 35 GB/s (one row per KV head, flat), many
+// rows about 150 GFLOP/s, few rows (2 to 8) about 120-145 GFLOP/s from
+// cache; see bench/README.md. (Measured with keys in rows; keys in tiles
+// made both cases 5-10% faster from cache, in the same proportion, so the
+// choice between them is the same.)
 struct AttnCost {
   double bandwidth = 35e9;        // bytes/s reading KV from memory
   double gemm_flops = 150e9;      // FLOP/s of the many-row path
