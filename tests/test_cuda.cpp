@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cpu/kernels.h"
 #include "check.h"
 #include "error.h"
 #include "quant.h"
@@ -373,7 +374,24 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     out[b].merged = a.get(merged, (size_t)(nr + 2) * hd);
   }
 
-  expect_equal("kv_write " + tag, out[1].kvbytes, out[0].kvbytes);
+  // The stored elements, each backend's layout read back as [head][key][d]
+  // for K and for V: the CPU keeps K in tiles (cpu/kernels.h), CUDA in rows
+  // (backend.h); V rows in both.
+  auto stored = [&](const std::vector<uint8_t>& bytes, bool tiles) {
+    std::vector<uint8_t> e((size_t)2 * kvh * len * hd * es);
+    for (int h = 0; h < kvh; h++)
+      for (int j = 0; j < len; j++)
+        for (int d = 0; d < hd; d++) {
+          const size_t head = (size_t)h * 2 * cap * hd, at = (((size_t)h * len + j) * hd + d) * es;
+          const size_t k = head + (tiles ? (size_t)clade::kv_k_elem(j, d, cap, hd)
+                                         : (size_t)clade::kv_k_row(j, cap) * hd + d);
+          const size_t v = head + (size_t)clade::kv_v_row(j, cap) * hd + d;
+          std::memcpy(&e[at], &bytes[k * es], es);
+          std::memcpy(&e[(size_t)kvh * len * hd * es + at], &bytes[v * es], es);
+        }
+    return e;
+  };
+  expect_equal("kv_write " + tag, stored(out[1].kvbytes, false), stored(out[0].kvbytes, true));
   expect_rel("attention full o " + tag, out[1].o_full, out[0].o_full, 0, 1e-4);
   expect_rel("attention full lse " + tag, out[1].lse_full, out[0].lse_full, 0, 1e-4);
   expect_rel("attention causal o " + tag, out[1].o_causal, out[0].o_causal, 0, 1e-4);
