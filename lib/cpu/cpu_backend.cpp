@@ -259,11 +259,10 @@ void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, in
       uint8_t* head = static_cast<uint8_t*>(kv_dst) + (size_t)h * 2 * capacity * rb;
       // K: element d of the key goes to its tile's row d (kernels.h).
       k_.from_f32(tt, k + (t * kv_heads + h) * head_dim, row, head_dim);
-      const int64_t j = start + t, b = j / kKVBlock * kKVBlock;
-      const int kw = kv_block_keys(b, capacity), i = (int)(j - b), tw = std::min(kKTile, kw - i / kKTile * kKTile);
-      uint8_t* k0 = head + ((size_t)kv_k_row(b, capacity) * head_dim + (size_t)k_tile_elem(i, 0, kw, head_dim)) * es;
+      int tw;
+      uint8_t* k0 = head + (size_t)kv_k_at(start + t, capacity, head_dim, &tw) * es;
       for (int d = 0; d < head_dim; d++) std::memcpy(k0 + (size_t)d * tw * es, row + (size_t)d * es, es);
-      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, head + kv_v_row(j, capacity) * rb, head_dim);
+      k_.from_f32(tt, v + (t * kv_heads + h) * head_dim, head + kv_v_row(start + t, capacity) * rb, head_dim);
     }
 }
 
@@ -275,17 +274,11 @@ void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void*
   const size_t es = kv_type_size(type), rb = (size_t)head_dim * es;
   uint8_t* d = static_cast<uint8_t*>(dst);
   const uint8_t* s = static_cast<const uint8_t*>(src);
-  // Key j of a span of capacity cap: its element 0 and its tile's width.
-  auto where = [&](int32_t j, int32_t cap, int* tw) {
-    const int32_t b = j / kKVBlock * kKVBlock;
-    *tw = std::min(kKTile, kv_block_keys(b, cap) - (j - b) / kKTile * kKTile);
-    return kv_k_elem(j, 0, cap, head_dim);
-  };
-  auto copy_key = [&](auto elem, int32_t js, int32_t jd) {
+  // One key's elements, from src's tile (width ws) to dst's (width wd).
+  auto copy_key = [&](auto elem, int64_t es0, int ws, int64_t ed0, int wd) {
     using E = decltype(elem);
-    int ws, wd;
-    const E* from = reinterpret_cast<const E*>(s) + where(js, src_cap, &ws);
-    E* to = reinterpret_cast<E*>(d) + where(jd, dst_cap, &wd);
+    const E* from = reinterpret_cast<const E*>(s) + es0;
+    E* to = reinterpret_cast<E*>(d) + ed0;
     for (int e = 0; e < head_dim; e++) to[(size_t)e * wd] = from[(size_t)e * ws];
   };
   for (int32_t j = 0; j < n;) {
@@ -295,14 +288,14 @@ void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void*
     for (int32_t i = 0; i < run;) {
       const int32_t js = j + i, jd = t + i;
       int ws, wd;
-      const int64_t es0 = where(js, src_cap, &ws), ed0 = where(jd, dst_cap, &wd);
+      const int64_t es0 = kv_k_at(js, src_cap, head_dim, &ws), ed0 = kv_k_at(jd, dst_cap, head_dim, &wd);
       if (js % kKTile == 0 && jd % kKTile == 0 && ws == kKTile && wd == kKTile && run - i >= kKTile) {
         std::memcpy(d + (size_t)ed0 * es, s + (size_t)es0 * es, (size_t)kKTile * rb);
         i += kKTile;
         continue;
       }
-      if (es == 2) copy_key(uint16_t{}, js, jd);
-      else copy_key(uint32_t{}, js, jd);
+      if (es == 2) copy_key(uint16_t{}, es0, ws, ed0, wd);
+      else copy_key(uint32_t{}, es0, ws, ed0, wd);
       i++;
     }
     j += run;

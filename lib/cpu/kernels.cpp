@@ -70,15 +70,29 @@ inline float k_elem(TensorType t, const void* k, int64_t off) {
   return t == TensorType::BF16 ? bf16_to_float(h) : half_to_float(h);
 }
 
-// The plain path: each key gathered from its tile into a row, then Dot.
+// Scores of keys [j0, j1) of a tiled K block, each key gathered from its
+// tile into a row, then Dot: the plain path (all keys), and the vector
+// paths' narrow tiles and head dimensions they do not take.
+template <float (*Dot)(const float*, const float*, int64_t)>
+void scores_gather(const float* q, int R, TensorType kt, const void* k, int j0, int j1, int jb, int kw, int hd,
+                   float* s) {
+  float stack[kMaxHeadDim];
+  std::vector<float> heap;
+  float* row = stack;
+  if (hd > kMaxHeadDim) {
+    heap.resize((size_t)hd);
+    row = heap.data();
+  }
+  for (int j = j0; j < j1; j++) {
+    for (int d = 0; d < hd; d++) row[d] = k_elem(kt, k, k_tile_elem(j, d, kw, hd));
+    for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row, hd);
+  }
+}
+
 template <float (*Dot)(const float*, const float*, int64_t)>
 void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb, int kw, int hd, float* s,
                     const void*) {
-  std::vector<float> row((size_t)hd);
-  for (int j = 0; j < jb; j++) {
-    for (int d = 0; d < hd; d++) row[(size_t)d] = k_elem(kt, k, k_tile_elem(j, d, kw, hd));
-    for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row.data(), hd);
-  }
+  scores_gather<Dot>(q, R, kt, k, 0, jb, jb, kw, hd, s);
 }
 
 template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
@@ -337,19 +351,6 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
     for (int j = 0; j < XB; j++) y[(int64_t)j * ldy + r] = hsum(acc[r][j]);
 }
 
-// Scores of keys [j0, j1) of a tiled K block by gathering each key into a
-// row (tiles narrower than kKTile, head dimensions the vector paths do not
-// take).
-template <float (*Dot)(const float*, const float*, int64_t)>
-void scores_gather(const float* q, int R, TensorType kt, const void* k, int j0, int j1, int jb, int kw, int hd,
-                   float* s) {
-  float row[kMaxHeadDim];
-  for (int j = j0; j < j1; j++) {
-    for (int d = 0; d < hd; d++) row[d] = k_elem(kt, k, k_tile_elem(j, d, kw, hd));
-    for (int r = 0; r < R; r++) s[(size_t)r * jb + j] = Dot(q + (size_t)r * hd, row, hd);
-  }
-}
-
 // RR query rows (1 or 2) x one full tile of 16 keys: per row, two 8-key
 // halves x two chains (even and odd d), so 8 accumulators for 2 rows; the
 // query element is broadcast, the keys are widened in registers. hd even.
@@ -399,7 +400,7 @@ AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int j
                       const void* pf) {
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
-  if (hd % 2 != 0 || hd > kMaxHeadDim) return scores_generic<dot_avx2>(q, R, kt, k, jb, kw, hd, s, pf);
+  if (hd % 2 != 0) return scores_generic<dot_avx2>(q, R, kt, k, jb, kw, hd, s, pf);
   switch (kt) {
     case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, kw, hd, s, pb);
     case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, kw, hd, s, pb);

@@ -33,10 +33,20 @@ inline int64_t k_tile_elem(int i, int d, int kw, int hd) {
 }
 // Keys in the block of a span (capacity cap) that starts at key b.
 inline int kv_block_keys(int64_t b, int64_t cap) { return (int)std::min<int64_t>(kKVBlock, cap - b); }
+// Key j's K within one head of a span of capacity cap: the element offset
+// of its element 0; *stride: the distance from one of its elements to the
+// next (its tile's width).
+inline int64_t kv_k_at(int64_t j, int64_t cap, int hd, int* stride) {
+  const int64_t b = j / kKVBlock * kKVBlock;
+  const int kw = kv_block_keys(b, cap), i = (int)(j - b);
+  *stride = std::min(kKTile, kw - i / kKTile * kKTile);
+  return kv_k_row(b, cap) * hd + k_tile_elem(i, 0, kw, hd);
+}
 // Element offset of element d of key j's K within one head of a span.
 inline int64_t kv_k_elem(int64_t j, int d, int64_t cap, int hd) {
-  const int64_t b = j / kKVBlock * kKVBlock;
-  return kv_k_row(b, cap) * hd + k_tile_elem((int)(j - b), d, kv_block_keys(b, cap), hd);
+  int stride;
+  const int64_t at = kv_k_at(j, cap, hd, &stride);
+  return at + (int64_t)d * stride;
 }
 
 struct CpuKernels {
