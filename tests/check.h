@@ -2,11 +2,14 @@
 // check_exit().
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <unistd.h>
+
+#include "clade/clade.h"
 
 inline int& check_failures() {
   static int n = 0;
@@ -56,4 +59,34 @@ inline std::string temp_dir() {
     std::exit(1);
   }
   return d;
+}
+
+// Error of a logit row against its reference: max |got - want| over the
+// row / max |want| of the row; infinite when got holds a NaN (std::max
+// would skip it).
+template <typename W>
+double row_error(const float* got, const W* want, int n) {
+  double scale = 0, err = 0;
+  for (int i = 0; i < n; i++) {
+    scale = std::max(scale, std::fabs((double)want[i]));
+    const double d = std::fabs((double)got[i] - (double)want[i]);
+    if (!(d == d)) return INFINITY;
+    err = std::max(err, d);
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+// One step of one sequence that brings no new tokens (its queued ones are
+// evaluated), every row's logits into out [rows][vocab].
+inline clade_status decode_all_logits(clade_cache* cache, clade_seq_id seq, float* out, size_t rows) {
+  clade_batch b;
+  clade_batch_init(&b);
+  int32_t zero = 0;
+  b.n_seqs = 1;
+  b.seq_ids = &seq;
+  b.n_tokens = &zero;
+  b.all_logits = 1;
+  b.logits = out;
+  b.logits_rows = rows;
+  return clade_decode(cache, &b);
 }

@@ -26,15 +26,6 @@ double tolerance(clade_kv_type kv) {
   }
 }
 
-double row_error(const float* got, const double* want, int n) {
-  double scale = 0, err = 0;
-  for (int i = 0; i < n; i++) {
-    scale = std::max(scale, std::fabs(want[i]));
-    err = std::max(err, std::fabs((double)got[i] - want[i]));
-  }
-  return err / std::max(scale, 1e-30);
-}
-
 struct Fixture {
   clade_model* model = nullptr;
   std::unique_ptr<ref::Model> ref;
@@ -58,16 +49,7 @@ std::vector<float> one_pass(clade_model* m, clade_kv_type kv, const std::vector<
   clade_seq_id s;
   CHECK_OK(clade_cache_add(cache, 0, toks.data(), toks.size(), 0, &s));
   std::vector<float> out(toks.size() * (size_t)vocab);
-  clade_batch b;
-  clade_batch_init(&b);
-  int32_t zero = 0;
-  b.n_seqs = 1;
-  b.seq_ids = &s;
-  b.n_tokens = &zero;
-  b.all_logits = 1;
-  b.logits = out.data();
-  b.logits_rows = toks.size();
-  CHECK_OK(clade_decode(cache, &b));
+  CHECK_OK(decode_all_logits(cache, s, out.data(), toks.size()));
   clade_cache_free(cache);
   clade_tree_free(tree);
   return out;

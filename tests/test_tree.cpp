@@ -20,24 +20,6 @@ namespace {
 
 constexpr double kTol = 2e-4;
 
-double row_error(const float* got, const float* want, int n) {
-  double scale = 0, err = 0;
-  for (int i = 0; i < n; i++) {
-    scale = std::max(scale, std::fabs((double)want[i]));
-    err = std::max(err, std::fabs((double)got[i] - want[i]));
-  }
-  return err / std::max(scale, 1e-30);
-}
-
-double row_error_ref(const float* got, const double* want, int n) {
-  double scale = 0, err = 0;
-  for (int i = 0; i < n; i++) {
-    scale = std::max(scale, std::fabs(want[i]));
-    err = std::max(err, std::fabs((double)got[i] - want[i]));
-  }
-  return err / std::max(scale, 1e-30);
-}
-
 int argmax(const float* x, int n) { return (int)(std::max_element(x, x + n) - x); }
 
 struct SeqPlan {
@@ -166,16 +148,7 @@ int main() {
       clade_seq_id s1;
       CHECK_OK(clade_cache_add(c1, 0, f.data(), f.size(), 0, &s1));
       std::vector<float> all(f.size() * (size_t)V);
-      clade_batch b;
-      clade_batch_init(&b);
-      int32_t zero = 0;
-      b.n_seqs = 1;
-      b.seq_ids = &s1;
-      b.n_tokens = &zero;
-      b.all_logits = 1;
-      b.logits = all.data();
-      b.logits_rows = f.size();
-      CHECK_OK(clade_decode(c1, &b));
+      CHECK_OK(decode_all_logits(c1, s1, all.data(), f.size()));
       clade_cache_free(c1);
       std::vector<double> want = ref::forward(*rm, f);
       // the positions where the tree run produced logits: the last token of
@@ -184,7 +157,7 @@ int main() {
         size_t pos = f.size() - (size_t)(steps - step);
         const float* got = tree_logits[(size_t)i].data() + (size_t)step * V;
         worst_flat = std::max(worst_flat, row_error(got, all.data() + pos * V, V));
-        worst_ref = std::max(worst_ref, row_error_ref(got, want.data() + pos * V, V));
+        worst_ref = std::max(worst_ref, row_error(got, want.data() + pos * V, V));
         CHECK_MSG(argmax(all.data() + pos * V, V) == gen[(size_t)i][(size_t)step],
                   "seq %d step %d: greedy token differs from the flat run", i, step);
       }

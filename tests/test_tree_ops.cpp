@@ -86,17 +86,6 @@ const char* att_name(clade_attention a) {
   }
 }
 
-double row_error(const float* got, const double* want, int n) {
-  double scale = 0, err = 0;
-  for (int i = 0; i < n; i++) {
-    scale = std::max(scale, std::fabs(want[i]));
-    double d = std::fabs((double)got[i] - want[i]);
-    if (!(d == d)) return std::numeric_limits<double>::infinity();  // NaN
-    err = std::max(err, d);
-  }
-  return err / std::max(scale, 1e-30);
-}
-
 uint64_t env_u64(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoull(v, nullptr, 0) : dflt;
@@ -1259,16 +1248,7 @@ double flat_error(Env& env, clade_kv_type kv, uint64_t seed) {
     clade_seq_id s = -1;
     CHECK_OK(clade_cache_add(cache, 0, t.data(), t.size(), 0, &s));
     std::vector<float> got((size_t)len * (size_t)env.V);
-    clade_batch b;
-    clade_batch_init(&b);
-    int32_t zero = 0;
-    b.n_seqs = 1;
-    b.seq_ids = &s;
-    b.n_tokens = &zero;
-    b.all_logits = 1;
-    b.logits = got.data();
-    b.logits_rows = (size_t)len;
-    CHECK_OK(clade_decode(cache, &b));
+    CHECK_OK(decode_all_logits(cache, s, got.data(), (size_t)len));
     std::vector<double> want = ref::forward(*env.rm, t);
     for (int i = 0; i < len; i++)
       worst = std::max(worst, row_error(got.data() + (size_t)i * (size_t)env.V, want.data() + (size_t)i * (size_t)env.V, env.V));
