@@ -20,8 +20,12 @@ attention part against the roofline of that round's own bandwidth and
 peak, median over rounds ("per round"). The machine's memory reads at
 about 33 GB/s most of the time and 55-60 for seconds now and then: the best
 bandwidth of a point's rounds and its best step then often come from
-different seconds, and only the per-round figure sets each step against
-the machine it ran on. Noise: the largest (median - best) step time
+different seconds. With round_step_bw_gb_s (a read pass before every timed
+step, median per mode and round) a fourth figure, "in steps": each round's
+attention part against the roofline of the bandwidth read between that
+mode's own steps (and the round's GEMM peak); it sets each step against
+the memory it ran with, where the round's first reading (best of 5 passes)
+may have caught a quick second. Noise: the largest (median - best) step time
 of the point's modes; a best-minus-best part below twice that is marked "~"
 (not resolved by the run).
 
@@ -78,10 +82,10 @@ def main():
             "flat": max(batch * (prefix + own) * per_token / pbw, flops / ppeak) * 1e3,
         }
 
-        def per_round(mode):
+        def per_round(mode, bw_key="round_bw_gb_s"):
             """Median over rounds of (attention part / that round's roofline), or None."""
             row = p[mode]
-            lists = [row.get(k) for k in ("round_attn_ms", "round_bw_gb_s", "round_gflop_s")]
+            lists = [row.get(k) for k in ("round_attn_ms", bw_key, "round_gflop_s")]
             if any(v in (None, "", "x") for v in lists):
                 return None
             attn, rbw, rpeak = ([float(x) for x in v.split(";")] for v in lists)
@@ -101,6 +105,8 @@ def main():
             med = float(p[mode]["attn_ms"])
             pr = per_round(mode)
             tail = "" if pr is None else "; per round %.2fx" % pr
+            ps = per_round(mode, "round_step_bw_gb_s")
+            tail += "" if ps is None else ", in steps %.2fx" % ps
             return "%.1f, %.1f (%.1f; %.2fx%s, %.2fx%s)" % (best, med, roof[mode], best / roof[mode], vague,
                                                             med / roof[mode], tail)
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "cli.h"
@@ -151,7 +152,7 @@ int bench_decode(Args& a) {
   const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
 
   std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s,round_attn_ms%s\n",
-              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "", machine ? ",round_bw_gb_s,round_gflop_s" : "");
+              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "", machine ? ",round_bw_gb_s,round_gflop_s,round_step_bw_gb_s" : "");
   std::fflush(stdout);
   uint64_t rng = 12345;
   auto rand_tok = [&]() {
@@ -182,6 +183,7 @@ int bench_decode(Args& a) {
         clade_cache* cache = nullptr;
         std::vector<clade_seq_id> ids;
         std::vector<double> times;  // seconds per step, one per round
+        std::vector<double> step_bw;  // with --machine: per round, the median read bandwidth between its steps
         bool fits = true;
       };
       std::vector<Run> runs;
@@ -221,6 +223,13 @@ int bench_decode(Args& a) {
       // of each, as it keeps each mode's best round: rooflines and step
       // times then come from the same minutes of a shared machine.
       double bw_best = 0, peak_best = 0, timed = 0;
+      // With --machine, one read pass before every timed step as well (not
+      // timed with it): the bandwidth the steps of this mode and round had,
+      // as the machine's other tenants left it. The round's first measurement
+      // (best of 5 passes) often catches a few quick seconds that the steps
+      // then do not see; rooflines per round can use either.
+      std::unique_ptr<readbw::Reader> step_reader;
+      if (machine) step_reader.reset(new readbw::Reader(threads, (size_t)256 << 20));
       std::vector<double> bw_round, peak_round;  // per round, for rooflines paired with that round's steps
       int round = 0;
       for (; round < rounds || (round < max_rounds && timed < min_seconds); round++) {
@@ -251,12 +260,19 @@ int bench_decode(Args& a) {
             for (auto& t : toks) t = rand_tok();
             check(clade_decode(r.cache, &bt), "decode");
           }
-          auto t0 = Clock::now();
+          double total = 0;
+          std::vector<double> reads;
           for (long s = 0; s < steps; s++) {
             for (auto& t : toks) t = rand_tok();
+            if (step_reader) reads.push_back(step_reader->pass());
+            auto t0 = Clock::now();
             check(clade_decode(r.cache, &bt), "decode");
+            total += secs(t0, Clock::now());
           }
-          const double total = secs(t0, Clock::now());
+          if (step_reader) {
+            std::sort(reads.begin(), reads.end());
+            r.step_bw.push_back(reads[reads.size() / 2]);
+          }
           r.times.push_back(total / steps);
           round_sum += total;
           if (round == 0) {
@@ -300,8 +316,8 @@ int bench_decode(Args& a) {
         if (r.mode == "noattn" && r.fits) na = &r;
       for (Run& r : runs) {
         if (!r.fits) {
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads, extra,
-                      machine_rounds.c_str());
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads,
+                      extra, machine_rounds.c_str(), machine ? ",x" : "");
         } else {
           std::vector<double> t = r.times;
           std::sort(t.begin(), t.end());
@@ -316,9 +332,10 @@ int bench_decode(Args& a) {
             std::snprintf(buf, sizeof buf, "%.3f", d[d.size() / 2] * 1e3);
             attn = buf;
           }
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
+          const std::string step_bw = machine ? "," + join(r.step_bw, 1e-9, "%.1f") : "";
+          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
                       threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), attn.c_str(), extra,
-                      attn_rounds.c_str(), machine_rounds.c_str());
+                      attn_rounds.c_str(), machine_rounds.c_str(), step_bw.c_str());
         }
         clade_cache_free(r.cache);
       }
