@@ -174,10 +174,10 @@ int bench_decode(Args& a) {
     if (!csv) std::fprintf(stderr, "prefix %ld: prefill %.2f s (%.0f tokens/s)\n", prefix, prefill_s, prefix / prefill_s);
     for (long batch : batches) {
       // Every mode of this point gets its own cache; then rounds of
-      // gen-1 timed steps go mode after mode, each round starting from the
-      // same state (the steps are truncated away), and each mode keeps its
-      // fastest round. So the modes are compared in the same minutes of a
-      // shared, noisy machine.
+      // gen-1 timed steps per mode, the modes taking turns step by step,
+      // each round starting from the same state (the steps are truncated
+      // away); each mode keeps its fastest round. So the modes are compared
+      // in the same seconds of a shared, noisy machine.
       struct Run {
         std::string mode;
         clade_cache* cache = nullptr;
@@ -242,12 +242,13 @@ int bench_decode(Args& a) {
           // them sleep before the first mode is timed.
           std::this_thread::sleep_for(std::chrono::milliseconds(300));
         }
-        double round_sum = 0;
-        // Each round starts with the next mode, so that no mode is always
-        // the one right after the machine measurement or the truncation.
-        for (size_t ri = 0; ri < runs.size(); ri++) {
-          Run& r = runs[(ri + (size_t)round) % runs.size()];
-          if (!r.fits) continue;
+        // The modes take turns step by step (mode A's step 1, B's step 1, ...,
+        // then A's step 2), each step index starting with the next mode, so
+        // that no mode is always the one after the machine measurement or
+        // the truncation, and the modes of a round share the same seconds
+        // of a shared, noisy machine (a mode's whole run at batch 256 takes
+        // 10-40 s; the machine's other tenants come and go faster).
+        auto make_batch = [&](Run& r) {
           clade_batch bt;
           clade_batch_init(&bt);
           bt.n_seqs = (size_t)batch;
@@ -256,25 +257,39 @@ int bench_decode(Args& a) {
           bt.tokens = toks.data();
           bt.logits = logits.data();
           bt.logits_rows = (size_t)batch;
-          if (round == 0) {  // one warm-up step (it also evaluates the suffixes)
+          return bt;
+        };
+        if (round == 0)  // one warm-up step per mode (it also evaluates the suffixes)
+          for (Run& r : runs) {
+            if (!r.fits) continue;
+            clade_batch bt = make_batch(r);
             for (auto& t : toks) t = rand_tok();
             check(clade_decode(r.cache, &bt), "decode");
           }
-          double total = 0;
-          std::vector<double> reads;
-          for (long s = 0; s < steps; s++) {
+        std::vector<double> total(runs.size(), 0.0);
+        std::vector<std::vector<double>> reads(runs.size());
+        for (long s = 0; s < steps; s++)
+          for (size_t ri = 0; ri < runs.size(); ri++) {
+            const size_t k = (ri + (size_t)round + (size_t)s) % runs.size();
+            Run& r = runs[k];
+            if (!r.fits) continue;
+            clade_batch bt = make_batch(r);
             for (auto& t : toks) t = rand_tok();
-            if (step_reader) reads.push_back(step_reader->pass());
+            if (step_reader) reads[k].push_back(step_reader->pass());
             auto t0 = Clock::now();
             check(clade_decode(r.cache, &bt), "decode");
-            total += secs(t0, Clock::now());
+            total[k] += secs(t0, Clock::now());
           }
+        double round_sum = 0;
+        for (size_t k = 0; k < runs.size(); k++) {
+          Run& r = runs[k];
+          if (!r.fits) continue;
           if (step_reader) {
-            std::sort(reads.begin(), reads.end());
-            r.step_bw.push_back(reads[reads.size() / 2]);
+            std::sort(reads[k].begin(), reads[k].end());
+            r.step_bw.push_back(reads[k][reads[k].size() / 2]);
           }
-          r.times.push_back(total / steps);
-          round_sum += total;
+          r.times.push_back(total[k] / steps);
+          round_sum += total[k];
           if (round == 0) {
             // KV memory against the ideal: (prefix once + every unique token) x bytes per token
             bool flat = r.mode == "flat";
