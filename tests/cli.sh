@@ -64,6 +64,22 @@ while IFS=, read -r mode batch prefix suffix g threads tps ms med rounds attn at
   if [ "$mode" == noattn ]; then [ "$attn_rounds" == "0.000;0.000" ] || fail "noattn attention parts $attn_rounds"; fi
 done < <(tail -n +2 <<< "$csv")
 
+# --machine: the point's best bandwidth and peak, then per round the first
+# readings and, per mode, the reads between its steps (all positive).
+csv=$("$cli" bench decode -m "$dir/m.gguf" --batch 2 --prefix 20 --mode shared,noattn --gen 3 --rounds 2 \
+  --threads 2 --machine --csv 2> /dev/null) || fail "bench decode --machine"
+header="mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms,read_bandwidth_gb_s,"
+header+="gemm_gflop_s,round_attn_ms,round_bw_gb_s,round_gflop_s,round_step_bw_gb_s"
+[ "$(head -1 <<< "$csv")" == "$header" ] || fail "bench decode --machine header: $(head -1 <<< "$csv")"
+[ "$(wc -l <<< "$csv")" -eq 3 ] || fail "bench decode --machine: 2 rows expected: $csv"
+while IFS=, read -r mode _ _ _ _ _ _ _ _ rounds _ bw peak _ rbw rpeak sbw; do
+  awk -v a="$bw" -v b="$peak" 'BEGIN { exit !(a > 0 && b > 0) }' || fail "--machine $mode: bandwidth $bw peak $peak"
+  for list in "$rbw" "$rpeak" "$sbw"; do
+    [ "$(tr ';' '\n' <<< "$list" | wc -l)" -eq "$rounds" ] || fail "--machine $mode: $list for $rounds rounds"
+    tr ';' '\n' <<< "$list" | awk '!($1 > 0) { exit 1 }' || fail "--machine $mode: non-positive reading in $list"
+  done
+done < <(tail -n +2 <<< "$csv")
+
 # Bad input: a token outside the vocabulary, a missing file, a corrupt file.
 expect_error() {
   local what=$1
