@@ -51,6 +51,12 @@ double measure_bandwidth(int threads) {
   return best;
 }
 
+// The middle element of v once sorted (the upper one of an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Read-only bandwidth (what streaming weights and KV needs): best of 5
 // passes over 512 MiB (examples/read_bandwidth.h).
 double measure_read_bandwidth(int threads) {
@@ -220,8 +226,7 @@ int bench_decode(Args& a) {
       const long steps = std::max(1L, gen - 1);
       // With --machine, every round also measures the read bandwidth and the
       // GEMM peak (as `clade bench machine` does); the point keeps the best
-      // of each, as it keeps each mode's best round: rooflines and step
-      // times then come from the same minutes of a shared machine.
+      // of each, as it keeps each mode's best round.
       double bw_best = 0, peak_best = 0, timed = 0;
       // With --machine, one read pass before every timed step as well (not
       // timed with it): the bandwidth the steps of this mode and round had,
@@ -284,10 +289,7 @@ int bench_decode(Args& a) {
         for (size_t k = 0; k < runs.size(); k++) {
           Run& r = runs[k];
           if (!r.fits) continue;
-          if (step_reader) {
-            std::sort(reads[k].begin(), reads[k].end());
-            r.step_bw.push_back(reads[k][reads[k].size() / 2]);
-          }
+          if (step_reader) r.step_bw.push_back(median(reads[k]));
           r.times.push_back(total[k] / steps);
           round_sum += total[k];
           if (round == 0) {
@@ -323,9 +325,9 @@ int bench_decode(Args& a) {
       std::string machine_rounds;
       if (machine) machine_rounds = "," + join(bw_round, 1e-9, "%.1f") + "," + join(peak_round, 1e-9, "%.1f");
       // The attention part of a step, paired: per round, this mode's step
-      // time minus the noattn step time of the same round (seconds apart),
-      // median over rounds; a slow minute then shifts both sides of a
-      // difference instead of one.
+      // time minus the noattn step time of the same round (their steps
+      // taking turns), median over rounds; a slow moment then shifts both
+      // sides of a difference instead of one.
       const Run* na = nullptr;
       for (const Run& r : runs)
         if (r.mode == "noattn" && r.fits) na = &r;
@@ -334,22 +336,19 @@ int bench_decode(Args& a) {
           std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads,
                       extra, machine_rounds.c_str(), machine ? ",x" : "");
         } else {
-          std::vector<double> t = r.times;
-          std::sort(t.begin(), t.end());
-          const double best = t.front(), median = t[t.size() / 2];
+          const double best = *std::min_element(r.times.begin(), r.times.end()), med = median(r.times);
           std::string attn = "x", attn_rounds = "x";
           if (na && na->times.size() == r.times.size()) {
             std::vector<double> d;
             for (size_t i = 0; i < r.times.size(); i++) d.push_back(r.times[i] - na->times[i]);
             attn_rounds = join(d, 1e3, "%.3f");
-            std::sort(d.begin(), d.end());
             char buf[32];
-            std::snprintf(buf, sizeof buf, "%.3f", d[d.size() / 2] * 1e3);
+            std::snprintf(buf, sizeof buf, "%.3f", median(d) * 1e3);
             attn = buf;
           }
           const std::string step_bw = machine ? "," + join(r.step_bw, 1e-9, "%.1f") : "";
           std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
-                      threads, batch / best, best * 1e3, median * 1e3, (int)t.size(), attn.c_str(), extra,
+                      threads, batch / best, best * 1e3, med * 1e3, (int)r.times.size(), attn.c_str(), extra,
                       attn_rounds.c_str(), machine_rounds.c_str(), step_bw.c_str());
         }
         clade_cache_free(r.cache);
