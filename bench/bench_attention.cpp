@@ -6,7 +6,7 @@
 // usage: bench_attention [--batch B] [--len L] [--kv-heads H] [--group G]
 //                        [--head-dim D] [--kv f16|bf16|f32] [--threads T]
 //                        [--reps N] [--bw GB/s] [--peak GFLOP/s] [--mode flat|shared]
-//                        [--pair-bw MiB] [--layers N]
+//                        [--pair-bw MiB] [--layers N] [--own N]
 //
 // Prints, per mode, ms per call, GB/s of KV read, GFLOP/s, and the ratio to
 // the roofline max(bytes / bw, FLOPs / peak) (bw and peak: give the figures
@@ -14,6 +14,17 @@
 //
 // --layers N: layers per KV store (default 8, the sweep's models): each
 // store is allocated as the library allocates it, see below.
+//
+// --own N: the whole attention of the layer as a decode step runs it, not
+// the op alone: every sequence also has N tokens of its own (the new one
+// included) in its own store, as a cache keeps them, and the problems come
+// from the library's plan (lib/plan.h) and run with its merge (run_plan in
+// lib/forward.h). Shared: the span's problems, one causal problem per
+// sequence and KV head over its own tokens, then the merge of the two
+// partials of every row. Flat: each sequence's private store holds the
+// span and its own tokens (L + N keys), one problem per sequence and KV
+// head, then the merge (one partial per row). Bytes and FLOPs count the own
+// tokens too.
 //
 // --pair-bw M: before every call, one pass of the read-bandwidth measurement
 // of `clade bench machine` over M MiB, with the same threads; stderr then
@@ -25,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <cmath>
@@ -32,14 +44,109 @@
 #include <vector>
 
 #include "backend.h"
+#include "forward.h"
+#include "kv.h"
+#include "plan.h"
 #include "quant.h"
 #include "read_bandwidth.h"
 
 using namespace clade;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+struct Shape {
+  int batch, len, kvh, group, hd, layers, own, reps, pair_mib, threads;
+  double bw, peak;  // GB/s, GFLOP/s
+  clade_kv_type type;
+  std::string kv, only;
+};
+
+// The capacity a cache's store has once it holds n tokens, having started
+// at `from` (lib/cache.cpp, Cache::grow: steps of an eighth, at least 16
+// tokens, multiples of 16).
+int32_t grown_capacity(int32_t from, int32_t n) {
+  int64_t cap = from;
+  while (cap < n) cap = (std::max<int64_t>(n, cap + std::max<int64_t>(16, cap / 8)) + 15) / 16 * 16;
+  return (int32_t)cap;
+}
+
+// --own: the layer's whole attention through the library's plan and merge.
+int step_attention(Backend& be, const Shape& a, const std::vector<float>& q,
+                   const std::function<std::vector<uint8_t>(size_t)>& fill) {
+  const int nh = a.kvh * a.group;
+  const size_t es = kv_type_size(a.type);
+  // Only the measured layer (0) is written; see the comment in main.
+  auto make_store = [&](int32_t cap, int32_t n) {
+    std::unique_ptr<KVStore> s(new KVStore(be, a.type, a.layers, a.kvh, a.hd));
+    s->reserve(cap);
+    s->length = n;
+    std::vector<uint8_t> host = fill((size_t)a.kvh * 2 * cap * a.hd);
+    be.copy_to(s->kv(0), host.data(), host.size());
+    return s;
+  };
+  std::unique_ptr<KVStore> node;
+  std::vector<std::unique_ptr<KVStore>> shared_own, flat_own;
+  if (a.only != "flat") {
+    node = make_store(a.len, a.len);
+    for (int b = 0; b < a.batch; b++) shared_own.push_back(make_store(grown_capacity(0, a.own), a.own));
+  }
+  if (a.only != "shared")
+    for (int b = 0; b < a.batch; b++) flat_own.push_back(make_store(grown_capacity(a.len, a.len + a.own), a.len + a.own));
+  std::vector<float> out((size_t)a.batch * nh * a.hd);
+  const float scale = 1.0f / std::sqrt((float)a.hd);
+  const double flops = 4.0 * a.hd * (double)nh * a.batch * (a.len + a.own);
+  const double token_bytes = 2.0 * a.kvh * a.hd * (double)es;
+  std::unique_ptr<readbw::Reader> reader;
+  if (a.pair_mib > 0) reader.reset(new readbw::Reader(a.threads, (size_t)a.pair_mib << 20));
+  for (int m = 0; m < 2; m++) {
+    const bool flat = m == 0;
+    if (!a.only.empty() && a.only != (flat ? "flat" : "shared")) continue;
+    std::vector<PassSeq> seqs((size_t)a.batch);
+    for (int b = 0; b < a.batch; b++) {
+      PassSeq& s = seqs[(size_t)b];
+      if (!flat) {
+        s.span_keys = {node.get()};
+        s.spans = {node.get()};
+        s.span_lens = {a.len};
+      }
+      s.own = (flat ? flat_own : shared_own)[(size_t)b].get();
+      s.own_before = s.own->length - 1;  // the new token is the last one
+      s.pos0 = a.len + a.own - 1;
+      s.n_tokens = 1;
+      s.tok0 = b;
+    }
+    AttnPlan plan;
+    plan.build(seqs, nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, AttnCost{});
+    std::vector<float> part_o(plan.rows.size() * a.hd);
+    std::vector<double> part_lse(plan.rows.size());
+    const PlanBuffers pb{plan.rows.data(), plan.limits.data(), plan.part_begin.data(), plan.part_rows.data(),
+                         part_o.data(), part_lse.data()};
+    std::vector<AttnProblem> scratch;
+    const double bytes = token_bytes * (flat ? (double)a.batch * (a.len + a.own) : a.len + (double)a.batch * a.own);
+    double best = 1e30;
+    for (int r = 0; r < a.reps; r++) {
+      const double read_bw = reader ? reader->pass() : 0.0;
+      auto t0 = Clock::now();
+      run_plan(be, plan, pb, 0, q.data(), a.hd, scale, scratch, out.data());
+      double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (reader)
+        std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", flat ? "flat" : "shared", r, read_bw / 1e9, t * 1e3,
+                     bytes / t / 1e9, t / std::max(bytes / read_bw, flops / (a.peak * 1e9)));
+      best = std::min(best, t);
+    }
+    const double roof = std::max(bytes / (a.bw * 1e9), flops / (a.peak * 1e9));
+    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f,%d\n", flat ? "flat" : "shared", a.batch, a.len,
+                a.kvh, a.group, a.hd, a.kv.c_str(), a.threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9,
+                roof * 1e3, best / roof, a.own);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5, pair_mib = 0, layers = 8;
+  int batch = 64, len = 8192, kvh = 4, group = 4, hd = 64, threads = 2, reps = 5, pair_mib = 0, layers = 8, own = 0;
   double bw = 52.5, peak = 202.0;
   std::string kv = "f16", only;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -58,13 +165,14 @@ int main(int argc, char** argv) {
     else if (a == "--mode") only = v;
     else if (a == "--pair-bw") pair_mib = std::atoi(v);
     else if (a == "--layers") layers = std::atoi(v);
+    else if (a == "--own") own = std::atoi(v);
     else {
       std::fprintf(stderr, "bench_attention: unknown flag %s\n", a.c_str());
       return 2;
     }
   }
-  if (batch < 1 || len < 1 || kvh < 1 || group < 1 || hd < 1 || threads < 1 || reps < 1 || layers < 1) {
-    std::fprintf(stderr, "bench_attention: sizes, --threads, --reps and --layers must be at least 1\n");
+  if (batch < 1 || len < 1 || kvh < 1 || group < 1 || hd < 1 || threads < 1 || reps < 1 || layers < 1 || own < 0) {
+    std::fprintf(stderr, "bench_attention: sizes, --threads, --reps and --layers must be at least 1, --own at least 0\n");
     return 2;
   }
   const clade_kv_type type = kv == "f32" ? CLADE_KV_F32 : kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
@@ -87,6 +195,10 @@ int main(int argc, char** argv) {
     quantize_row(tt, f.data(), buf.data(), (int64_t)n);
     return buf;
   };
+  std::printf("mode,batch,len,kv_heads,group,head_dim,kv,threads,ms,kv_gb_s,gflop_s,roofline_ms,x_roofline,own\n");
+  if (own > 0)
+    return step_attention(*be, Shape{batch, len, kvh, group, hd, layers, own, reps, pair_mib, threads, bw, peak, type, kv, only},
+                          q, fill);
   // KV in the backend's memory, as the library keeps it: a span's store
   // holds every layer ([layer][kv_heads][2 * cap][head_dim], lib/kv.h), one
   // store per sequence when flat, and the measured layer is the first of
@@ -151,7 +263,6 @@ int main(int argc, char** argv) {
   const double flops = 4.0 * hd * (double)nh * batch * len;
   std::unique_ptr<readbw::Reader> reader;
   if (pair_mib > 0) reader.reset(new readbw::Reader(threads, (size_t)pair_mib << 20));
-  std::printf("mode,batch,len,kv_heads,group,head_dim,kv,threads,ms,kv_gb_s,gflop_s,roofline_ms,x_roofline\n");
   for (int m = 0; m < 2; m++) {
     if (!only.empty() && only != (m == 0 ? "flat" : "shared")) continue;
     const std::vector<AttnProblem>& probs = m == 0 ? flat : shared;
@@ -169,7 +280,7 @@ int main(int argc, char** argv) {
       best = std::min(best, t);
     }
     const double roof = std::max(bytes / (bw * 1e9), flops / (peak * 1e9));
-    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f\n", m == 0 ? "flat" : "shared", batch, len, kvh,
+    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f,0\n", m == 0 ? "flat" : "shared", batch, len, kvh,
                 group, hd, kv.c_str(), threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9, roof * 1e3,
                 best / roof);
   }
