@@ -117,18 +117,20 @@ int step_attention(Backend& be, const Shape& a, const std::vector<float>& q,
       s.tok0 = b;
     }
     AttnPlan plan;
-    plan.build(seqs, nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, AttnCost{});
+    plan.build(seqs, nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, AttnCost{},
+               be.attention_tails() && !std::getenv("BENCH_NO_TAILS"));
     std::vector<float> part_o(plan.rows.size() * a.hd);
     std::vector<double> part_lse(plan.rows.size());
     const PlanBuffers pb{plan.rows.data(), plan.limits.data(), plan.part_begin.data(), plan.part_rows.data(),
                          part_o.data(), part_lse.data()};
     std::vector<AttnProblem> scratch;
+    std::vector<AttnTail> tail_scratch;
     const double bytes = token_bytes * (flat ? (double)a.batch * (a.len + a.own) : a.len + (double)a.batch * a.own);
     double best = 1e30;
     for (int r = 0; r < a.reps; r++) {
       const double read_bw = reader ? reader->pass() : 0.0;
       auto t0 = Clock::now();
-      run_plan(be, plan, pb, 0, q.data(), a.hd, scale, scratch, out.data());
+      run_plan(be, plan, pb, 0, q.data(), a.hd, scale, scratch, tail_scratch, out.data());
       double t = std::chrono::duration<double>(Clock::now() - t0).count();
       if (reader)
         std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", flat ? "flat" : "shared", r, read_bw / 1e9, t * 1e3,

@@ -494,6 +494,8 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   int64_t n_groups = 0, group_keys = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
+    if (p.n_tails > 0)  // (attention_tails() is false: the plan gives none)
+      fail(CLADE_E_INTERNAL, "cuda: attention: problems with tails are not supported");
     if (p.n_rows <= 0) continue;
     AttnDesc d;
     d.rows = p.rows;

@@ -74,6 +74,21 @@ inline int64_t kv_v_row(int64_t j, int64_t cap) {
 // carries an absolute error of ~5e-7, which the merge turns into a relative
 // error of the weights that doubles the attention error; measured in
 // tests/test_attention.cpp).
+//
+// Tails (only for a backend whose attention_tails() is true): after the
+// span's keys, rows [row0, row1) of the problem go on over the keys of a
+// second span of the same element type, row r seeing its first
+// limit[r - row0] of them, in the same softmax: o and lse are over both.
+// This is how a sequence's own tokens join the problem of the node above
+// them, so that its rows need no second partial and no merge (lib/plan.h).
+// Tails of one problem do not overlap.
+struct AttnTail {
+  const void* kv = nullptr;  // one head of a span
+  int32_t cap = 0;
+  int32_t row0 = 0, row1 = 0;
+  const int32_t* limit = nullptr;  // [row1 - row0], each <= cap
+};
+
 struct AttnProblem {
   const int32_t* rows = nullptr;
   int32_t n_rows = 0;
@@ -83,6 +98,8 @@ struct AttnProblem {
   const int32_t* limit = nullptr;
   float* o = nullptr;
   double* lse = nullptr;
+  const AttnTail* tails = nullptr;
+  int32_t n_tails = 0;
 };
 
 // Merge list: output row i combines the partial rows
@@ -139,6 +156,8 @@ class Backend {
   // the only readers and writers of a span's K.
   virtual void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
                        int32_t head_dim, clade_kv_type type);
+  // Whether attention takes problems with tails (AttnTail above).
+  virtual bool attention_tails() const { return false; }
   // Solve independent attention problems (scores scaled by `scale`).
   virtual void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
                          const AttnProblem* problems, size_t n_problems) = 0;

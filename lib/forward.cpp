@@ -6,9 +6,13 @@
 namespace clade {
 
 void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer, const float* q, int hd, float scale,
-              std::vector<AttnProblem>& probs, float* out) {
+              std::vector<AttnProblem>& probs, std::vector<AttnTail>& tails, float* out) {
   for (const AttnPlan::Group& g : plan.groups) {
     probs.clear();
+    tails.clear();
+    size_t n_tails = 0;
+    for (const AttnPlan::Problem& p : g.problems) n_tails += p.tails.size();
+    tails.reserve(n_tails);  // (problems point into it)
     for (const AttnPlan::Problem& p : g.problems) {
       AttnProblem a;
       a.kv = p.store->head(layer, p.kv_head);
@@ -19,6 +23,19 @@ void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer
       a.limit = p.causal ? b.limits + p.rows_at : nullptr;
       a.o = b.part_o + p.part_at * hd;
       a.lse = b.part_lse + p.part_at;
+      if (!p.tails.empty()) {
+        a.tails = tails.data() + tails.size();
+        a.n_tails = (int32_t)p.tails.size();
+        for (const AttnPlan::Tail& t : p.tails) {
+          AttnTail at;
+          at.kv = t.store->head(layer, p.kv_head);
+          at.cap = t.store->capacity();
+          at.row0 = t.row0;
+          at.row1 = t.row1;
+          at.limit = b.limits + p.rows_at + t.row0;
+          tails.push_back(at);
+        }
+      }
       probs.push_back(a);
     }
     be.attention(q, hd, scale, g.type, probs.data(), probs.size());
@@ -71,7 +88,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
   const int64_t dim = c.n_embd, q_dim = (int64_t)nh * hd, kv_dim = (int64_t)kvh * hd, ff = c.n_ff;
 
   // Plan (layer-invariant) and its arrays in backend memory.
-  plan_.build(seqs, nh, kvh, hd, mode, shared_type, cost);
+  plan_.build(seqs, nh, kvh, hd, mode, shared_type, cost, be_.attention_tails());
   last_shared = plan_.n_shared;
   last_flat = plan_.n_flat;
   const size_t n_part = plan_.rows.size();
@@ -127,7 +144,7 @@ void Forward::run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade
       if (s.n_tokens)
         be_.kv_write(s.own->kv(l), s.own->type(), s.own->capacity(), kvh, hd, s.own_before,
                      k + s.tok0 * kv_dim, v + s.tok0 * kv_dim, s.n_tokens);
-    if (mode != CLADE_ATTENTION_NONE) run_plan(be_, plan_, pb, l, q, hd, scale, probs_, attn);
+    if (mode != CLADE_ATTENTION_NONE) run_plan(be_, plan_, pb, l, q, hd, scale, probs_, tails_, attn);
     be_.matmul(L.wo, attn, T, xn);
     be_.add(x, xn, T * dim);
     be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);

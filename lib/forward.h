@@ -21,7 +21,7 @@ struct PlanBuffers {
 // Attention of one layer as the plan says: every problem, then the merge
 // into out [n_out_rows][head_dim]. q: [tokens][n_heads][head_dim].
 void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer, const float* q, int head_dim,
-              float scale, std::vector<AttnProblem>& scratch, float* out);
+              float scale, std::vector<AttnProblem>& scratch, std::vector<AttnTail>& tail_scratch, float* out);
 
 class Forward {
  public:
@@ -56,6 +56,7 @@ class Forward {
   Buf pos_, tok_, rows_, limits_, pbegin_, prows_, part_o_, part_lse_;
   AttnPlan plan_;
   std::vector<AttnProblem> probs_;
+  std::vector<AttnTail> tails_;
 };
 
 }  // namespace clade

@@ -29,13 +29,13 @@ bool AttnCost::use_shared(const std::vector<int64_t>& rows_per_seq, int64_t len,
 }
 
 void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads, int head_dim, clade_attention mode,
-                     clade_kv_type shared_type, const AttnCost& cost) {
+                     clade_kv_type shared_type, const AttnCost& cost, bool fuse_own) {
   groups.clear();
   rows.clear();
   limits.clear();
   part_begin.clear();
   part_rows.clear();
-  n_shared = n_flat = 0;
+  n_shared = n_flat = n_tails = 0;
   int64_t n_tokens = 0;
   for (const PassSeq& s : seqs) n_tokens = std::max<int64_t>(n_tokens, s.tok0 + s.n_tokens);
   n_out_rows = n_tokens * n_heads;
@@ -51,6 +51,8 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
   std::map<int, Group> by_type;
   Group& shared_g = by_type.try_emplace((int)shared_type, Group{shared_type, {}}).first->second;
 
+  // causal: the rows' limits, into the sequence's own span (for its own
+  // problem, or its tail).
   auto add_rows = [&](const PassSeq& s, int h, bool causal) {
     for (int t = 0; t < s.n_tokens; t++)
       for (int j = 0; j < group; j++) {
@@ -59,6 +61,30 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
         rows.push_back(row);
         limits.push_back(causal ? s.own_before + t + 1 : 0);
       }
+  };
+  // Per sequence: the depth of the span whose problems take its own span
+  // as a tail, or -1 (its own problems then).
+  std::vector<int> tail_depth(seqs.size(), -1);
+  for (size_t i = 0; i < seqs.size() && fuse_own; i++) {
+    const PassSeq& s = seqs[i];
+    if (s.n_tokens == 0 || s.own->type() != shared_type) continue;
+    for (size_t d = s.span_keys.size(); d-- > 0;)
+      if (s.span_lens[d] > 0) {
+        tail_depth[i] = (int)d;
+        break;
+      }
+  }
+  // Rows of sequence e.first in problem p (being built), with its own span
+  // as a tail when this span is the one that takes it.
+  auto add_seq = [&](Problem& p, const std::pair<size_t, size_t>& e, int h) {
+    const PassSeq& s = seqs[e.first];
+    const bool tail = tail_depth[e.first] == (int)e.second;
+    const int32_t row0 = (int32_t)((int64_t)rows.size() - p.rows_at);
+    add_rows(s, h, tail);
+    if (tail) {
+      p.tails.push_back({s.own, row0, (int32_t)((int64_t)rows.size() - p.rows_at)});
+      n_tails++;
+    }
   };
 
   // Shared spans: the descendants of each, in order of first appearance.
@@ -85,31 +111,32 @@ void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads
     if (shared) {
       n_shared++;
       for (int h = 0; h < kv_heads; h++) {
-        Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size()};
-        for (const auto& e : u) add_rows(seqs[e.first], h, false);
+        Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size(), {}};
+        for (const auto& e : u) add_seq(p, e, h);
         p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-        shared_g.problems.push_back(p);
+        shared_g.problems.push_back(std::move(p));
       }
     } else {
       n_flat++;
       for (const auto& e : u)
         for (int h = 0; h < kv_heads; h++) {
-          Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size()};
-          add_rows(seqs[e.first], h, false);
+          Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size(), {}};
+          add_seq(p, e, h);
           p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-          shared_g.problems.push_back(p);
+          shared_g.problems.push_back(std::move(p));
         }
     }
   }
 
-  for (const PassSeq& s : seqs) {
-    if (s.n_tokens == 0) continue;
+  for (size_t i = 0; i < seqs.size(); i++) {
+    const PassSeq& s = seqs[i];
+    if (s.n_tokens == 0 || tail_depth[i] >= 0) continue;
     Group& g = by_type.try_emplace((int)s.own->type(), Group{s.own->type(), {}}).first->second;
     for (int h = 0; h < kv_heads; h++) {
-      Problem p{s.own, h, s.own_before + s.n_tokens, 0, (int64_t)rows.size(), true, (int64_t)rows.size()};
+      Problem p{s.own, h, s.own_before + s.n_tokens, 0, (int64_t)rows.size(), true, (int64_t)rows.size(), {}};
       add_rows(s, h, true);
       p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-      g.problems.push_back(p);
+      g.problems.push_back(std::move(p));
     }
   }
   for (auto& kv : by_type)

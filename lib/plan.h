@@ -8,9 +8,15 @@
 //  - flat: one problem per descendant sequence per KV head (each sequence
 //    reads the span itself),
 // chosen per span by the cost model below. Each sequence's own span is one
-// problem per KV head, causal. Every problem writes its partial (o, lse)
-// rows into the partial buffer; the merge list combines, per query row,
-// the partials of every span on its path.
+// problem per KV head, causal; or, when the backend takes tails
+// (Backend::attention_tails) and the own span has the tree's element type,
+// a tail of the problem of the deepest span above it, which then gives its
+// rows the softmax over both spans in one partial: one problem and one
+// partial fewer per row, the tiny own problems of a decode step (a few
+// rows against a few keys, about a microsecond each) and their partials
+// gone. Every problem writes its partial (o, lse) rows into the partial
+// buffer; the merge list combines, per query row, the partials of every
+// span on its path.
 #pragma once
 
 #include <cstdint>
@@ -55,11 +61,19 @@ struct AttnCost {
 class AttnPlan {
  public:
   // mode: CLADE_ATTENTION_AUTO / SHARED / FLAT (NONE builds nothing).
+  // fuse_own: own spans become tails where they can (see the top).
   void build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads, int head_dim, clade_attention mode,
-             clade_kv_type shared_type, const AttnCost& cost);
+             clade_kv_type shared_type, const AttnCost& cost, bool fuse_own);
 
   // Per layer: problems with K/V pointers of that layer, grouped by KV
   // element type (shared spans have the tree's type, own spans the cache's).
+  // A sequence's own span as a tail (AttnTail) of a problem: the
+  // problem's rows [row0, row1), whose limits (into the own span) are
+  // limits[rows_at + row0 ..).
+  struct Tail {
+    const KVStore* store;
+    int32_t row0, row1;
+  };
   struct Problem {
     const KVStore* store;
     int32_t kv_head;
@@ -68,6 +82,7 @@ class AttnPlan {
     int64_t rows_at;   // into rows (and limits, when causal)
     bool causal;
     int64_t part_at;   // first partial row
+    std::vector<Tail> tails;
   };
   struct Group {
     clade_kv_type type;
@@ -83,6 +98,7 @@ class AttnPlan {
   std::vector<int32_t> part_begin, part_rows;
   int64_t n_out_rows = 0;
   int n_shared = 0, n_flat = 0;  // spans done each way (for tests/bench)
+  int n_tails = 0;               // own spans fused as tails, per KV head
 };
 
 }  // namespace clade

@@ -26,6 +26,7 @@ using namespace clade;
 namespace {
 
 long g_shared_spans = 0;  // spans the shared runs batched: the path must be exercised
+long g_tails = 0;         // own spans run as tails (AttnTail): that path too
 int g_max_rows = 0;       // most query rows of one problem in shared mode
 
 double stored(clade_kv_type t, const void* base, size_t i) {
@@ -48,11 +49,13 @@ struct Case {
 };
 
 // Runs one plan's attention on the CPU backend; out [tokens*n_heads][hd].
+// fuse_own: own spans as tails of the problems above them (lib/plan.h).
 std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std::vector<float>& q, int nh, int kvh,
-                       int hd, clade_attention mode, clade_kv_type type) {
+                       int hd, clade_attention mode, clade_kv_type type, bool fuse_own) {
   AttnPlan plan;
   AttnCost cost;
-  plan.build(seqs, nh, kvh, hd, mode, type, cost);
+  plan.build(seqs, nh, kvh, hd, mode, type, cost, fuse_own);
+  g_tails += plan.n_tails;
   std::vector<int32_t> rows = plan.rows, limits = plan.limits;
   std::vector<float> part_o(std::max<size_t>(1, rows.size()) * hd);
   std::vector<double> part_lse(std::max<size_t>(1, rows.size()));
@@ -60,7 +63,8 @@ std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std:
                 part_lse.data()};
   std::vector<float> out((size_t)plan.n_out_rows * hd);
   std::vector<AttnProblem> scratch;
-  run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, out.data());
+  std::vector<AttnTail> tail_scratch;
+  run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, tail_scratch, out.data());
   if (mode == CLADE_ATTENTION_SHARED) {
     g_shared_spans += plan.n_shared;
     for (const AttnPlan::Group& g : plan.groups)
@@ -156,13 +160,16 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
   std::vector<float> q((size_t)tok * nh * hd);
   for (auto& x : q) x = nd(rng);
 
-  std::vector<float> got_shared = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_SHARED, c.type);
-  std::vector<float> got_auto = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_AUTO, c.type);
-  std::vector<float> got_flat = run(be, flat_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_FLAT, c.type);
+  // Shared with the own spans as problems of their own, and as tails; auto
+  // (the cost model's choice per span) with tails, as the library runs it.
+  std::vector<float> got_shared = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_SHARED, c.type, false);
+  std::vector<float> got_tails = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_SHARED, c.type, true);
+  std::vector<float> got_auto = run(be, shared_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_AUTO, c.type, true);
+  std::vector<float> got_flat = run(be, flat_seqs, q, nh, c.kvh, hd, CLADE_ATTENTION_FLAT, c.type, true);
 
   // fp64 reference over the flat stores' stored values.
-  double err_shared = 0, err_flat = 0, err_auto = 0, scale = 1.0 / std::sqrt((double)hd);
-  double ss_shared = 0, ss_flat = 0, ss_auto = 0;
+  double err_shared = 0, err_flat = 0, err_auto = 0, err_tails = 0, scale = 1.0 / std::sqrt((double)hd);
+  double ss_shared = 0, ss_flat = 0, ss_auto = 0, ss_tails = 0;
   long count = 0;
   for (const PassSeq& f : flat_seqs) {
     const KVStore& kv = *f.own;
@@ -191,9 +198,11 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
           o /= sum;
           err_shared = std::max(err_shared, std::fabs(got_shared[row + d] - o));
           err_auto = std::max(err_auto, std::fabs(got_auto[row + d] - o));
+          err_tails = std::max(err_tails, std::fabs(got_tails[row + d] - o));
           err_flat = std::max(err_flat, std::fabs(got_flat[row + d] - o));
           ss_shared += (got_shared[row + d] - o) * (got_shared[row + d] - o);
           ss_auto += (got_auto[row + d] - o) * (got_auto[row + d] - o);
+          ss_tails += (got_tails[row + d] - o) * (got_tails[row + d] - o);
           ss_flat += (got_flat[row + d] - o) * (got_flat[row + d] - o);
           count++;
         }
@@ -201,17 +210,20 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
     }
   }
   double rms_shared = std::sqrt(ss_shared / count), rms_auto = std::sqrt(ss_auto / count),
-         rms_flat = std::sqrt(ss_flat / count);
+         rms_flat = std::sqrt(ss_flat / count), rms_tails = std::sqrt(ss_tails / count);
   CHECK_MSG(rms_shared <= 2 * rms_flat, "depth %d group %d hd %d type %d: shared %.3g flat %.3g", c.depth, c.group, hd,
             (int)c.type, rms_shared, rms_flat);
   CHECK_MSG(rms_auto <= 2 * rms_flat, "depth %d group %d hd %d type %d: auto %.3g flat %.3g", c.depth, c.group, hd,
             (int)c.type, rms_auto, rms_flat);
-  CHECK_MSG(err_shared < 1e-5 && err_auto < 1e-5, "max error %.3g / %.3g", err_shared, err_auto);
-  std::printf("depth %d gqa %d hd %3d kv %-4s queries %-7s seqs %d tokens %3d: rms err shared %.2e auto %.2e flat "
-              "%.2e (max %.1e %.1e %.1e)\n",
+  CHECK_MSG(rms_tails <= 2 * rms_flat, "depth %d group %d hd %d type %d: tails %.3g flat %.3g", c.depth, c.group, hd,
+            (int)c.type, rms_tails, rms_flat);
+  CHECK_MSG(err_shared < 1e-5 && err_auto < 1e-5 && err_tails < 1e-5, "max error %.3g / %.3g / %.3g", err_shared,
+            err_auto, err_tails);
+  std::printf("depth %d gqa %d hd %3d kv %-4s queries %-7s seqs %d tokens %3d: rms err shared %.2e tails %.2e auto "
+              "%.2e flat %.2e (max %.1e %.1e %.1e %.1e)\n",
               c.depth, c.group, hd, c.type == CLADE_KV_F32 ? "f32" : c.type == CLADE_KV_F16 ? "f16" : "bf16",
-              c.several_queries ? "several" : "one", n_seqs, tok, rms_shared, rms_auto, rms_flat, err_shared, err_auto,
-              err_flat);
+              c.several_queries ? "several" : "one", n_seqs, tok, rms_shared, rms_tails, rms_auto, rms_flat,
+              err_shared, err_tails, err_auto, err_flat);
 }
 
 }  // namespace
@@ -279,8 +291,10 @@ int main() {
       run_case(*be, Case{2, 8, 1, 128, t, false, true}, rng);
     }
   }
-  std::printf("%ld spans batched in shared mode, up to %d rows in a problem\n", g_shared_spans, g_max_rows);
+  std::printf("%ld spans batched in shared mode, up to %d rows in a problem, %ld own spans as tails\n",
+              g_shared_spans, g_max_rows, g_tails);
   CHECK(g_shared_spans > 100);
+  CHECK(g_tails > 100);
   CHECK(g_max_rows > 300);
   return check_exit();
 }

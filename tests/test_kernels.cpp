@@ -65,6 +65,15 @@ int main() {
     ref.axpy(y1.data(), b.data(), 0.37f, n);
     opt.axpy(y2.data(), b.data(), 0.37f, n);
     for (int i = 0; i < n; i++) CHECK(std::fabs(y1[(size_t)i] - y2[(size_t)i]) <= 1e-6f * (1 + std::fabs(y1[(size_t)i])));
+    // scale: one rounding of one product each, so exact against the plain
+    // path; into another row and in place; nothing written past n
+    std::vector<float> z1((size_t)n + 1, 5.0f), z2 = z1;
+    ref.scale(z1.data(), b.data(), -1.7f, n);
+    opt.scale(z2.data(), b.data(), -1.7f, n);
+    CHECK_MSG(z1 == z2 && z2[(size_t)n] == 5.0f, "scale n=%d", n);
+    for (int i = 0; i < n; i++) CHECK(z1[(size_t)i] == -1.7f * b[(size_t)i]);
+    opt.scale(z2.data(), z2.data(), 0.5f, n);
+    for (int i = 0; i < n; i++) CHECK(z2[(size_t)i] == z1[(size_t)i] * 0.5f);
     CHECK(opt.max(a.data(), n) == ref.max(a.data(), n));
     CHECK(ref.max(a.data(), n) == *std::max_element(a.begin(), a.end()));
     // exp2_sum on x - max <= 0, including very negative values (below -126:

@@ -41,21 +41,36 @@ constexpr int kAttnMinChunk = 256;
 // key block once for all its rows and passing over them in groups of
 // kAttnGroupRows (scores and probabilities of a group: 32 KiB).
 constexpr int kAttnItemRows = 256;
+// A problem is cut into blocks of rows rather than chunks of keys when the
+// blocks keep at least this many rows.
+constexpr int kAttnRowSplitMin = 16;
 constexpr int kAttnGroupRows = 64;
 // The step's attention is cut into about this many items per thread, so
 // that a slow core (other tenants) delays the end by a small part.
 constexpr int kAttnItemsPerThread = 4;
 
+// Keys [c0, end) of one head of a span (kv, capacity cap) for an attention
+// item's rows [ra, rb); row r sees the first lim(r) keys of the span.
+struct KeyRun {
+  const uint8_t* kv;
+  int cap, c0, end, ra, rb;
+  const int32_t* limit;  // [rb - ra], or nullptr: every row sees len
+  int len;
+  int lim(int r) const { return limit ? limit[r - ra] : len; }
+};
+
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
   std::vector<float> row;    // one widened row
   std::vector<float> q, s, acc, m, l;
+  std::vector<KeyRun> runs;
 };
 
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int n_threads) : k_(cpu_kernels()), pool_(n_threads), scratch_((size_t)pool_.size()) {}
   const char* name() const override { return "cpu"; }
+  bool attention_tails() const override { return true; }
   int n_threads() const override { return pool_.size(); }
 
   void* alloc(size_t bytes) override {
@@ -99,10 +114,16 @@ class CpuBackend final : public Backend {
   // next_k: the keys the thread will likely read after this item (the
   // next unclaimed item's first block), fetched during the last block.
   void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0, int r1,
-                   int c0, int c1, float* o, double* lse, const std::function<const void*()>& next_k);
+                   int c0, int c1, bool tails, float* o, double* lse, const std::function<const void*()>& next_k);
 
   // out = sum_j exp(lse_j - L) o_j over partial rows idx[0..n); returns L.
   double merge_row(const int32_t* idx, int n, const float* part_o, const double* part_lse, int hd, float* out) const {
+    if (n == 1) {  // (what the sum below gives: a weight of exactly 1)
+      const double l = part_lse[idx[0]];
+      if (l == -std::numeric_limits<double>::infinity()) std::fill(out, out + hd, 0.0f);
+      else std::memcpy(out, part_o + (size_t)idx[0] * hd, (size_t)hd * sizeof(float));
+      return l;
+    }
     double mx = -std::numeric_limits<double>::infinity();
     for (int j = 0; j < n; j++) mx = std::max(mx, part_lse[idx[j]]);
     std::fill(out, out + hd, 0.0f);
@@ -302,17 +323,18 @@ void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void*
   }
 }
 
-// Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1).
-// Each block's 16-bit keys and values are widened in registers by the
-// kernels, for every group of kAttnGroupRows rows (later groups find the
-// block in L1/L2). With keys in tiles, this one path serves few rows (a
-// sequence's own) and many (a shared node's): widening a block's keys into
-// f32 lanes once for many rows, the row layout's second path, measured no
-// faster at 32 to 1024 rows (bench_attention --mode shared). (Widening the
-// values once as well was measured slower at 32 rows and no faster at 64:
-// P.V widens them in registers for up to 6 rows at a time.)
+// Online-softmax attention of rows [r0, r1) of problem p over keys [c0, c1),
+// and over its tails' keys when `tails` (the item holds the problem's last
+// key chunk). Each block's 16-bit keys and values are widened in registers
+// by the kernels, for every group of kAttnGroupRows rows (later groups find
+// the block in L1/L2). With keys in tiles, this one path serves few rows
+// (a sequence's own) and many (a shared node's): widening a block's keys
+// into f32 lanes once for many rows, the row layout's second path, measured
+// no faster at 32 to 1024 rows (bench_attention --mode shared). (Widening
+// the values once as well was measured slower at 32 rows and no faster at
+// 64: P.V widens them in registers for up to 6 rows at a time.)
 void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
-                             int r1, int c0, int c1, float* o, double* lse,
+                             int r1, int c0, int c1, bool tails, float* o, double* lse,
                              const std::function<const void*()>& next_k) {
   ThreadScratch& s = scratch_[(size_t)tid];
   const int R = r1 - r0;
@@ -326,21 +348,33 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   // powers of 2 are exp(scale * q.k), and the lse is turned back to base e
   // at the end (exp2_sum needs no multiply by log2 e).
   const float qscale = scale * 1.44269504088896341f;
-  int max_limit = 0;
-  for (int r = 0; r < R; r++) {
-    const float* src = q + (size_t)p.rows[r0 + r] * hd;
-    for (int i = 0; i < hd; i++) s.q[(size_t)r * hd + i] = src[i] * qscale;
-    max_limit = std::max(max_limit, p.limit ? p.limit[r0 + r] : p.len);
-  }
+  for (int r = 0; r < R; r++) k_.scale(s.q.data() + (size_t)r * hd, q + (size_t)p.rows[r0 + r] * hd, qscale, hd);
   const size_t es = kt == TensorType::F32 ? 4 : 2;
-  const int end = std::min(c1, max_limit);
-  // Rows [g0, g0 + n) of the item: scores S [n][jb] of block j0 become
-  // probabilities; the running max, sum and output are rescaled.
-  auto softmax = [&](float* S, int g0, int n, int j0, int jb) {
+
+  // The keys this item attends to, in order (KeyRun): the problem's, then
+  // its tails' that meet the item's rows.
+  std::vector<KeyRun>& runs = s.runs;
+  runs.clear();
+  {
+    KeyRun u{static_cast<const uint8_t*>(p.kv), p.cap, c0, 0, 0, R, p.limit ? p.limit + r0 : nullptr, p.len};
+    for (int r = 0; r < R; r++) u.end = std::max(u.end, u.lim(r));
+    u.end = std::min(c1, u.end);
+    if (u.end > c0) runs.push_back(u);
+  }
+  for (int t = 0; tails && t < p.n_tails; t++) {
+    const AttnTail& a = p.tails[t];
+    const int ra = std::max(a.row0, r0), rb = std::min(a.row1, r1);
+    if (ra >= rb) continue;
+    KeyRun u{static_cast<const uint8_t*>(a.kv), a.cap, 0, 0, ra - r0, rb - r0, a.limit + (ra - a.row0), 0};
+    for (int r = u.ra; r < u.rb; r++) u.end = std::max(u.end, u.lim(r));
+    if (u.end > 0) runs.push_back(u);
+  }
+  // Rows [g0, g0 + n) of the item: scores S [n][jb] of block j0 of run u
+  // become probabilities; the running max, sum and output are rescaled.
+  auto softmax = [&](const KeyRun& u, float* S, int g0, int n, int j0, int jb) {
     for (int r = g0; r < g0 + n; r++) {
       float* Sr = S + (size_t)(r - g0) * jb;
-      int lim = p.limit ? p.limit[r0 + r] : p.len;
-      int vis = std::min(jb, lim - j0);
+      int vis = std::min(jb, u.lim(r) - j0);
       if (vis <= 0) {
         std::fill(Sr, Sr + jb, 0.0f);
         continue;
@@ -354,7 +388,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       float corr = first ? 0.0f : nm > om ? std::exp2(om - nm) : 1.0f;
       if (!first && corr != 1.0f) {
         float* a = s.acc.data() + (size_t)r * hd;
-        for (int i = 0; i < hd; i++) a[i] *= corr;
+        k_.scale(a, a, corr, hd);
       }
       float sum = k_.exp2_sum(Sr, nm, vis);
       std::fill(Sr + vis, Sr + jb, 0.0f);
@@ -363,29 +397,35 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     }
   };
   float* S = s.s.data();
-  for (int j0 = c0; j0 < end; j0 += kAttnBlock) {
-    const int jb = std::min(kAttnBlock, end - j0);
-    // j0 is a block boundary (items start at one): the block's K tiles, then
-    // its V rows. Streaming from memory, this block's values are fetched
-    // while its keys are used, and the next block's keys while its values
-    // are summed (both streams stay in flight; measured with bench_attention).
-    const uint8_t* kp = span_row(p, kv_k_row(j0, p.cap), hd, es);  // the block's K tiles
-    const uint8_t* vp = span_row(p, kv_v_row(j0, p.cap), hd, es);
-    const int kw = kv_block_keys(j0, p.cap);
-    const void* pf_k = j0 + kAttnBlock < end ? span_row(p, kv_k_row(j0 + kAttnBlock, p.cap), hd, es) : next_k();
-    for (int g0 = 0; g0 < R; g0 += G) {
-      const int n = std::min(G, R - g0);
-      k_.scores(s.q.data() + (size_t)g0 * hd, n, kt, kp, jb, kw, hd, S, g0 == 0 ? vp : nullptr);
-      softmax(S, g0, n, j0, jb);
-      k_.pv(s.acc.data() + (size_t)g0 * hd, n, S, jb, kt, vp, hd, g0 == 0 ? pf_k : nullptr);
+  for (size_t i = 0; i < runs.size(); i++) {
+    const KeyRun& u = runs[i];
+    const KeyRun* after = i + 1 < runs.size() ? &runs[i + 1] : nullptr;
+    for (int j0 = u.c0; j0 < u.end; j0 += kAttnBlock) {
+      const int jb = std::min(kAttnBlock, u.end - j0);
+      // j0 is a block boundary (items start at one): the block's K tiles,
+      // then its V rows. Streaming from memory, this block's values are
+      // fetched while its keys are used, and the next block's keys while
+      // its values are summed (both streams stay in flight; measured with
+      // bench_attention).
+      const uint8_t* kp = u.kv + (size_t)kv_k_row(j0, u.cap) * hd * es;  // the block's K tiles
+      const uint8_t* vp = u.kv + (size_t)kv_v_row(j0, u.cap) * hd * es;
+      const int kw = kv_block_keys(j0, u.cap);
+      const void* pf_k = j0 + kAttnBlock < u.end ? u.kv + (size_t)kv_k_row(j0 + kAttnBlock, u.cap) * hd * es
+                         : after ? after->kv + (size_t)kv_k_row(after->c0, after->cap) * hd * es
+                                 : next_k();
+      for (int g0 = u.ra; g0 < u.rb; g0 += G) {
+        const int n = std::min(G, u.rb - g0);
+        k_.scores(s.q.data() + (size_t)g0 * hd, n, kt, kp, jb, kw, hd, S, g0 == u.ra ? vp : nullptr);
+        softmax(u, S, g0, n, j0, jb);
+        k_.pv(s.acc.data() + (size_t)g0 * hd, n, S, jb, kt, vp, hd, g0 == u.ra ? pf_k : nullptr);
+      }
     }
   }
   for (int r = 0; r < R; r++) {
     float* orow = o + (size_t)r * hd;
     float l = s.l[(size_t)r];
     if (l > 0) {
-      float inv = 1.0f / l;
-      for (int i = 0; i < hd; i++) orow[i] = s.acc[(size_t)r * hd + i] * inv;
+      k_.scale(orow, s.acc.data() + (size_t)r * hd, 1.0f / l, hd);
       lse[r] = ((double)s.m[(size_t)r] + std::log2((double)l)) * 0.69314718055994531;  // base e
     } else {
       std::fill(orow, orow + hd, 0.0f);
@@ -402,30 +442,58 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   const TensorType kt = kv_tensor_type(type);
   struct Item {
     int p, r0, r1, c0, c1;
+    bool tails;  // the problem's last key chunk: its tails too
     float* o;
     double* lse;
   };
-  // Items: blocks of up to kAttnItemRows rows, and the keys of a problem split into
-  // chunks (each chunk gives partial (o, lse) pairs, merged below) so that
-  // no item holds more than about 1/(4 x threads) of the step's work: a
-  // step with one long span (a single sequence) still uses every core, and
-  // many small problems are left whole.
+  // Items: blocks of up to kAttnItemRows rows, and a problem cut further so
+  // that no item holds more than about 1/(4 x threads) of the step's work:
+  // a step with one long span (a single sequence) still uses every core,
+  // and many small problems are left whole. A problem of few rows is cut
+  // into chunks of keys (each chunk gives partial (o, lse) pairs, merged
+  // below; its tails go with the last chunk), one of many rows into blocks
+  // of rows, which need no merge (bench_attention --own: 4-8% faster at 16
+  // and 64 sequences of a 2048-key node).
+  // A problem's tails go with its last key chunk.
+  auto tail_work = [&](const AttnProblem& p) {
+    double w = 0;
+    for (int t = 0; t < p.n_tails; t++) {
+      const AttnTail& a = p.tails[t];
+      if (a.row0 < 0 || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
+        fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem");
+      for (int r = 0; r < a.row1 - a.row0; r++) {
+        if (a.limit[r] > a.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a tail row sees past its span");
+        w += std::max(0, a.limit[r]);
+      }
+    }
+    return w;
+  };
   double total_work = 0;
-  for (size_t i = 0; i < n_problems; i++)
-    if (problems[i].len > 0 && problems[i].n_rows > 0) total_work += (double)problems[i].len * problems[i].n_rows;
+  for (size_t i = 0; i < n_problems; i++) {
+    if (problems[i].n_rows <= 0) continue;
+    if (problems[i].n_tails > 0) total_work += tail_work(problems[i]);
+    if (problems[i].len > 0) total_work += (double)problems[i].len * problems[i].n_rows;
+  }
   const double item_work = std::max(1.0, total_work / ((double)kAttnItemsPerThread * pool_.size()));
   std::vector<Item> items;
-  std::vector<int> splits(n_problems, 1), chunks(n_problems, 0);
+  std::vector<int> splits(n_problems, 1), chunks(n_problems, 0), item_rows(n_problems, kAttnItemRows);
   size_t part_floats = 0, part_rows = 0;
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.len > p.cap && p.n_rows > 0) fail(CLADE_E_INTERNAL, "cpu: attention: a problem is longer than its span");
-    if (p.len <= 0 || p.n_rows <= 0) continue;
+    if (p.len <= 0 || p.n_rows <= 0) continue;  // (one item: the tails, if any)
     const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
     int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
     split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
     // Chunks of whole key blocks (items start at a block boundary, see
     // kv_k_row); the last chunk may be shorter.
+    if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
+      // Many rows: cut them instead of the keys (no partials to merge; the
+      // items read the same keys, the later ones mostly from cache).
+      const int parts = std::min(split, rows_per_item / kAttnRowSplitMin);
+      item_rows[i] = (rows_per_item + parts - 1) / parts;
+      split = 1;
+    }
     const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
     split = (p.len + chunk - 1) / chunk;
     splits[i] = split;
@@ -442,7 +510,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
     if (p.n_rows <= 0) continue;
-    if (p.len <= 0) {  // nothing to see
+    if (p.len <= 0 && p.n_tails == 0) {  // nothing to see
       for (int r = 0; r < p.n_rows; r++) {
         std::fill(p.o + (size_t)r * head_dim, p.o + (size_t)(r + 1) * head_dim, 0.0f);
         p.lse[r] = -std::numeric_limits<double>::infinity();
@@ -452,17 +520,18 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     const int split = splits[i], chunk = chunks[i];
     part_at[i] = at;
     lse_at[i] = lat;
-    for (int r0 = 0; r0 < p.n_rows; r0 += kAttnItemRows) {
-      int r1 = std::min(p.n_rows, r0 + kAttnItemRows);
+    for (int r0 = 0; r0 < p.n_rows; r0 += item_rows[i]) {
+      int r1 = std::min(p.n_rows, r0 + item_rows[i]);
       for (int c = 0; c < split; c++) {
-        int c0 = c * chunk, c1 = std::min(p.len, c0 + chunk);
+        int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
+        const bool last = c == split - 1;
         if (split == 1) {
-          items.push_back({(int)i, r0, r1, c0, c1, p.o + (size_t)r0 * head_dim, p.lse + r0});
+          items.push_back({(int)i, r0, r1, c0, c1, last, p.o + (size_t)r0 * head_dim, p.lse + r0});
         } else {
           // partials per problem: o [split][n_rows][head_dim], lse [split][n_rows]
           float* po = part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
           double* pl = part_lse_.data() + lat + (size_t)c * p.n_rows + r0;
-          items.push_back({(int)i, r0, r1, c0, c1, po, pl});
+          items.push_back({(int)i, r0, r1, c0, c1, last, po, pl});
         }
       }
     }
@@ -480,7 +549,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   };
   pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
     const Item& w = items[(size_t)it];
-    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.o, w.lse, next_k);
+    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.tails, w.o, w.lse, next_k);
   });
   // Merge the key splits.
   std::vector<int32_t> idx;

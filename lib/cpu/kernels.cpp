@@ -35,6 +35,10 @@ void axpy_plain(float* y, const float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+void scale_plain(float* y, const float* x, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i];
+}
+
 void to_f32_plain(TensorType t, const void* src, float* dst, int64_t n) { dequantize_row(t, src, dst, n); }
 void from_f32_plain(TensorType t, const float* src, void* dst, int64_t n) { quantize_row(t, src, dst, n); }
 
@@ -130,7 +134,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 }
 
 const CpuKernels kPortable = {
-    "portable", dot_plain, axpy_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
+    "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
     pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
 };
 
@@ -174,6 +178,13 @@ AVX2 void axpy_avx2(float* y, const float* x, float alpha, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; i++) y[i] += alpha * x[i];
+}
+
+AVX2 void scale_avx2(float* y, const float* x, float alpha, int64_t n) {
+  __m256 va = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
+  for (; i < n; i++) y[i] = alpha * x[i];
 }
 
 AVX2 void to_f32_avx2(TensorType t, const void* src, float* dst, int64_t n) {
@@ -559,7 +570,7 @@ AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx
 }
 
 const CpuKernels kAvx2 = {
-    "avx2", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
+    "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
     pv_avx2, gemm_avx2, row_dots_avx2,
 };
 
@@ -911,10 +922,24 @@ AVX512 void gemm_avx512(TensorType t, const uint8_t* w, uint64_t wstride, int ro
   }
 }
 
+// One 64-byte store per cache line: a work item's output rows go to lines
+// that are not in cache (the partial buffer of a step is megabytes), and
+// four 16-byte stores per line filled the store buffer (bench_attention
+// --own).
+AVX512 void scale_avx512(float* y, const float* x, float alpha, int64_t n) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
-    "avx512", dot_avx2, axpy_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
+    "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
     pv_avx512, gemm_avx512, row_dots_avx2,
 };
 #endif

@@ -55,6 +55,8 @@ struct CpuKernels {
   float (*dot)(const float* a, const float* b, int64_t n);
   // y += alpha * x
   void (*axpy)(float* y, const float* x, float alpha, int64_t n);
+  // y = alpha * x (y == x allowed)
+  void (*scale)(float* y, const float* x, float alpha, int64_t n);
   // widen n elements of a row of type t (whole blocks) to f32
   void (*to_f32)(TensorType t, const void* src, float* dst, int64_t n);
   // narrow n f32 to type t (F32, F16 or BF16)
