@@ -9,6 +9,7 @@
 // product happened to get; both are printed).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -228,6 +229,100 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
 
 }  // namespace
 
+// Problems with tails straight through the backend, against fp64: the
+// shapes the plan makes and the edges it does not (a problem with no keys
+// of its own, tail rows that see no tail key, a row that sees nothing at
+// all), with the problem cut into key chunks (few rows: the tails go with
+// the last chunk) or into row blocks (many rows: tails cut across blocks).
+static void test_tails_direct() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Shape {
+    int rows, len, tail_rows;  // tails of tail_rows rows each, over all rows
+  };
+  for (int threads : {1, 2})
+    for (const Shape& sh : {Shape{8, 1000, 4}, Shape{300, 600, 7}, Shape{600, 130, 5}, Shape{6, 0, 3}, Shape{1, 1, 1}}) {
+      std::unique_ptr<Backend> be = make_cpu_backend(threads);
+      const int hd = 64;
+      const clade_kv_type type = CLADE_KV_F16;
+      KVStore node(*be, type, 1, 1, hd);
+      fill_random(*be, node, 1, hd, sh.len, rng);
+      std::vector<float> q((size_t)sh.rows * hd);
+      for (auto& x : q) x = nd(rng);
+      std::vector<int32_t> rows((size_t)sh.rows);
+      for (int r = 0; r < sh.rows; r++) rows[(size_t)r] = sh.rows - 1 - r;  // any order
+      // Tails: consecutive row ranges, each over its own span; limits from
+      // 0 (the rows see only the node) to the span's length.
+      std::vector<std::unique_ptr<KVStore>> spans;
+      std::vector<AttnTail> tails;
+      std::vector<int32_t> limits((size_t)sh.rows, 0);
+      for (int r0 = 0; r0 < sh.rows; r0 += sh.tail_rows) {
+        const int r1 = std::min(sh.rows, r0 + sh.tail_rows), n = 1 + (int)(rng() % 150);
+        spans.push_back(std::make_unique<KVStore>(*be, type, 1, 1, hd));
+        fill_random(*be, *spans.back(), 1, hd, n, rng);
+        for (int r = r0; r < r1; r++) limits[(size_t)r] = (r - r0) % 3 == 1 ? 0 : 1 + (int)(rng() % n);
+        AttnTail t;
+        t.kv = spans.back()->head(0, 0);
+        t.cap = spans.back()->capacity();
+        t.row0 = r0;
+        t.row1 = r1;
+        t.limit = limits.data() + r0;
+        tails.push_back(t);
+      }
+      AttnProblem p;
+      p.rows = rows.data();
+      p.n_rows = sh.rows;
+      p.kv = node.head(0, 0);
+      p.cap = node.capacity();
+      p.len = sh.len;
+      std::vector<float> o((size_t)sh.rows * hd, 7.0f);
+      std::vector<double> lse((size_t)sh.rows, 7.0);
+      p.o = o.data();
+      p.lse = lse.data();
+      p.tails = tails.data();
+      p.n_tails = (int32_t)tails.size();
+      const double scale = 1.0 / std::sqrt((double)hd);
+      be->attention(q.data(), hd, (float)scale, type, &p, 1);
+      double err = 0;
+      for (int r = 0; r < sh.rows; r++) {
+        const float* qr = q.data() + (size_t)rows[(size_t)r] * hd;
+        const AttnTail& t = tails[(size_t)(r / sh.tail_rows)];
+        const KVStore& own = *spans[(size_t)(r / sh.tail_rows)];
+        // (store, keys seen) pairs: the node's, then the tail's
+        std::vector<std::pair<const KVStore*, int>> seen = {{&node, sh.len}, {&own, t.limit[r - t.row0]}};
+        std::vector<double> sc, vals;
+        double mx = -1e300;
+        for (const auto& e : seen)
+          for (int j = 0; j < e.second; j++) {
+            double d = 0;
+            for (int i = 0; i < hd; i++)
+              d += (double)qr[i] * stored(type, e.first->head(0, 0), (size_t)kv_k_elem(j, i, e.first->capacity(), hd));
+            sc.push_back(d * scale);
+            mx = std::max(mx, d * scale);
+          }
+        if (sc.empty()) {
+          CHECK_MSG(lse[(size_t)r] == -std::numeric_limits<double>::infinity(), "rows %d len %d: row %d sees nothing",
+                    sh.rows, sh.len, r);
+          for (int i = 0; i < hd; i++) CHECK(o[(size_t)r * hd + i] == 0.0f);
+          continue;
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        CHECK_MSG(std::fabs(lse[(size_t)r] - (mx + std::log(sum))) < 1e-5, "rows %d len %d: lse of row %d", sh.rows,
+                  sh.len, r);
+        for (int i = 0; i < hd; i++) {
+          double v = 0;
+          size_t k = 0;
+          for (const auto& e : seen)
+            for (int j = 0; j < e.second; j++, k++)
+              v += sc[k] * stored(type, e.first->head(0, 0), (size_t)kv_v_row(j, e.first->capacity()) * hd + i);
+          err = std::max(err, std::fabs(o[(size_t)r * hd + i] - v / sum));
+        }
+      }
+      CHECK_MSG(err < 1e-5, "tails: rows %d len %d threads %d: max error %.3g", sh.rows, sh.len, threads, err);
+    }
+}
+
 // The CPU backend's kv_copy: keys written with kv_write into a span of one
 // capacity, copied to another capacity at an offset (a node's KV into a
 // sequence's store, a store's growth), element for element the same K
@@ -271,6 +366,7 @@ static void test_kv_copy() {
 
 int main() {
   test_kv_copy();
+  test_tails_direct();
   std::mt19937 rng(1234);
   for (int threads : {1, 2}) {
     std::unique_ptr<Backend> be = make_cpu_backend(threads);
