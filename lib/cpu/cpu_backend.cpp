@@ -454,7 +454,8 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   // below; its tails go with the last chunk), one of many rows into blocks
   // of rows, which need no merge (bench_attention --own: 4-8% faster at 16
   // and 64 sequences of a 2048-key node).
-  // A problem's tails go with its last key chunk.
+  // The keys a problem's tails add up to, over their rows; a tail outside
+  // its problem's rows or a row past its span is the plan's bug.
   auto tail_work = [&](const AttnProblem& p) {
     double w = 0;
     for (int t = 0; t < p.n_tails; t++) {
