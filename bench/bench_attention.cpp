@@ -19,12 +19,13 @@
 // the op alone: every sequence also has N tokens of its own (the new one
 // included) in its own store, as a cache keeps them, and the problems come
 // from the library's plan (lib/plan.h) and run with its merge (run_plan in
-// lib/forward.h). Shared: the span's problems, one causal problem per
-// sequence and KV head over its own tokens, then the merge of the two
-// partials of every row. Flat: each sequence's private store holds the
-// span and its own tokens (L + N keys), one problem per sequence and KV
-// head, then the merge (one partial per row). Bytes and FLOPs count the own
-// tokens too.
+// lib/forward.h). Shared: the span's problems, each sequence's own tokens
+// a tail of them where the backend takes tails (else one causal problem per
+// sequence and KV head, and a merge of two partials per row;
+// BENCH_NO_TAILS=1 asks for that). Flat: each sequence's private store
+// holds the span and its own tokens (L + N keys), one problem per sequence
+// and KV head, then the merge (one partial per row). Bytes and FLOPs count
+// the own tokens too.
 //
 // --pair-bw M: before every call, one pass of the read-bandwidth measurement
 // of `clade bench machine` over M MiB, with the same threads; stderr then
@@ -71,8 +72,31 @@ int32_t grown_capacity(int32_t from, int32_t n) {
   return (int32_t)cap;
 }
 
+// Times --reps calls of one mode (each after a read pass with --pair-bw,
+// its line on stderr) and prints the CSV row of the best.
+void time_mode(const Shape& a, bool flat, double bytes, double flops, readbw::Reader* reader,
+               const std::function<void()>& call) {
+  const char* mode = flat ? "flat" : "shared";
+  double best = 1e30;
+  for (int r = 0; r < a.reps; r++) {
+    const double read_bw = reader ? reader->pass() : 0.0;
+    auto t0 = Clock::now();
+    call();
+    double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (reader)
+      std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", mode, r, read_bw / 1e9, t * 1e3, bytes / t / 1e9,
+                   t / std::max(bytes / read_bw, flops / (a.peak * 1e9)));
+    if (std::getenv("BENCH_VERBOSE")) std::fprintf(stderr, "rep %d: %.3f ms\n", r, t * 1e3);
+    best = std::min(best, t);
+  }
+  const double roof = std::max(bytes / (a.bw * 1e9), flops / (a.peak * 1e9));
+  std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f,%d\n", mode, a.batch, a.len, a.kvh, a.group, a.hd,
+              a.kv.c_str(), a.threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9, roof * 1e3, best / roof,
+              a.own);
+}
+
 // --own: the layer's whole attention through the library's plan and merge.
-int step_attention(Backend& be, const Shape& a, const std::vector<float>& q,
+int step_attention(Backend& be, const Shape& a, const std::vector<float>& q, readbw::Reader* reader,
                    const std::function<std::vector<uint8_t>(size_t)>& fill) {
   const int nh = a.kvh * a.group;
   const size_t es = kv_type_size(a.type);
@@ -97,8 +121,6 @@ int step_attention(Backend& be, const Shape& a, const std::vector<float>& q,
   const float scale = 1.0f / std::sqrt((float)a.hd);
   const double flops = 4.0 * a.hd * (double)nh * a.batch * (a.len + a.own);
   const double token_bytes = 2.0 * a.kvh * a.hd * (double)es;
-  std::unique_ptr<readbw::Reader> reader;
-  if (a.pair_mib > 0) reader.reset(new readbw::Reader(a.threads, (size_t)a.pair_mib << 20));
   for (int m = 0; m < 2; m++) {
     const bool flat = m == 0;
     if (!a.only.empty() && a.only != (flat ? "flat" : "shared")) continue;
@@ -126,21 +148,9 @@ int step_attention(Backend& be, const Shape& a, const std::vector<float>& q,
     std::vector<AttnProblem> scratch;
     std::vector<AttnTail> tail_scratch;
     const double bytes = token_bytes * (flat ? (double)a.batch * (a.len + a.own) : a.len + (double)a.batch * a.own);
-    double best = 1e30;
-    for (int r = 0; r < a.reps; r++) {
-      const double read_bw = reader ? reader->pass() : 0.0;
-      auto t0 = Clock::now();
+    time_mode(a, flat, bytes, flops, reader, [&] {
       run_plan(be, plan, pb, 0, q.data(), a.hd, scale, scratch, tail_scratch, out.data());
-      double t = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (reader)
-        std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", flat ? "flat" : "shared", r, read_bw / 1e9, t * 1e3,
-                     bytes / t / 1e9, t / std::max(bytes / read_bw, flops / (a.peak * 1e9)));
-      best = std::min(best, t);
-    }
-    const double roof = std::max(bytes / (a.bw * 1e9), flops / (a.peak * 1e9));
-    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f,%d\n", flat ? "flat" : "shared", a.batch, a.len,
-                a.kvh, a.group, a.hd, a.kv.c_str(), a.threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9,
-                roof * 1e3, best / roof, a.own);
+    });
   }
   return 0;
 }
@@ -197,10 +207,11 @@ int main(int argc, char** argv) {
     quantize_row(tt, f.data(), buf.data(), (int64_t)n);
     return buf;
   };
+  const Shape shape{batch, len, kvh, group, hd, layers, own, reps, pair_mib, threads, bw, peak, type, kv, only};
+  std::unique_ptr<readbw::Reader> reader;
+  if (pair_mib > 0) reader.reset(new readbw::Reader(threads, (size_t)pair_mib << 20));
   std::printf("mode,batch,len,kv_heads,group,head_dim,kv,threads,ms,kv_gb_s,gflop_s,roofline_ms,x_roofline,own\n");
-  if (own > 0)
-    return step_attention(*be, Shape{batch, len, kvh, group, hd, layers, own, reps, pair_mib, threads, bw, peak, type, kv, only},
-                          q, fill);
+  if (own > 0) return step_attention(*be, shape, q, reader.get(), fill);
   // KV in the backend's memory, as the library keeps it: a span's store
   // holds every layer ([layer][kv_heads][2 * cap][head_dim], lib/kv.h), one
   // store per sequence when flat, and the measured layer is the first of
@@ -263,28 +274,12 @@ int main(int argc, char** argv) {
   }
 
   const double flops = 4.0 * hd * (double)nh * batch * len;
-  std::unique_ptr<readbw::Reader> reader;
-  if (pair_mib > 0) reader.reset(new readbw::Reader(threads, (size_t)pair_mib << 20));
   for (int m = 0; m < 2; m++) {
     if (!only.empty() && only != (m == 0 ? "flat" : "shared")) continue;
     const std::vector<AttnProblem>& probs = m == 0 ? flat : shared;
     const double bytes = 2.0 * (double)span * es * (m == 0 ? batch : 1);
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-      const double read_bw = reader ? reader->pass() : 0.0;
-      auto t0 = Clock::now();
-      be->attention(q.data(), hd, scale, type, probs.data(), probs.size());
-      double t = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (reader)
-        std::fprintf(stderr, "pair,%s,%d,%.1f,%.3f,%.1f,%.2f\n", m == 0 ? "flat" : "shared", r, read_bw / 1e9, t * 1e3,
-                     bytes / t / 1e9, t / std::max(bytes / read_bw, flops / (peak * 1e9)));
-      if (std::getenv("BENCH_VERBOSE")) std::fprintf(stderr, "rep %d: %.3f ms\n", r, t * 1e3);
-      best = std::min(best, t);
-    }
-    const double roof = std::max(bytes / (bw * 1e9), flops / (peak * 1e9));
-    std::printf("%s,%d,%d,%d,%d,%d,%s,%d,%.3f,%.1f,%.1f,%.3f,%.2f,0\n", m == 0 ? "flat" : "shared", batch, len, kvh,
-                group, hd, kv.c_str(), threads, best * 1e3, bytes / best / 1e9, flops / best / 1e9, roof * 1e3,
-                best / roof);
+    time_mode(shape, m == 0, bytes, flops, reader.get(),
+              [&] { be->attention(q.data(), hd, scale, type, probs.data(), probs.size()); });
   }
   for (Span& sp : flat_spans) be->release(sp.kv);
   be->release(one.kv);
