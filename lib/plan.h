@@ -65,8 +65,6 @@ class AttnPlan {
   void build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads, int head_dim, clade_attention mode,
              clade_kv_type shared_type, const AttnCost& cost, bool fuse_own);
 
-  // Per layer: problems with K/V pointers of that layer, grouped by KV
-  // element type (shared spans have the tree's type, own spans the cache's).
   // A sequence's own span as a tail (AttnTail) of a problem: the
   // problem's rows [row0, row1), whose limits (into the own span) are
   // limits[rows_at + row0 ..).
@@ -74,6 +72,8 @@ class AttnPlan {
     const KVStore* store;
     int32_t row0, row1;
   };
+  // Per layer: problems with K/V pointers of that layer, grouped by KV
+  // element type (shared spans have the tree's type, own spans the cache's).
   struct Problem {
     const KVStore* store;
     int32_t kv_head;

@@ -57,6 +57,8 @@ struct KeyRun {
   const int32_t* limit;  // [rb - ra], or nullptr: every row sees len
   int len;
   int lim(int r) const { return limit ? limit[r - ra] : len; }
+  // Row `row` of the span (kv_k_row, kv_v_row), of hd elements of es bytes.
+  const uint8_t* at(int64_t row, int hd, size_t es) const { return kv + (size_t)row * hd * es; }
 };
 
 struct ThreadScratch {
@@ -407,12 +409,12 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       // fetched while its keys are used, and the next block's keys while
       // its values are summed (both streams stay in flight; measured with
       // bench_attention).
-      const uint8_t* kp = u.kv + (size_t)kv_k_row(j0, u.cap) * hd * es;  // the block's K tiles
-      const uint8_t* vp = u.kv + (size_t)kv_v_row(j0, u.cap) * hd * es;
+      const uint8_t* kp = u.at(kv_k_row(j0, u.cap), hd, es);  // the block's K tiles
+      const uint8_t* vp = u.at(kv_v_row(j0, u.cap), hd, es);
       const int kw = kv_block_keys(j0, u.cap);
-      const void* pf_k = j0 + kAttnBlock < u.end ? u.kv + (size_t)kv_k_row(j0 + kAttnBlock, u.cap) * hd * es
-                         : after ? after->kv + (size_t)kv_k_row(after->c0, after->cap) * hd * es
-                                 : next_k();
+      const void* pf_k = j0 + kAttnBlock < u.end ? u.at(kv_k_row(j0 + kAttnBlock, u.cap), hd, es)
+                         : after                 ? after->at(kv_k_row(after->c0, after->cap), hd, es)
+                                                 : next_k();
       for (int g0 = u.ra; g0 < u.rb; g0 += G) {
         const int n = std::min(G, u.rb - g0);
         k_.scores(s.q.data() + (size_t)g0 * hd, n, kt, kp, jb, kw, hd, S, g0 == u.ra ? vp : nullptr);
@@ -486,8 +488,6 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
     int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
     split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
-    // Chunks of whole key blocks (items start at a block boundary, see
-    // kv_k_row); the last chunk may be shorter.
     if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
       // Many rows: cut them instead of the keys (no partials to merge; the
       // items read the same keys, the later ones mostly from cache).
@@ -495,6 +495,8 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       item_rows[i] = (rows_per_item + parts - 1) / parts;
       split = 1;
     }
+    // Chunks of whole key blocks (items start at a block boundary, see
+    // kv_k_row); the last chunk may be shorter.
     const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
     split = (p.len + chunk - 1) / chunk;
     splits[i] = split;
@@ -525,15 +527,12 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       int r1 = std::min(p.n_rows, r0 + item_rows[i]);
       for (int c = 0; c < split; c++) {
         int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
-        const bool last = c == split - 1;
-        if (split == 1) {
-          items.push_back({(int)i, r0, r1, c0, c1, last, p.o + (size_t)r0 * head_dim, p.lse + r0});
-        } else {
-          // partials per problem: o [split][n_rows][head_dim], lse [split][n_rows]
-          float* po = part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
-          double* pl = part_lse_.data() + lat + (size_t)c * p.n_rows + r0;
-          items.push_back({(int)i, r0, r1, c0, c1, last, po, pl});
-        }
+        // One chunk: the problem's outputs; several: partials per problem,
+        // o [split][n_rows][head_dim], lse [split][n_rows].
+        float* po = split == 1 ? p.o + (size_t)r0 * head_dim
+                               : part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
+        double* pl = split == 1 ? p.lse + r0 : part_lse_.data() + lat + (size_t)c * p.n_rows + r0;
+        items.push_back({(int)i, r0, r1, c0, c1, c == split - 1, po, pl});
       }
     }
     if (split > 1) {
