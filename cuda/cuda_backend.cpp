@@ -491,10 +491,13 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   if (!kv_type_valid(type))
     fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
   std::vector<AttnDesc> descs;  // problems with rows
-  int64_t n_groups = 0, group_keys = 0;
+  int64_t group_keys = 0;  // keys over all row groups
   for (size_t i = 0; i < n_problems; i++) {
     const AttnProblem& p = problems[i];
-    if (p.n_tails > 0)  // (attention_tails() is false: the plan gives none)
+    // attention_tails() is false, so the plan gives none: tails run one
+    // after another inside a unit, where the own problems are parallel
+    // units (measured slower on an H100, bench/README.md).
+    if (p.n_tails > 0)
       fail(CLADE_E_INTERNAL, "cuda: attention: problems with tails are not supported");
     if (p.n_rows <= 0) continue;
     AttnDesc d;
@@ -508,31 +511,34 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
     d.len = std::max(p.len, 0);
     if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
     descs.push_back(d);
-    const int64_t g = (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup;
-    n_groups += g;
-    group_keys += g * d.len;
+    group_keys += (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup * (int64_t)d.len;
   }
   if (descs.empty()) return;
   if (descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
-  // Work units: groups of up to kAttnRowGroup rows; when they are fewer
-  // than kUnitsPerSm per multiprocessor, keys are split into chunks of
-  // whole KV blocks (at least one) so that every multiprocessor has work
-  // (a single sequence's step has only a few row groups), and the chunks'
-  // partial rows are combined after.
+  // Work units: groups of up to kAttnRowGroup rows, each against a chunk of
+  // its problem's keys. A group with more than twice the mean work per unit
+  // slot (`per`: all groups' keys over kUnitsPerSm slots per
+  // multiprocessor) has its keys split into about equal chunks of whole KV
+  // blocks (at least one), so that no unit holds much more than its share:
+  // a single sequence's step (a few groups of long spans) and a step of
+  // long shared nodes beside many short own spans both keep every
+  // multiprocessor busy to the end. The chunks' partial rows are combined
+  // after.
   constexpr int64_t kUnitsPerSm = 8, kMinChunk = 128;
   const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
-  int64_t chunk = std::numeric_limits<int32_t>::max();
-  if (n_groups < target) {
-    const int64_t per = (group_keys + target - 1) / target;
-    chunk = std::max(kMinChunk, (per + kMinChunk - 1) / kMinChunk * kMinChunk);
-  }
+  const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
   std::vector<AttnUnit> units;
   std::vector<AttnSplit> splits;
   std::vector<int64_t> split_begin{0};
   int64_t part_rows = 0;
   for (size_t i = 0; i < descs.size(); i++) {
     const AttnDesc& d = descs[i];
-    const int32_t split = d.len > chunk ? (int32_t)((d.len + chunk - 1) / chunk) : 1;
+    int64_t chunk = std::max<int64_t>(d.len, 1);
+    if (d.len > 2 * per) {
+      const int64_t n = (d.len + per - 1) / per;
+      chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
+    }
+    const int32_t split = (int32_t)std::max<int64_t>(1, (d.len + chunk - 1) / chunk);
     const int64_t part_at = part_rows;
     if (split > 1) {
       splits.push_back(AttnSplit{part_at, (int32_t)i, split});

@@ -81,7 +81,7 @@ inline int64_t kv_v_row(int64_t j, int64_t cap) {
 // limit[r - row0] of them, in the same softmax: o and lse are over both.
 // This is how a sequence's own tokens join the problem of the node above
 // them, so that its rows need no second partial and no merge (lib/plan.h).
-// Tails of one problem do not overlap.
+// A problem's tails are in order of their rows and do not overlap.
 struct AttnTail {
   const void* kv = nullptr;  // one head of a span
   int32_t cap = 0;

@@ -253,16 +253,17 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
                out[0], bound);
 }
 
-// kv_write into a span in two pieces, then attention problems over it (200
-// keys: several key tiles of the CUDA kernel, and split into key chunks
-// there, as a step with few row groups is): full rows, causal
+// kv_write into a span in two pieces, then attention problems over it (300
+// keys: several key tiles of the CUDA kernel, and more than two of its
+// smallest key chunks, so split into chunks there, as a step with few row
+// groups is): full rows, causal
 // limits (0 included), an empty span, a span of one key, the same rows
 // split in two key ranges and merged, and the causal rows split over two
 // problems.
 void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
                           " hd " + std::to_string(hd);
-  const int kvh = 2, cap = 250, len = 200, n_q = 12;  // cap: a narrower last block
+  const int kvh = 2, cap = 350, len = 300, n_q = 12;  // cap: a narrower last block
   const size_t es = clade::kv_type_size(type);
   std::vector<float> kin = randn((size_t)len * kvh * hd), vin = randn((size_t)len * kvh * hd);
   std::vector<float> q = randn((size_t)n_q * hd);
@@ -270,7 +271,7 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 
   // Row sets and limits (host); outputs are laid out per problem.
   std::vector<int32_t> rows_all = {3, 0, 11, 5, 5, 8, 1, 2, 9, 10, 4, 6, 7};  // a repeated row too
-  std::vector<int32_t> limits = {0, 1, 63, 64, 65, 128, 199, 200, 17, 0, 130, 2, 100};
+  std::vector<int32_t> limits = {0, 1, 63, 64, 65, 128, 199, 200, 257, 0, 130, 2, 300};
   // More rows than one work unit of the CUDA kernel takes (16), so that a
   // problem spans several row groups.
   for (int i = 0; i < 24; i++) {
@@ -391,7 +392,9 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
         }
     return e;
   };
-  expect_equal("kv_write " + tag, stored(out[1].kvbytes, false), stored(out[0].kvbytes, true));
+  // (--cpu-vs-cpu: the second backend is a CPU one, in tiles too)
+  const bool gpu_tiles = std::strcmp(gpu.name(), "cpu") == 0;
+  expect_equal("kv_write " + tag, stored(out[1].kvbytes, gpu_tiles), stored(out[0].kvbytes, true));
   expect_rel("attention full o " + tag, out[1].o_full, out[0].o_full, 0, 1e-4);
   expect_rel("attention full lse " + tag, out[1].lse_full, out[0].lse_full, 0, 1e-4);
   expect_rel("attention causal o " + tag, out[1].o_causal, out[0].o_causal, 0, 1e-4);
@@ -416,6 +419,141 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   std::vector<float> merged_rows(out[1].merged.begin(), out[1].merged.begin() + (size_t)nr * hd);
   expect_rel("split+merge vs full " + tag, merged_rows, out[0].o_full, 0, 1e-4);
   for (int d = 0; d < 2 * hd; d++) CHECK(out[1].merged[(size_t)nr * hd + d] == 0.0f);
+}
+
+// Problems with tails (AttnTail): after the node's keys, ranges of rows go
+// on over the keys of their own spans in the same softmax. Tails that cut
+// across the kernel's 16-row groups, a problem split into key chunks (the
+// tails go with the last), causal node limits, a problem with no keys of
+// its own, tail rows that see none of the tail and rows that see nothing.
+// Tails out of order or outside their problem are refused on both
+// backends, which stay usable. A backend that takes no tails
+// (attention_tails() false: the CUDA backend, see cuda_backend.cpp) must
+// refuse them.
+void test_attention_tails(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
+  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
+                          " hd " + std::to_string(hd);
+  const int cap = 300, len = 260, n_q = 40, nr = 40;
+  const int tcap[4] = {37, 130, 5, 64}, tlen[4] = {37, 129, 5, 40};
+  const int trow0[4] = {0, 4, 25, 33}, trow1[4] = {4, 22, 33, 40};
+  const size_t es = clade::kv_type_size(type);
+  std::vector<float> q = randn((size_t)n_q * hd);
+  const float scale = 1.0f / std::sqrt((float)hd);
+  std::vector<int32_t> rows(nr), node_lim(nr), tail_lim(nr, 0);
+  for (int r = 0; r < nr; r++) {
+    rows[(size_t)r] = (r * 11) % n_q;
+    node_lim[(size_t)r] = (r * 53) % (len + 1);
+  }
+  node_lim[34] = 0;  // with tail_lim[34] = 0 below: sees nothing
+  for (int t = 0; t < 4; t++)
+    for (int r = trow0[t]; r < trow1[t]; r++) tail_lim[(size_t)r] = (r * 7 + t) % (tlen[t] + 1);
+  tail_lim[5] = 0;
+  tail_lim[34] = 0;
+  tail_lim[26] = tlen[2];
+  std::vector<std::vector<float>> tk(4), tv(4);
+  for (int t = 0; t < 4; t++) tk[(size_t)t] = randn((size_t)tlen[t] * hd), tv[(size_t)t] = randn((size_t)tlen[t] * hd);
+  std::vector<float> kin = randn((size_t)len * hd), vin = randn((size_t)len * hd);
+
+  const int n_slots = 4;  // full node + tails, causal node + tails, no node keys + tails, 4 rows + one tail
+  std::vector<float> o_out[2];
+  std::vector<double> lse_out[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Backend& be = *bes[b];
+    Arena a(be);
+    auto span = [&](int c, int n, const std::vector<float>& k, const std::vector<float>& v) {
+      void* p = a.raw((size_t)2 * c * hd * es);
+      std::vector<uint8_t> zero((size_t)2 * c * hd * es, 0);
+      be.copy_to(p, zero.data(), zero.size());
+      be.kv_write(p, type, c, 1, hd, 0, a.put(k), a.put(v), n);
+      return p;
+    };
+    void* node = span(cap, len, kin, vin);
+    clade::AttnTail tails[4];
+    int32_t* dtail_lim = a.put(tail_lim);
+    for (int t = 0; t < 4; t++) {
+      tails[t].kv = span(tcap[t], tlen[t], tk[(size_t)t], tv[(size_t)t]);
+      tails[t].cap = tcap[t];
+      tails[t].row0 = trow0[t];
+      tails[t].row1 = trow1[t];
+      tails[t].limit = dtail_lim + trow0[t];
+    }
+    float* dq = a.put(q);
+    int32_t* drows = a.put(rows);
+    int32_t* dnode_lim = a.put(node_lim);
+    float* o = static_cast<float*>(a.raw((size_t)n_slots * nr * hd * 4));
+    double* lse = static_cast<double*>(a.raw((size_t)n_slots * nr * sizeof(double)));
+    auto problem = [&](int slot, int plen, const int32_t* lim, int n_rows, int n_tails) {
+      clade::AttnProblem p;
+      p.rows = drows;
+      p.n_rows = n_rows;
+      p.kv = node;
+      p.cap = cap;
+      p.len = plen;
+      p.limit = lim;
+      p.o = o + (size_t)slot * nr * hd;
+      p.lse = lse + (size_t)slot * nr;
+      p.tails = tails;
+      p.n_tails = n_tails;
+      return p;
+    };
+    std::vector<clade::AttnProblem> probs = {problem(0, len, nullptr, nr, 4), problem(1, len, dnode_lim, nr, 4),
+                                             problem(2, 0, nullptr, nr, 4), problem(3, len, nullptr, 4, 1)};
+    std::vector<float> fill((size_t)n_slots * nr * hd, 0.0f);
+    be.copy_to(o, fill.data(), fill.size() * 4);
+    std::vector<double> fill_lse((size_t)n_slots * nr, 0.0);
+    be.copy_to(lse, fill_lse.data(), fill_lse.size() * sizeof(double));
+    if (!be.attention_tails()) {
+      // A backend that takes no tails (the plan then makes none) refuses
+      // them and stays usable; nothing to compare (the CPU ran first).
+      clade_status st = CLADE_OK;
+      try {
+        be.attention(dq, hd, scale, type, probs.data(), probs.size());
+      } catch (const clade::Error& e) {
+        st = e.status();
+      }
+      CHECK_MSG(st == CLADE_E_INTERNAL, "%s %s: tails taken: status %d", be.name(), tag.c_str(), (int)st);
+      for (clade::AttnProblem& p : probs) p.tails = nullptr, p.n_tails = 0;
+      be.attention(dq, hd, scale, type, probs.data(), probs.size());
+      return;
+    }
+    be.attention(dq, hd, scale, type, probs.data(), probs.size());
+    o_out[b] = a.get(o, (size_t)n_slots * nr * hd);
+    lse_out[b] = a.get(lse, (size_t)n_slots * nr);
+
+    // Refused: tails out of order, overlapping, past the problem's rows.
+    clade::AttnTail bad[2] = {tails[1], tails[0]};
+    for (int k = 0; k < 3; k++) {
+      clade::AttnProblem p = problem(0, len, nullptr, nr, 2);
+      if (k == 0) p.tails = bad;
+      if (k == 1) bad[0] = tails[0], bad[1] = tails[1], bad[1].row0 = 2, p.tails = bad;
+      if (k == 2) p.n_rows = 30, p.n_tails = 4;
+      clade_status st = CLADE_OK;
+      try {
+        be.attention(dq, hd, scale, type, &p, 1);
+      } catch (const clade::Error& e) {
+        st = e.status();
+      }
+      CHECK_MSG(st == CLADE_E_INTERNAL, "%s %s: bad tails %d: status %d", be.name(), tag.c_str(), k, (int)st);
+    }
+    // Still usable: the same problems again give the same outputs.
+    be.attention(dq, hd, scale, type, probs.data(), probs.size());
+    expect_equal(std::string(be.name()) + " tails again o " + tag, a.get(o, (size_t)n_slots * nr * hd), o_out[b]);
+  }
+  // Slot 3 has 4 rows; the rest of it stays as filled.
+  expect_rel("attention tails o " + tag, o_out[1], o_out[0], 0, 1e-4);
+  expect_rel("attention tails lse " + tag, lse_out[1], lse_out[0], 0, 1e-4);
+  // Row 34 of the causal problem sees nothing; rows of the keyless problem
+  // with tail limit 0 see nothing: lse -inf and o = 0 on both.
+  for (int b = 0; b < 2; b++)
+    for (int slot : {1, 2})
+      for (int r = 0; r < nr; r++) {
+        const bool none = tail_lim[(size_t)r] == 0 && (slot == 2 || node_lim[(size_t)r] == 0);
+        const double l = lse_out[b][(size_t)slot * nr + r];
+        CHECK_MSG(none == (std::isinf(l) && l < 0), "%s slot %d row %d: lse %g", tag.c_str(), slot, r, l);
+        if (none)
+          for (int d = 0; d < hd; d++) CHECK(o_out[b][((size_t)slot * nr + r) * hd + d] == 0.0f);
+      }
 }
 
 }  // namespace
@@ -452,7 +590,10 @@ int main(int argc, char** argv) {
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
-      for (int hd : {64, 65, 80, 128, 256}) test_attention(*cpu, *gpu, kt, hd);
+      for (int hd : {64, 65, 80, 128, 256}) {
+        test_attention(*cpu, *gpu, kt, hd);
+        test_attention_tails(*cpu, *gpu, kt, hd);
+      }
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
     return 1;

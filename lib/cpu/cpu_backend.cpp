@@ -457,13 +457,16 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
   // of rows, which need no merge (bench_attention --own: 4-8% faster at 16
   // and 64 sequences of a 2048-key node).
   // The keys a problem's tails add up to, over their rows; a tail outside
-  // its problem's rows or a row past its span is the plan's bug.
+  // its problem's rows or out of order, or a row past its span, is the
+  // plan's bug.
   auto tail_work = [&](const AttnProblem& p) {
     double w = 0;
-    for (int t = 0; t < p.n_tails; t++) {
+    if (!p.tails) fail(CLADE_E_INTERNAL, "cpu: attention: a problem's tails are missing");
+    for (int t = 0, prev_end = 0; t < p.n_tails; t++) {
       const AttnTail& a = p.tails[t];
-      if (a.row0 < 0 || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
-        fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem");
+      if (a.row0 < prev_end || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
+        fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem or out of order");
+      prev_end = std::max(prev_end, a.row1);
       for (int r = 0; r < a.row1 - a.row0; r++) {
         if (a.limit[r] > a.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a tail row sees past its span");
         w += std::max(0, a.limit[r]);
