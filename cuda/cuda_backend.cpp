@@ -533,12 +533,13 @@ void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade
   int64_t part_rows = 0;
   for (size_t i = 0; i < descs.size(); i++) {
     const AttnDesc& d = descs[i];
-    int64_t chunk = std::max<int64_t>(d.len, 1);
+    int64_t chunk = d.len;
+    int32_t split = 1;
     if (d.len > 2 * per) {
       const int64_t n = (d.len + per - 1) / per;
       chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
+      split = (int32_t)((d.len + chunk - 1) / chunk);
     }
-    const int32_t split = (int32_t)std::max<int64_t>(1, (d.len + chunk - 1) / chunk);
     const int64_t part_at = part_rows;
     if (split > 1) {
       splits.push_back(AttnSplit{part_at, (int32_t)i, split});

@@ -49,6 +49,12 @@ constexpr int kAttnGroupRows = 64;
 // that a slow core (other tenants) delays the end by a small part.
 constexpr int kAttnItemsPerThread = 4;
 
+// Row `row` of one head of a span (V rows by kv_v_row; a K block starts at
+// kv_k_row of its first key), rows of hd elements of es bytes.
+inline const uint8_t* span_row(const void* kv, int64_t row, int hd, size_t es) {
+  return static_cast<const uint8_t*>(kv) + (size_t)row * hd * es;
+}
+
 // Keys [c0, end) of one head of a span (kv, capacity cap) for an attention
 // item's rows [ra, rb); row r sees the first lim(r) keys of the span.
 struct KeyRun {
@@ -57,8 +63,7 @@ struct KeyRun {
   const int32_t* limit;  // [rb - ra], or nullptr: every row sees len
   int len;
   int lim(int r) const { return limit ? limit[r - ra] : len; }
-  // Row `row` of the span (kv_k_row, kv_v_row), of hd elements of es bytes.
-  const uint8_t* at(int64_t row, int hd, size_t es) const { return kv + (size_t)row * hd * es; }
+  const uint8_t* at(int64_t row, int hd, size_t es) const { return span_row(kv, row, hd, es); }
 };
 
 struct ThreadScratch {
@@ -147,12 +152,6 @@ class CpuBackend final : public Backend {
   std::vector<double> part_lse_;  // and their lse
   std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
 };
-
-// Row `row` of a problem's span (V rows by kv_v_row; a K block starts at
-// kv_k_row of its first key), rows of hd elements of es bytes.
-const uint8_t* span_row(const AttnProblem& p, int64_t row, int hd, size_t es) {
-  return static_cast<const uint8_t*>(p.kv) + (size_t)row * hd * es;
-}
 
 TensorType kv_tensor_type(clade_kv_type t) {
   return t == CLADE_KV_F16 ? TensorType::F16 : t == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F32;
@@ -466,7 +465,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
       const AttnTail& a = p.tails[t];
       if (a.row0 < prev_end || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
         fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem or out of order");
-      prev_end = std::max(prev_end, a.row1);
+      prev_end = a.row1;
       for (int r = 0; r < a.row1 - a.row0; r++) {
         if (a.limit[r] > a.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a tail row sees past its span");
         w += std::max(0, a.limit[r]);
@@ -548,7 +547,7 @@ void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_
     if (n < 0 || n >= (int64_t)items.size()) return nullptr;
     const Item& w = items[(size_t)n];
     const AttnProblem& p = problems[w.p];
-    return span_row(p, kv_k_row(w.c0, p.cap), head_dim, kv_type_size(type));
+    return span_row(p.kv, kv_k_row(w.c0, p.cap), head_dim, kv_type_size(type));
   };
   pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
     const Item& w = items[(size_t)it];
