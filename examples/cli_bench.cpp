@@ -117,7 +117,7 @@ int bench_decode(Args& a) {
   long suffix = 0, gen = 32;
   int threads = 0, rounds = 3, max_rounds = 50;
   double min_seconds = 0;
-  bool csv = false, machine = false;
+  bool csv = false, machine = false, map_file = true;
   std::string kv = "f16";
   clade_backend backend = CLADE_BACKEND_CPU;
   while (!a.done()) {
@@ -135,6 +135,7 @@ int bench_decode(Args& a) {
     else if (f == "--min-seconds") min_seconds = (double)to_long(a.next(f), f);
     else if (f == "--machine") machine = true;
     else if (f == "--csv") csv = true;
+    else if (f == "--no-mmap") map_file = false;
     else Args::die("bench decode: unknown option " + f);
   }
   if (model.empty()) Args::die("bench decode: -m FILE is required");
@@ -147,6 +148,7 @@ int bench_decode(Args& a) {
   clade_model_params_init(&mp);
   mp.n_threads = threads;
   mp.backend = backend;
+  mp.use_mmap = map_file;
   clade_model* m = nullptr;
   check(clade_model_load(model.c_str(), &mp, &m), "load");
   clade_model_info info;

@@ -23,6 +23,12 @@ flat=$(gen --attention flat) || fail "generate flat"
 $shared
 ---
 $flat"
+# --no-mmap: the weights read into memory of the model's own give the same tokens.
+read=$(gen --attention shared --no-mmap) || fail "generate --no-mmap"
+[ "$read" == "$shared" ] || fail "--no-mmap decoded differently:
+$read
+---
+$shared"
 # Greedy: the two samples of a leaf agree; the two leaves differ.
 mapfile -t lines <<< "$shared"
 [ "${lines[0]}" == "${lines[1]}" ] && [ "${lines[2]}" == "${lines[3]}" ] || fail "samples of a leaf differ under greedy"
@@ -67,7 +73,7 @@ done < <(tail -n +2 <<< "$csv")
 # --machine: the point's best bandwidth and peak, then per round the first
 # readings and, per mode, the reads between its steps (all positive).
 csv=$("$cli" bench decode -m "$dir/m.gguf" --batch 2 --prefix 20 --mode shared,noattn --gen 3 --rounds 2 \
-  --threads 2 --machine --csv 2> /dev/null) || fail "bench decode --machine"
+  --threads 2 --machine --no-mmap --csv 2> /dev/null) || fail "bench decode --machine --no-mmap"
 header="mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms,read_bandwidth_gb_s,"
 header+="gemm_gflop_s,round_attn_ms,round_bw_gb_s,round_gflop_s,round_step_bw_gb_s"
 [ "$(head -1 <<< "$csv")" == "$header" ] || fail "bench decode --machine header: $(head -1 <<< "$csv")"
@@ -93,6 +99,7 @@ expect_error "token outside the vocabulary" "$cli" generate -m "$dir/m.gguf" --t
 expect_error "missing model" "$cli" generate -m "$dir/none.gguf" --tokens "1 2" -n 2
 head -c 1000 "$dir/m.gguf" > "$dir/cut.gguf"
 expect_error "truncated model" "$cli" generate -m "$dir/cut.gguf" --tokens "1 2" -n 2
+expect_error "truncated model, read" "$cli" generate -m "$dir/cut.gguf" --tokens "1 2" -n 2 --no-mmap
 
 [ $failures -eq 0 ] && echo "cli: all checks passed"
 exit $((failures > 0))
