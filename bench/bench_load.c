@@ -39,6 +39,15 @@ static void check(clade_status st, const char* what) {
   exit(1);
 }
 
+static void* need(size_t bytes) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "bench_load: out of memory\n");
+    exit(1);
+  }
+  return p;
+}
+
 static long arg_long(const char* flag, const char* v) {
   char* end = NULL;
   long x = v ? strtol(v, &end, 10) : 0;
@@ -94,39 +103,31 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  clade_token* prompt = malloc(sizeof(clade_token) * (size_t)prefix);
-  int32_t* ones = malloc(sizeof(int32_t) * (size_t)batch);
-  clade_token* next = malloc(sizeof(clade_token) * (size_t)batch);
-  double* t[2] = {malloc(sizeof(double) * (size_t)steps), malloc(sizeof(double) * (size_t)steps)};
-  double* ratio = malloc(sizeof(double) * (size_t)steps);
   Side side[2];
-  float* logits = NULL;
-  if (!prompt || !ones || !next || !t[0] || !t[1] || !ratio) {
-    fprintf(stderr, "bench_load: out of memory\n");
-    return 1;
-  }
   for (int k = 0; k < 2; k++) {
-    Side* s = &side[k];
     clade_model_params mp;
     clade_model_params_init(&mp);
     mp.n_threads = (int32_t)threads;
     mp.use_mmap = k == 0;
-    check(clade_model_load(path, &mp, &s->model), k == 0 ? "load (mapped)" : "load (read)");
-    clade_model_info info;
-    info.size = sizeof info;
-    check(clade_model_describe(s->model, &info), "describe");
-    if (!logits) {
-      logits = malloc(sizeof(float) * (size_t)info.n_vocab * (size_t)batch);
-      if (!logits) {
-        fprintf(stderr, "bench_load: out of memory\n");
-        return 1;
-      }
-      for (long i = 0; i < prefix; i++) prompt[i] = (clade_token)(1 + (i * 7919) % (info.n_vocab - 1));
-      for (long i = 0; i < batch; i++) {
-        ones[i] = 1;
-        next[i] = (clade_token)(1 + (i * 104729) % (info.n_vocab - 1));
-      }
-    }
+    check(clade_model_load(path, &mp, &side[k].model), k == 0 ? "load (mapped)" : "load (read)");
+  }
+  clade_model_info info;
+  info.size = sizeof info;
+  check(clade_model_describe(side[0].model, &info), "describe");
+  /* Token ids spread over the vocabulary (any id below n_vocab is valid). */
+  clade_token* prompt = need(sizeof(clade_token) * (size_t)prefix);
+  int32_t* ones = need(sizeof(int32_t) * (size_t)batch);
+  clade_token* next = need(sizeof(clade_token) * (size_t)batch);
+  for (long i = 0; i < prefix; i++) prompt[i] = (clade_token)((i * 7919) % info.n_vocab);
+  for (long i = 0; i < batch; i++) {
+    ones[i] = 1;
+    next[i] = (clade_token)((i * 104729) % info.n_vocab);
+  }
+  float* logits = need(sizeof(float) * (size_t)info.n_vocab * (size_t)batch);
+  double* t[2] = {need(sizeof(double) * (size_t)steps), need(sizeof(double) * (size_t)steps)};
+  double* ratio = need(sizeof(double) * (size_t)steps);
+  for (int k = 0; k < 2; k++) {
+    Side* s = &side[k];
     check(clade_tree_create(s->model, NULL, &s->tree), "tree");
     clade_node_id node;
     check(clade_tree_append(s->tree, 0, prompt, (size_t)prefix, NULL, &node), "prefill");
@@ -136,11 +137,7 @@ int main(int argc, char** argv) {
     cp.max_tokens = 64;
     cp.attention = attention;
     check(clade_cache_create(s->tree, &cp, &s->cache), "cache");
-    s->seqs = malloc(sizeof(clade_seq_id) * (size_t)batch);
-    if (!s->seqs) {
-      fprintf(stderr, "bench_load: out of memory\n");
-      return 1;
-    }
+    s->seqs = need(sizeof(clade_seq_id) * (size_t)batch);
     for (long i = 0; i < batch; i++)
       check(clade_cache_add(s->cache, node, NULL, 0, attention == CLADE_ATTENTION_FLAT ? CLADE_SEQ_PRIVATE : 0,
                             &s->seqs[i]),

@@ -223,7 +223,7 @@ struct GenOptions {
   int n_gen = 32, samples = 1, threads = 0;
   float temp = 0.0f;
   uint64_t seed = 0;
-  bool json = false, flat = false, no_mmap = false;
+  bool json = false, flat = false, map_file = true;
   clade_backend backend = CLADE_BACKEND_CPU;
 };
 
@@ -234,7 +234,7 @@ struct Leaf {
 };
 
 int run_generate(const GenOptions& o) {
-  clade_model* m = load_model(o.model, o.threads, false, o.backend, !o.no_mmap);
+  clade_model* m = load_model(o.model, o.threads, false, o.backend, o.map_file);
   clade_model_info info;
   info.size = sizeof info;
   check(clade_model_describe(m, &info), "describe");
@@ -462,7 +462,7 @@ int cmd_generate(Args& a) {
     else if (f == "--seed") o.seed = (uint64_t)to_long(a.next(f), f);
     else if (f == "--threads") o.threads = (int)to_long(a.next(f), f);
     else if (f == "--json") o.json = true;
-    else if (f == "--no-mmap") o.no_mmap = true;
+    else if (f == "--no-mmap") o.map_file = false;
     else if (f == "--backend") o.backend = parse_backend(a.next(f));
     else if (f == "--attention") {
       std::string v = a.next(f);
