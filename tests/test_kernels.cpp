@@ -125,7 +125,7 @@ int main() {
     }
     if (n >= 8) CHECK_MSG(g1[1] == 0.0f && g2[1] == 0.0f && g2[2] == 0.0f && g2[3] == 0.0f, "silu_mul far below -88");
   }
-  // Row conversions and row dots for every weight type.
+  // Row conversions for every weight type.
   for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0}) {
     const int n = 256;
     std::vector<float> src(n), w1(n), w2(n);
@@ -135,15 +135,6 @@ int main() {
     ref.to_f32(t, q.data(), w1.data(), n);
     opt.to_f32(t, q.data(), w2.data(), n);
     CHECK_MSG(std::memcmp(w1.data(), w2.data(), n * 4) == 0, "to_f32 type %s", tensor_type_name(t));
-    for (int nx : {1, 2, 3, 4, 5}) {
-      std::vector<float> x((size_t)nx * n), o1((size_t)nx), o2((size_t)nx), scratch(n);
-      for (auto& v : x) v = nd(rng);
-      ref.row_dots(t, q.data(), x.data(), n, nx, n, o1.data(), 1, scratch.data());
-      opt.row_dots(t, q.data(), x.data(), n, nx, n, o2.data(), 1, scratch.data());
-      for (int r = 0; r < nx; r++)
-        CHECK_MSG(std::fabs(o1[(size_t)r] - o2[(size_t)r]) <= 1e-4f * (1 + std::fabs(o1[(size_t)r])), "row_dots %s nx=%d",
-                  tensor_type_name(t), nx);
-    }
   }
   for (TensorType t : {TensorType::F16, TensorType::BF16}) {
     const int n = 200;

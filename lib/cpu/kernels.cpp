@@ -99,19 +99,6 @@ void scores_generic(const float* q, int R, TensorType kt, const void* k, int jb,
   scores_gather<Dot>(q, R, kt, k, 0, jb, jb, kw, hd, s);
 }
 
-template <float (*Dot)(const float*, const float*, int64_t), void (*ToF32)(TensorType, const void*, float*, int64_t)>
-void row_dots_generic(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in, float* out,
-                      int64_t ldo, float* scratch) {
-  const float* row;
-  if (t == TensorType::F32) {
-    row = static_cast<const float*>(w);
-  } else {
-    ToF32(t, w, scratch, n_in);
-    row = scratch;
-  }
-  for (int r = 0; r < n_x; r++) out[r * ldo] = Dot(row, x + r * ldx, n_in);
-}
-
 void pv_plain(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void*) {
   std::vector<float> row((size_t)hd);
   const size_t rb = (size_t)hd * (vt == TensorType::F32 ? 4 : 2);
@@ -135,7 +122,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
-    pv_plain, gemm_plain, row_dots_generic<dot_plain, to_f32_plain>,
+    pv_plain, gemm_plain,
 };
 
 #if defined(__x86_64__)
@@ -550,28 +537,9 @@ AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, 
   }
 }
 
-// F16/BF16 rows are widened in registers (no scratch pass); other types go
-// through the scratch row.
-AVX2 void row_dots_avx2(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in, float* out,
-                        int64_t ldo, float* scratch) {
-  if ((t == TensorType::F16 || t == TensorType::BF16) && n_in % 8 == 0 && n_x <= 4) {
-    const uint16_t* s = static_cast<const uint16_t*>(w);
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n_in; i += 8) {
-      __m128i h = _mm_loadu_si128((const __m128i*)(s + i));
-      __m256 wv = t == TensorType::F16 ? _mm256_cvtph_ps(h)
-                                       : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-      for (int r = 0; r < n_x; r++) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * ldx + i), acc[r]);
-    }
-    for (int r = 0; r < n_x; r++) out[r * ldo] = hsum(acc[r]);
-    return;
-  }
-  row_dots_generic<dot_avx2, to_f32_avx2>(t, w, x, ldx, n_x, n_in, out, ldo, scratch);
-}
-
 const CpuKernels kAvx2 = {
     "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
-    pv_avx2, gemm_avx2, row_dots_avx2,
+    pv_avx2, gemm_avx2,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -940,7 +908,7 @@ AVX512 void scale_avx512(float* y, const float* x, float alpha, int64_t n) {
 
 const CpuKernels kAvx512 = {
     "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
-    pv_avx512, gemm_avx512, row_dots_avx2,
+    pv_avx512, gemm_avx512,
 };
 #endif
 

@@ -96,10 +96,6 @@ struct CpuKernels {
   // group of x rows (tinyBLAS's approach).
   void (*gemm)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
                int64_t k, float* y, int64_t ldy);
-  // out[r] = dot(W row, x_r) for r < n_x rows of x (stride ldx); W row of
-  // type t, n_in elements. For small batches: reads the row once.
-  void (*row_dots)(TensorType t, const void* w, const float* x, int64_t ldx, int n_x, int64_t n_in,
-                   float* out, int64_t ldo, float* scratch);
 };
 
 const CpuKernels& cpu_kernels();           // the best for this CPU
