@@ -60,7 +60,132 @@ void read_config(const GGUFFile& f, ModelConfig& c) {
   }
 }
 
+// Inverse RoPE frequencies of the head_dim / 2 pairs: from a rope_freqs
+// tensor's factors when there is one (as llama.cpp writes it), else with
+// llama3 scaling from the metadata when the model asks for it.
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c, const float* factors) {
+  int half = c.head_dim / 2;
+  std::vector<float> inv((size_t)half);
+  for (int i = 0; i < half; i++) {
+    double freq = std::pow((double)c.rope_freq_base, -2.0 * i / c.head_dim);
+    if (factors) {
+      freq /= factors[(size_t)i];
+    } else if (c.rope_scaling == CLADE_ROPE_SCALING_LLAMA3) {
+      double wavelen = 2 * M_PI / freq;
+      double low_wl = c.rope_orig_ctx / c.rope_low_freq, high_wl = c.rope_orig_ctx / c.rope_high_freq;
+      if (wavelen > low_wl) {
+        freq /= c.rope_factor;
+      } else if (wavelen >= high_wl) {
+        double smooth = (c.rope_orig_ctx / wavelen - c.rope_low_freq) / (c.rope_high_freq - c.rope_low_freq);
+        freq = (1 - smooth) * freq / c.rope_factor + smooth * freq;
+      }
+    }
+    inv[(size_t)i] = (float)freq;
+  }
+  return inv;
+}
+
+void check_shape(const GGUFTensor* t, uint64_t ne0, uint64_t ne1) {
+  uint64_t got1 = t->n_dims >= 2 ? t->ne[1] : 1;
+  if (t->ne[0] != ne0 || got1 != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+    fail(CLADE_E_FORMAT, "model: tensor '" + t->name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
+                             std::to_string(got1) + "], expected [" + std::to_string(ne0) + ", " + std::to_string(ne1) + "]");
+}
+
 }  // namespace
+
+// Reads a model's tensors into its backend, counting each into n_params
+// and weight_bytes.
+struct Model::Loader {
+  Model& m;
+  const GGUFFile& f;
+  Backend& be;
+
+  const GGUFTensor* tensor(const std::string& name, bool required) const {
+    const GGUFTensor* t = f.find_tensor(name);
+    if (!t && required) fail(CLADE_E_FORMAT, "model: tensor '" + name + "' is missing");
+    return t;
+  }
+
+  Weight matrix(const std::string& name, int64_t n_in, int64_t n_out) {
+    const GGUFTensor* t = tensor(name, true);
+    check_shape(t, (uint64_t)n_in, (uint64_t)n_out);
+    m.n_params += t->n_elements();
+    m.weight_bytes += t->nbytes;
+    Weight w{t->type, t->data, n_in, n_out};
+    return be.upload_weight(w);
+  }
+
+  // Norm weights and biases as f32 in backend memory.
+  const float* vector(const std::string& name, int64_t n, bool required) {
+    const GGUFTensor* t = tensor(name, required);
+    if (!t) return nullptr;
+    check_shape(t, (uint64_t)n, 1);
+    m.n_params += t->n_elements();
+    m.weight_bytes += t->nbytes;
+    std::vector<float> host((size_t)n);
+    dequantize_row(t->type, t->data, host.data(), n);
+    void* p = be.alloc((size_t)n * sizeof(float));
+    m.owned_.push_back(p);
+    be.copy_to(p, host.data(), (size_t)n * sizeof(float));
+    return static_cast<const float*>(p);
+  }
+
+  // The token embeddings (which fix n_vocab), the output norm and the
+  // output matrix (tied to the embeddings when the file has none).
+  void embeddings_and_output() {
+    ModelConfig& c = m.cfg;
+    const GGUFTensor* emb = tensor("token_embd.weight", true);
+    if (emb->n_dims != 2) fail(CLADE_E_FORMAT, "model: token_embd.weight must be a matrix");
+    c.n_vocab = (int32_t)emb->ne[1];
+    if (emb->ne[1] > (1u << 30)) fail(CLADE_E_FORMAT, "model: vocabulary too large");
+    m.tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
+    if (m.tokenizer && m.tokenizer->n_vocab() != c.n_vocab)
+      fail(CLADE_E_FORMAT, "model: tokenizer has " + std::to_string(m.tokenizer->n_vocab()) +
+                               " tokens but token_embd has " + std::to_string(c.n_vocab));
+    m.output_norm = vector("output_norm.weight", c.n_embd, true);
+    if (tensor("output.weight", false)) {
+      m.output = matrix("output.weight", c.n_embd, c.n_vocab);
+    } else {
+      m.output = m.tok_embd;
+      m.tied_output = true;
+    }
+  }
+
+  void layer(int32_t l) {
+    const ModelConfig& c = m.cfg;
+    int64_t q_dim = (int64_t)c.n_heads * c.head_dim, kv_dim = (int64_t)c.n_kv_heads * c.head_dim;
+    std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& L = m.layers[(size_t)l];
+    L.attn_norm = vector(p + "attn_norm.weight", c.n_embd, true);
+    L.wq = matrix(p + "attn_q.weight", c.n_embd, q_dim);
+    L.wk = matrix(p + "attn_k.weight", c.n_embd, kv_dim);
+    L.wv = matrix(p + "attn_v.weight", c.n_embd, kv_dim);
+    L.bq = vector(p + "attn_q.bias", q_dim, false);
+    L.bk = vector(p + "attn_k.bias", kv_dim, false);
+    L.bv = vector(p + "attn_v.bias", kv_dim, false);
+    if ((L.bq != nullptr) != (L.bk != nullptr) || (L.bk != nullptr) != (L.bv != nullptr))
+      fail(CLADE_E_FORMAT, "model: layer " + std::to_string(l) + " has some but not all QKV biases");
+    m.has_qkv_bias = L.bq != nullptr;
+    L.wo = matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    L.ffn_norm = vector(p + "ffn_norm.weight", c.n_embd, true);
+    L.w_gate = matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    L.w_up = matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+    L.w_down = matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+  }
+
+  void rope_frequencies() {
+    const ModelConfig& c = m.cfg;
+    int half = c.head_dim / 2;
+    const GGUFTensor* rf = tensor("rope_freqs.weight", false);
+    std::vector<float> factors((size_t)half, 1.0f);
+    if (rf) {
+      check_shape(rf, (uint64_t)half, 1);
+      dequantize_row(rf->type, rf->data, factors.data(), half);
+    }
+    m.rope_inv_freq = rope_inverse_frequencies(c, rf ? factors.data() : nullptr);
+  }
+};
 
 RopeParams Model::rope() const {
   RopeParams p;
@@ -85,109 +210,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
     m->cfg.n_vocab = m->tokenizer->n_vocab();
     return m;
   }
-  ModelConfig& c = m->cfg;
-  read_config(f, c);
+  read_config(f, m->cfg);
   m->backend = std::move(backend);
-  Backend& be = *m->backend;
-
-  auto tensor = [&](const std::string& name, bool required) -> const GGUFTensor* {
-    const GGUFTensor* t = f.find_tensor(name);
-    if (!t && required) fail(CLADE_E_FORMAT, "model: tensor '" + name + "' is missing");
-    return t;
-  };
-  auto check_shape = [&](const GGUFTensor* t, uint64_t ne0, uint64_t ne1) {
-    uint64_t got1 = t->n_dims >= 2 ? t->ne[1] : 1;
-    if (t->ne[0] != ne0 || got1 != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-      fail(CLADE_E_FORMAT, "model: tensor '" + t->name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
-                               std::to_string(got1) + "], expected [" + std::to_string(ne0) + ", " + std::to_string(ne1) + "]");
-  };
-  auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out) -> Weight {
-    const GGUFTensor* t = tensor(name, true);
-    check_shape(t, (uint64_t)n_in, (uint64_t)n_out);
-    m->n_params += t->n_elements();
-    m->weight_bytes += t->nbytes;
-    Weight w{t->type, t->data, n_in, n_out};
-    return be.upload_weight(w);
-  };
-  // Norm weights and biases as f32 in backend memory.
-  auto vector = [&](const std::string& name, int64_t n, bool required) -> const float* {
-    const GGUFTensor* t = tensor(name, required);
-    if (!t) return nullptr;
-    check_shape(t, (uint64_t)n, 1);
-    m->n_params += t->n_elements();
-    m->weight_bytes += t->nbytes;
-    std::vector<float> host((size_t)n);
-    dequantize_row(t->type, t->data, host.data(), n);
-    void* p = be.alloc((size_t)n * sizeof(float));
-    m->owned_.push_back(p);
-    be.copy_to(p, host.data(), (size_t)n * sizeof(float));
-    return static_cast<const float*>(p);
-  };
-
-  const GGUFTensor* emb = tensor("token_embd.weight", true);
-  if (emb->n_dims != 2) fail(CLADE_E_FORMAT, "model: token_embd.weight must be a matrix");
-  c.n_vocab = (int32_t)emb->ne[1];
-  if (emb->ne[1] > (1u << 30)) fail(CLADE_E_FORMAT, "model: vocabulary too large");
-  m->tok_embd = matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  if (m->tokenizer && m->tokenizer->n_vocab() != c.n_vocab)
-    fail(CLADE_E_FORMAT, "model: tokenizer has " + std::to_string(m->tokenizer->n_vocab()) +
-                             " tokens but token_embd has " + std::to_string(c.n_vocab));
-  m->output_norm = vector("output_norm.weight", c.n_embd, true);
-  if (tensor("output.weight", false)) {
-    m->output = matrix("output.weight", c.n_embd, c.n_vocab);
-  } else {
-    m->output = m->tok_embd;
-    m->tied_output = true;
-  }
-  int64_t q_dim = (int64_t)c.n_heads * c.head_dim, kv_dim = (int64_t)c.n_kv_heads * c.head_dim;
-  m->layers.resize((size_t)c.n_layers);
-  for (int32_t l = 0; l < c.n_layers; l++) {
-    std::string p = "blk." + std::to_string(l) + ".";
-    LayerWeights& L = m->layers[(size_t)l];
-    L.attn_norm = vector(p + "attn_norm.weight", c.n_embd, true);
-    L.wq = matrix(p + "attn_q.weight", c.n_embd, q_dim);
-    L.wk = matrix(p + "attn_k.weight", c.n_embd, kv_dim);
-    L.wv = matrix(p + "attn_v.weight", c.n_embd, kv_dim);
-    L.bq = vector(p + "attn_q.bias", q_dim, false);
-    L.bk = vector(p + "attn_k.bias", kv_dim, false);
-    L.bv = vector(p + "attn_v.bias", kv_dim, false);
-    if ((L.bq != nullptr) != (L.bk != nullptr) || (L.bk != nullptr) != (L.bv != nullptr))
-      fail(CLADE_E_FORMAT, "model: layer " + std::to_string(l) + " has some but not all QKV biases");
-    m->has_qkv_bias = L.bq != nullptr;
-    L.wo = matrix(p + "attn_output.weight", q_dim, c.n_embd);
-    L.ffn_norm = vector(p + "ffn_norm.weight", c.n_embd, true);
-    L.w_gate = matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    L.w_up = matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
-    L.w_down = matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
-  }
+  Loader loader{*m, f, *m->backend};
+  loader.embeddings_and_output();
+  m->layers.resize((size_t)m->cfg.n_layers);
+  for (int32_t l = 0; l < m->cfg.n_layers; l++) loader.layer(l);
   m->main_type = m->layers.empty() ? m->tok_embd.type : m->layers[0].w_up.type;
-
-  // RoPE frequencies, with llama3 scaling from a rope_freqs tensor (as
-  // llama.cpp writes it) or from the metadata.
-  int half = c.head_dim / 2;
-  m->rope_inv_freq.resize((size_t)half);
-  const GGUFTensor* rf = tensor("rope_freqs.weight", false);
-  std::vector<float> factors((size_t)half, 1.0f);
-  if (rf) {
-    check_shape(rf, (uint64_t)half, 1);
-    dequantize_row(rf->type, rf->data, factors.data(), half);
-  }
-  for (int i = 0; i < half; i++) {
-    double freq = std::pow((double)c.rope_freq_base, -2.0 * i / c.head_dim);
-    if (rf) {
-      freq /= factors[(size_t)i];
-    } else if (c.rope_scaling == CLADE_ROPE_SCALING_LLAMA3) {
-      double wavelen = 2 * M_PI / freq;
-      double low_wl = c.rope_orig_ctx / c.rope_low_freq, high_wl = c.rope_orig_ctx / c.rope_high_freq;
-      if (wavelen > low_wl) {
-        freq /= c.rope_factor;
-      } else if (wavelen >= high_wl) {
-        double smooth = (c.rope_orig_ctx / wavelen - c.rope_low_freq) / (c.rope_high_freq - c.rope_low_freq);
-        freq = (1 - smooth) * freq / c.rope_factor + smooth * freq;
-      }
-    }
-    m->rope_inv_freq[(size_t)i] = (float)freq;
-  }
+  loader.rope_frequencies();
   return m;
 }
 

@@ -71,6 +71,7 @@ class Model {
   RopeParams rope() const;
 
  private:
+  struct Loader;  // load's weight reading (model.cpp)
   std::vector<void*> owned_;  // backend buffers made at load (f32 norms ...)
 };
 
