@@ -137,6 +137,36 @@ void read_value(Reader& r, GGUFType t, GGUFValue& v, const std::string& key) {
   }
 }
 
+// One tensor info: name (not one of seen; added to it), dimensions, type,
+// offset (a multiple of alignment), and its size in bytes from them.
+GGUFTensor read_tensor_info(Reader& r, uint64_t alignment, std::unordered_set<std::string>& seen) {
+  GGUFTensor t;
+  t.name = r.str("tensor name");
+  if (!seen.insert(t.name).second) r.bad("duplicate tensor name '" + t.name + "'");
+  t.n_dims = r.get<uint32_t>("tensor dims");
+  if (t.n_dims == 0 || t.n_dims > kMaxDims)
+    r.bad("tensor '" + t.name + "': " + std::to_string(t.n_dims) + " dimensions (1 to 4 allowed)");
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < t.n_dims; d++) {
+    t.ne[d] = r.get<uint64_t>("tensor dim");
+    if (t.ne[d] == 0 || t.ne[d] > (1ull << 40))
+      r.bad("tensor '" + t.name + "': dimension " + std::to_string(d) + " is " + std::to_string(t.ne[d]));
+    if (n > (1ull << 50) / t.ne[d]) r.bad("tensor '" + t.name + "': element count overflows");
+    n *= t.ne[d];
+  }
+  uint32_t type = r.get<uint32_t>("tensor type");
+  if (!tensor_type_known(type))
+    fail(CLADE_E_UNSUPPORTED, "GGUF: tensor '" + t.name + "' has unsupported type " + std::to_string(type));
+  t.type = (TensorType)type;
+  if (t.ne[0] % tensor_block_elems(t.type) != 0)
+    r.bad("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+          tensor_type_name(t.type) + " block");
+  t.nbytes = tensor_row_bytes(t.type, (int64_t)t.ne[0]) * (n / t.ne[0]);
+  t.offset = r.get<uint64_t>("tensor offset");
+  if (t.offset % alignment != 0) r.bad("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not aligned");
+  return t;
+}
+
 }  // namespace
 
 const char* tensor_type_name(TensorType t) {
@@ -286,31 +316,7 @@ void GGUFFile::parse(const uint8_t* base, size_t size) {
   seen.clear();
   tensors_.reserve(capped(n_tensors));
   for (uint64_t k = 0; k < n_tensors; k++) {
-    GGUFTensor t;
-    t.name = r.str("tensor name");
-    if (!seen.insert(t.name).second) r.bad("duplicate tensor name '" + t.name + "'");
-    t.n_dims = r.get<uint32_t>("tensor dims");
-    if (t.n_dims == 0 || t.n_dims > kMaxDims)
-      r.bad("tensor '" + t.name + "': " + std::to_string(t.n_dims) + " dimensions (1 to 4 allowed)");
-    uint64_t n = 1;
-    for (uint32_t d = 0; d < t.n_dims; d++) {
-      t.ne[d] = r.get<uint64_t>("tensor dim");
-      if (t.ne[d] == 0 || t.ne[d] > (1ull << 40))
-        r.bad("tensor '" + t.name + "': dimension " + std::to_string(d) + " is " + std::to_string(t.ne[d]));
-      if (n > (1ull << 50) / t.ne[d]) r.bad("tensor '" + t.name + "': element count overflows");
-      n *= t.ne[d];
-    }
-    uint32_t type = r.get<uint32_t>("tensor type");
-    if (!tensor_type_known(type))
-      fail(CLADE_E_UNSUPPORTED, "GGUF: tensor '" + t.name + "' has unsupported type " + std::to_string(type));
-    t.type = (TensorType)type;
-    if (t.ne[0] % tensor_block_elems(t.type) != 0)
-      r.bad("tensor '" + t.name + "': row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-            tensor_type_name(t.type) + " block");
-    t.nbytes = tensor_row_bytes(t.type, (int64_t)t.ne[0]) * (n / t.ne[0]);
-    t.offset = r.get<uint64_t>("tensor offset");
-    if (t.offset % alignment_ != 0) r.bad("tensor '" + t.name + "': offset " + std::to_string(t.offset) + " is not aligned");
-    tensors_.push_back(std::move(t));
+    tensors_.push_back(read_tensor_info(r, alignment_, seen));
   }
 
   uint64_t data_start = (r.pos + alignment_ - 1) / alignment_ * alignment_;
