@@ -105,12 +105,7 @@ int bench_machine(Args& a) {
   return 0;
 }
 
-struct Point {
-  std::string mode;
-  long batch, prefix;
-};
-
-int bench_decode(Args& a) {
+struct DecodeOptions {
   std::string model;
   std::vector<long> batches{1}, prefixes{512};
   std::vector<std::string> modes{"flat"};
@@ -120,243 +115,316 @@ int bench_decode(Args& a) {
   bool csv = false, machine = false, map_file = true;
   std::string kv = "f16";
   clade_backend backend = CLADE_BACKEND_CPU;
+};
+
+DecodeOptions parse_decode_options(Args& a) {
+  DecodeOptions o;
   while (!a.done()) {
     std::string f = a.next("");
-    if (f == "-m") model = a.next(f);
-    else if (f == "--batch") batches = long_list(a.next(f), f);
-    else if (f == "--prefix") prefixes = long_list(a.next(f), f);
-    else if (f == "--mode") modes = split(a.next(f), ',');
-    else if (f == "--suffix") suffix = to_long(a.next(f), f);
-    else if (f == "--gen") gen = to_long(a.next(f), f);
-    else if (f == "--threads") threads = (int)to_long(a.next(f), f);
-    else if (f == "--kv") kv = a.next(f);
-    else if (f == "--backend") backend = parse_backend(a.next(f));
-    else if (f == "--rounds") rounds = (int)to_long(a.next(f), f);
-    else if (f == "--min-seconds") min_seconds = (double)to_long(a.next(f), f);
-    else if (f == "--machine") machine = true;
-    else if (f == "--csv") csv = true;
-    else if (f == "--no-mmap") map_file = false;
+    if (f == "-m") o.model = a.next(f);
+    else if (f == "--batch") o.batches = long_list(a.next(f), f);
+    else if (f == "--prefix") o.prefixes = long_list(a.next(f), f);
+    else if (f == "--mode") o.modes = split(a.next(f), ',');
+    else if (f == "--suffix") o.suffix = to_long(a.next(f), f);
+    else if (f == "--gen") o.gen = to_long(a.next(f), f);
+    else if (f == "--threads") o.threads = (int)to_long(a.next(f), f);
+    else if (f == "--kv") o.kv = a.next(f);
+    else if (f == "--backend") o.backend = parse_backend(a.next(f));
+    else if (f == "--rounds") o.rounds = (int)to_long(a.next(f), f);
+    else if (f == "--min-seconds") o.min_seconds = (double)to_long(a.next(f), f);
+    else if (f == "--machine") o.machine = true;
+    else if (f == "--csv") o.csv = true;
+    else if (f == "--no-mmap") o.map_file = false;
     else Args::die("bench decode: unknown option " + f);
   }
-  if (model.empty()) Args::die("bench decode: -m FILE is required");
-  for (const std::string& m : modes)
+  if (o.model.empty()) Args::die("bench decode: -m FILE is required");
+  for (const std::string& m : o.modes)
     if (m != "shared" && m != "flat" && m != "noattn") Args::die("bench decode: --mode takes shared, flat, noattn");
-  if (gen < 2 || suffix < 0 || rounds < 1 || min_seconds < 0)
+  if (o.gen < 2 || o.suffix < 0 || o.rounds < 1 || o.min_seconds < 0)
     Args::die("bench decode: --gen >= 2, --suffix >= 0, --rounds >= 1, --min-seconds >= 0");
-  max_rounds = std::max(max_rounds, rounds);
-  clade_model_params mp;
-  clade_model_params_init(&mp);
-  mp.n_threads = threads;
-  mp.backend = backend;
-  mp.use_mmap = map_file;
-  clade_model* m = nullptr;
-  check(clade_model_load(model.c_str(), &mp, &m), "load");
-  clade_model_info info;
-  info.size = sizeof info;
-  check(clade_model_describe(m, &info), "describe");
-  if (threads == 0) threads = (int)std::thread::hardware_concurrency();
-  clade_kv_type kvt = kv == "f32" ? CLADE_KV_F32 : kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
-  const size_t kv_bytes_per_token = (size_t)info.n_layers * 2 * info.n_kv_heads * info.head_dim * (kvt == CLADE_KV_F32 ? 4 : 2);
-  const double mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+  o.max_rounds = std::max(o.max_rounds, o.rounds);
+  return o;
+}
 
-  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s,round_attn_ms%s\n",
-              machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "", machine ? ",round_bw_gb_s,round_gflop_s,round_step_bw_gb_s" : "");
-  std::fflush(stdout);
+// One mode at one point (batch, prefix): its cache, and its timings.
+struct Run {
+  std::string mode;
+  clade_cache* cache = nullptr;
+  std::vector<clade_seq_id> ids;
+  std::vector<double> times;  // seconds per step, one per round
+  std::vector<double> step_bw;  // with --machine: per round, the median read bandwidth between its steps
+  bool fits = true;
+};
+
+// v's values times scale in fmt, ';'-separated; "x" when v is empty.
+std::string join(const std::vector<double>& v, double scale, const char* fmt) {
+  std::string out;
+  char buf[32];
+  for (size_t i = 0; i < v.size(); i++) {
+    std::snprintf(buf, sizeof buf, fmt, v[i] * scale);
+    if (i) out += ';';
+    out += buf;
+  }
+  return out.empty() ? std::string("x") : out;
+}
+
+// The buffers of one decode step of a point's whole batch (one token per
+// sequence; the logits, since a real step needs them).
+struct StepBuffers {
+  std::vector<int32_t> ones;
+  std::vector<clade_token> toks;
+  std::vector<float> logits;
+
+  StepBuffers(long batch, int32_t n_vocab)
+      : ones((size_t)batch, 1), toks((size_t)batch), logits((size_t)batch * n_vocab) {}
+  clade_batch batch_of(Run& r) {
+    clade_batch bt;
+    clade_batch_init(&bt);
+    bt.n_seqs = toks.size();
+    bt.seq_ids = r.ids.data();
+    bt.n_tokens = ones.data();
+    bt.tokens = toks.data();
+    bt.logits = logits.data();
+    bt.logits_rows = toks.size();
+    return bt;
+  }
+};
+
+// What every point shares: the options, the model, the machine's memory,
+// and the one token stream every prompt and step draws from.
+struct DecodeBench {
+  const DecodeOptions& o;
+  clade_model_info info;
+  clade_kv_type kvt;
+  size_t kv_bytes_per_token;
+  double mem_total;
+  int threads;
   uint64_t rng = 12345;
-  auto rand_tok = [&]() {
+
+  clade_token rand_tok() {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return (clade_token)((rng >> 33) % (uint64_t)info.n_vocab);
-  };
-  for (long prefix : prefixes) {
+  }
+
+  std::vector<Run> make_runs(clade_tree* tree, clade_node_id node, long batch, long prefix);
+  double time_round(std::vector<Run>& runs, StepBuffers& sb, int round, long steps,
+                    readbw::Reader* step_reader);
+  void report_kv(clade_tree* tree, const Run& r, long batch, long prefix);
+  void print_rows(const std::vector<Run>& runs, long batch, long prefix, const char* extra,
+                  const std::string& machine_rounds);
+  void point(clade_tree* tree, clade_node_id node, long batch, long prefix);
+};
+
+// Every mode of a point gets its own cache (unless its KV would not fit in
+// memory), holding batch sequences with suffix tokens of their own.
+std::vector<Run> DecodeBench::make_runs(clade_tree* tree, clade_node_id node, long batch, long prefix) {
+  std::vector<Run> runs;
+  for (const std::string& mode : o.modes) {
+    Run r;
+    r.mode = mode;
+    bool flat = mode == "flat";
+    double need = (double)kv_bytes_per_token * batch * ((flat ? prefix : 0) + o.suffix + o.gen + 16);
+    for (const Run& other : runs)
+      if (other.fits && other.mode == "flat") need += (double)kv_bytes_per_token * batch * prefix;
+    if (need > 0.8 * mem_total) {
+      r.fits = false;
+      runs.push_back(r);
+      continue;
+    }
+    clade_cache_params cp;
+    clade_cache_params_init(&cp);
+    cp.max_seqs = (int32_t)batch;
+    cp.max_tokens = (int32_t)(o.suffix + o.gen + 1);
+    cp.attention = mode == "noattn" ? CLADE_ATTENTION_NONE : flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_AUTO;
+    check(clade_cache_create(tree, &cp, &r.cache), "cache");
+    r.ids.resize((size_t)batch);
+    for (long b = 0; b < batch; b++) {
+      std::vector<clade_token> own((size_t)o.suffix);
+      for (auto& t : own) t = rand_tok();
+      check(clade_cache_add(r.cache, node, own.data(), own.size(), flat ? CLADE_SEQ_PRIVATE : 0, &r.ids[(size_t)b]),
+            "add");
+    }
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+// One round at a point: steps - 1 timed decode steps per mode, the modes
+// taking turns step by step (mode A's step 1, B's step 1, ..., then A's
+// step 2), each step index starting with the next mode, so that no mode is
+// always the one after the machine measurement or the truncation, and the
+// modes of a round share the same seconds of a shared, noisy machine (a
+// mode's whole run at batch 256 takes 10-40 s; the machine's other tenants
+// come and go faster). Appends each mode's time per step (and with
+// step_reader its median read bandwidth between steps); returns the
+// seconds timed.
+double DecodeBench::time_round(std::vector<Run>& runs, StepBuffers& sb, int round, long steps,
+                               readbw::Reader* step_reader) {
+  if (round == 0)  // one warm-up step per mode (it also evaluates the suffixes)
+    for (Run& r : runs) {
+      if (!r.fits) continue;
+      clade_batch bt = sb.batch_of(r);
+      for (auto& t : sb.toks) t = rand_tok();
+      check(clade_decode(r.cache, &bt), "decode");
+    }
+  std::vector<double> total(runs.size(), 0.0);
+  std::vector<std::vector<double>> reads(runs.size());
+  for (long s = 0; s < steps; s++)
+    for (size_t ri = 0; ri < runs.size(); ri++) {
+      const size_t k = (ri + (size_t)round + (size_t)s) % runs.size();
+      Run& r = runs[k];
+      if (!r.fits) continue;
+      clade_batch bt = sb.batch_of(r);
+      for (auto& t : sb.toks) t = rand_tok();
+      if (step_reader) reads[k].push_back(step_reader->pass());
+      auto t0 = Clock::now();
+      check(clade_decode(r.cache, &bt), "decode");
+      total[k] += secs(t0, Clock::now());
+    }
+  double round_sum = 0;
+  for (size_t k = 0; k < runs.size(); k++) {
+    Run& r = runs[k];
+    if (!r.fits) continue;
+    if (step_reader) r.step_bw.push_back(median(reads[k]));
+    r.times.push_back(total[k] / steps);
+    round_sum += total[k];
+  }
+  return round_sum;
+}
+
+// A mode's KV memory against the ideal: (prefix once + every unique token)
+// x bytes per token.
+void DecodeBench::report_kv(clade_tree* tree, const Run& r, long batch, long prefix) {
+  bool flat = r.mode == "flat";
+  size_t tree_b = clade_tree_kv_bytes(tree), cache_b = clade_cache_kv_bytes(r.cache);
+  double ideal = ((double)prefix * (flat ? batch + 1 : 1) + (double)batch * (o.suffix + o.gen)) *
+                 (double)kv_bytes_per_token;
+  std::fprintf(stderr, "  %s batch %ld: KV %.1f MiB (tree %.1f + caches %.1f), ideal %.1f MiB, ratio %.3f\n",
+               r.mode.c_str(), batch, (tree_b + cache_b) / 1048576.0, tree_b / 1048576.0, cache_b / 1048576.0,
+               ideal / 1048576.0, (tree_b + cache_b) / ideal);
+}
+
+// A point's CSV rows, one per mode. extra: with --machine, the point's best
+// bandwidth and peak; machine_rounds: with --machine, their per-round lists.
+void DecodeBench::print_rows(const std::vector<Run>& runs, long batch, long prefix, const char* extra,
+                             const std::string& machine_rounds) {
+  const long suffix = o.suffix, gen = o.gen;
+  // The attention part of a step, paired: per round, this mode's step
+  // time minus the noattn step time of the same round (their steps
+  // taking turns), median over rounds; a slow moment then shifts both
+  // sides of a difference instead of one.
+  const Run* na = nullptr;
+  for (const Run& r : runs)
+    if (r.mode == "noattn" && r.fits) na = &r;
+  for (const Run& r : runs) {
+    if (!r.fits) {
+      std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads,
+                  extra, machine_rounds.c_str(), o.machine ? ",x" : "");
+      continue;
+    }
+    const double best = *std::min_element(r.times.begin(), r.times.end()), med = median(r.times);
+    std::string attn = "x", attn_rounds = "x";
+    if (na && na->times.size() == r.times.size()) {
+      std::vector<double> d;
+      for (size_t i = 0; i < r.times.size(); i++) d.push_back(r.times[i] - na->times[i]);
+      attn_rounds = join(d, 1e3, "%.3f");
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3f", median(d) * 1e3);
+      attn = buf;
+    }
+    const std::string step_bw = o.machine ? "," + join(r.step_bw, 1e-9, "%.1f") : "";
+    std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
+                threads, batch / best, best * 1e3, med * 1e3, (int)r.times.size(), attn.c_str(), extra,
+                attn_rounds.c_str(), machine_rounds.c_str(), step_bw.c_str());
+  }
+}
+
+// One point: every mode gets its own cache; then rounds of gen-1 timed
+// steps per mode (time_round), each round starting from the same state
+// (the steps are truncated away); each mode keeps its fastest round. So the
+// modes are compared in the same seconds of a shared, noisy machine.
+void DecodeBench::point(clade_tree* tree, clade_node_id node, long batch, long prefix) {
+  std::vector<Run> runs = make_runs(tree, node, batch, prefix);
+  StepBuffers sb(batch, info.n_vocab);
+  const long steps = std::max(1L, o.gen - 1);
+  // With --machine, every round also measures the read bandwidth and the
+  // GEMM peak (as `clade bench machine` does); the point keeps the best
+  // of each, as it keeps each mode's best round.
+  double bw_best = 0, peak_best = 0, timed = 0;
+  // With --machine, one read pass before every timed step as well (not
+  // timed with it): the bandwidth the steps of this mode and round had,
+  // as the machine's other tenants left it. The round's first measurement
+  // (best of 5 passes) often catches a few quick seconds that the steps
+  // then do not see; rooflines per round can use either.
+  std::unique_ptr<readbw::Reader> step_reader;
+  if (o.machine) step_reader.reset(new readbw::Reader(threads, (size_t)256 << 20));
+  std::vector<double> bw_round, peak_round;  // per round, for rooflines paired with that round's steps
+  for (int round = 0; round < o.rounds || (round < o.max_rounds && timed < o.min_seconds); round++) {
+    if (o.machine) {
+      bw_round.push_back(measure_read_bandwidth(threads));
+      peak_round.push_back(measure_gemm(threads, 2048, 2048, 2048));
+      bw_best = std::max(bw_best, bw_round.back());
+      peak_best = std::max(peak_best, peak_round.back());
+      // OpenBLAS's threads spin for a while after a parallel GEMM; let
+      // them sleep before the first mode is timed.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    timed += time_round(runs, sb, round, steps, step_reader.get());
+    for (const Run& r : runs) {
+      if (!r.fits) continue;
+      if (round == 0) report_kv(tree, r, batch, prefix);
+      for (clade_seq_id id : r.ids) check(clade_cache_truncate(r.cache, id, (int32_t)o.suffix + 1), "truncate");
+    }
+  }
+  char extra[64] = "";
+  if (o.machine) std::snprintf(extra, sizeof extra, ",%.1f,%.1f", bw_best / 1e9, peak_best / 1e9);
+  // Per-round lists (';'-separated, in round order): each mode's
+  // attention part, and with --machine the bandwidth and peak measured
+  // at the start of that round, so that a report can set every round's
+  // attention part against the machine of the same seconds.
+  std::string machine_rounds;
+  if (o.machine) machine_rounds = "," + join(bw_round, 1e-9, "%.1f") + "," + join(peak_round, 1e-9, "%.1f");
+  print_rows(runs, batch, prefix, extra, machine_rounds);
+  for (Run& r : runs) clade_cache_free(r.cache);
+  std::fflush(stdout);
+}
+
+int bench_decode(Args& a) {
+  const DecodeOptions o = parse_decode_options(a);
+  clade_model_params mp;
+  clade_model_params_init(&mp);
+  mp.n_threads = o.threads;
+  mp.backend = o.backend;
+  mp.use_mmap = o.map_file;
+  clade_model* m = nullptr;
+  check(clade_model_load(o.model.c_str(), &mp, &m), "load");
+  DecodeBench b{o, {}, CLADE_KV_F16, 0, 0, 0};
+  b.info.size = sizeof b.info;
+  check(clade_model_describe(m, &b.info), "describe");
+  b.threads = o.threads == 0 ? (int)std::thread::hardware_concurrency() : o.threads;
+  b.kvt = o.kv == "f32" ? CLADE_KV_F32 : o.kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
+  b.kv_bytes_per_token =
+      (size_t)b.info.n_layers * 2 * b.info.n_kv_heads * b.info.head_dim * (b.kvt == CLADE_KV_F32 ? 4 : 2);
+  b.mem_total = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+
+  std::printf("mode,batch,prefix,suffix,gen,threads,tokens_per_s,ms_per_step,ms_median,rounds,attn_ms%s,round_attn_ms%s\n",
+              o.machine ? ",read_bandwidth_gb_s,gemm_gflop_s" : "",
+              o.machine ? ",round_bw_gb_s,round_gflop_s,round_step_bw_gb_s" : "");
+  std::fflush(stdout);
+  for (long prefix : o.prefixes) {
     clade_tree_params tp;
     clade_tree_params_init(&tp);
-    tp.kv_type = kvt;
+    tp.kv_type = b.kvt;
     clade_tree* tree = nullptr;
     check(clade_tree_create(m, &tp, &tree), "tree");
     std::vector<clade_token> ptoks((size_t)prefix);
-    for (auto& t : ptoks) t = rand_tok();
+    for (auto& t : ptoks) t = b.rand_tok();
     clade_node_id node = 0;
     auto tp0 = Clock::now();
     if (prefix > 0) check(clade_tree_append(tree, 0, ptoks.data(), ptoks.size(), nullptr, &node), "prefill");
     double prefill_s = secs(tp0, Clock::now());
-    if (!csv) std::fprintf(stderr, "prefix %ld: prefill %.2f s (%.0f tokens/s)\n", prefix, prefill_s, prefix / prefill_s);
-    for (long batch : batches) {
-      // Every mode of this point gets its own cache; then rounds of
-      // gen-1 timed steps per mode, the modes taking turns step by step,
-      // each round starting from the same state (the steps are truncated
-      // away); each mode keeps its fastest round. So the modes are compared
-      // in the same seconds of a shared, noisy machine.
-      struct Run {
-        std::string mode;
-        clade_cache* cache = nullptr;
-        std::vector<clade_seq_id> ids;
-        std::vector<double> times;  // seconds per step, one per round
-        std::vector<double> step_bw;  // with --machine: per round, the median read bandwidth between its steps
-        bool fits = true;
-      };
-      std::vector<Run> runs;
-      for (const std::string& mode : modes) {
-        Run r;
-        r.mode = mode;
-        bool flat = mode == "flat";
-        double need = (double)kv_bytes_per_token * batch * ((flat ? prefix : 0) + suffix + gen + 16);
-        for (const Run& o : runs)
-          if (o.fits && o.mode == "flat") need += (double)kv_bytes_per_token * batch * prefix;
-        if (need > 0.8 * mem_total) {
-          r.fits = false;
-          runs.push_back(r);
-          continue;
-        }
-        clade_cache_params cp;
-        clade_cache_params_init(&cp);
-        cp.max_seqs = (int32_t)batch;
-        cp.max_tokens = (int32_t)(suffix + gen + 1);
-        cp.attention = mode == "noattn" ? CLADE_ATTENTION_NONE : flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_AUTO;
-        check(clade_cache_create(tree, &cp, &r.cache), "cache");
-        r.ids.resize((size_t)batch);
-        for (long b = 0; b < batch; b++) {
-          std::vector<clade_token> own((size_t)suffix);
-          for (auto& t : own) t = rand_tok();
-          check(clade_cache_add(r.cache, node, own.data(), own.size(), flat ? CLADE_SEQ_PRIVATE : 0, &r.ids[(size_t)b]),
-                "add");
-        }
-        runs.push_back(std::move(r));
-      }
-      std::vector<int32_t> ones((size_t)batch, 1);
-      std::vector<clade_token> toks((size_t)batch);
-      std::vector<float> logits((size_t)batch * info.n_vocab);  // a real step needs them
-      const long steps = std::max(1L, gen - 1);
-      // With --machine, every round also measures the read bandwidth and the
-      // GEMM peak (as `clade bench machine` does); the point keeps the best
-      // of each, as it keeps each mode's best round.
-      double bw_best = 0, peak_best = 0, timed = 0;
-      // With --machine, one read pass before every timed step as well (not
-      // timed with it): the bandwidth the steps of this mode and round had,
-      // as the machine's other tenants left it. The round's first measurement
-      // (best of 5 passes) often catches a few quick seconds that the steps
-      // then do not see; rooflines per round can use either.
-      std::unique_ptr<readbw::Reader> step_reader;
-      if (machine) step_reader.reset(new readbw::Reader(threads, (size_t)256 << 20));
-      std::vector<double> bw_round, peak_round;  // per round, for rooflines paired with that round's steps
-      int round = 0;
-      for (; round < rounds || (round < max_rounds && timed < min_seconds); round++) {
-        if (machine) {
-          bw_round.push_back(measure_read_bandwidth(threads));
-          peak_round.push_back(measure_gemm(threads, 2048, 2048, 2048));
-          bw_best = std::max(bw_best, bw_round.back());
-          peak_best = std::max(peak_best, peak_round.back());
-          // OpenBLAS's threads spin for a while after a parallel GEMM; let
-          // them sleep before the first mode is timed.
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        }
-        // The modes take turns step by step (mode A's step 1, B's step 1, ...,
-        // then A's step 2), each step index starting with the next mode, so
-        // that no mode is always the one after the machine measurement or
-        // the truncation, and the modes of a round share the same seconds
-        // of a shared, noisy machine (a mode's whole run at batch 256 takes
-        // 10-40 s; the machine's other tenants come and go faster).
-        auto make_batch = [&](Run& r) {
-          clade_batch bt;
-          clade_batch_init(&bt);
-          bt.n_seqs = (size_t)batch;
-          bt.seq_ids = r.ids.data();
-          bt.n_tokens = ones.data();
-          bt.tokens = toks.data();
-          bt.logits = logits.data();
-          bt.logits_rows = (size_t)batch;
-          return bt;
-        };
-        if (round == 0)  // one warm-up step per mode (it also evaluates the suffixes)
-          for (Run& r : runs) {
-            if (!r.fits) continue;
-            clade_batch bt = make_batch(r);
-            for (auto& t : toks) t = rand_tok();
-            check(clade_decode(r.cache, &bt), "decode");
-          }
-        std::vector<double> total(runs.size(), 0.0);
-        std::vector<std::vector<double>> reads(runs.size());
-        for (long s = 0; s < steps; s++)
-          for (size_t ri = 0; ri < runs.size(); ri++) {
-            const size_t k = (ri + (size_t)round + (size_t)s) % runs.size();
-            Run& r = runs[k];
-            if (!r.fits) continue;
-            clade_batch bt = make_batch(r);
-            for (auto& t : toks) t = rand_tok();
-            if (step_reader) reads[k].push_back(step_reader->pass());
-            auto t0 = Clock::now();
-            check(clade_decode(r.cache, &bt), "decode");
-            total[k] += secs(t0, Clock::now());
-          }
-        double round_sum = 0;
-        for (size_t k = 0; k < runs.size(); k++) {
-          Run& r = runs[k];
-          if (!r.fits) continue;
-          if (step_reader) r.step_bw.push_back(median(reads[k]));
-          r.times.push_back(total[k] / steps);
-          round_sum += total[k];
-          if (round == 0) {
-            // KV memory against the ideal: (prefix once + every unique token) x bytes per token
-            bool flat = r.mode == "flat";
-            size_t tree_b = clade_tree_kv_bytes(tree), cache_b = clade_cache_kv_bytes(r.cache);
-            double ideal = ((double)prefix * (flat ? batch + 1 : 1) + (double)batch * (suffix + gen)) *
-                           (double)kv_bytes_per_token;
-            std::fprintf(stderr, "  %s batch %ld: KV %.1f MiB (tree %.1f + caches %.1f), ideal %.1f MiB, ratio %.3f\n",
-                         r.mode.c_str(), batch, (tree_b + cache_b) / 1048576.0, tree_b / 1048576.0,
-                         cache_b / 1048576.0, ideal / 1048576.0, (tree_b + cache_b) / ideal);
-          }
-          for (clade_seq_id id : r.ids) check(clade_cache_truncate(r.cache, id, (int32_t)suffix + 1), "truncate");
-        }
-        timed += round_sum;
-      }
-      char extra[64] = "";
-      if (machine) std::snprintf(extra, sizeof extra, ",%.1f,%.1f", bw_best / 1e9, peak_best / 1e9);
-      // Per-round lists (';'-separated, in round order): each mode's
-      // attention part, and with --machine the bandwidth and peak measured
-      // at the start of that round, so that a report can set every round's
-      // attention part against the machine of the same seconds.
-      auto join = [](const std::vector<double>& v, double scale, const char* fmt) {
-        std::string out;
-        char buf[32];
-        for (size_t i = 0; i < v.size(); i++) {
-          std::snprintf(buf, sizeof buf, fmt, v[i] * scale);
-          if (i) out += ';';
-          out += buf;
-        }
-        return out.empty() ? std::string("x") : out;
-      };
-      std::string machine_rounds;
-      if (machine) machine_rounds = "," + join(bw_round, 1e-9, "%.1f") + "," + join(peak_round, 1e-9, "%.1f");
-      // The attention part of a step, paired: per round, this mode's step
-      // time minus the noattn step time of the same round (their steps
-      // taking turns), median over rounds; a slow moment then shifts both
-      // sides of a difference instead of one.
-      const Run* na = nullptr;
-      for (const Run& r : runs)
-        if (r.mode == "noattn" && r.fits) na = &r;
-      for (Run& r : runs) {
-        if (!r.fits) {
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,x,x,x,0,x%s,x%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen, threads,
-                      extra, machine_rounds.c_str(), machine ? ",x" : "");
-        } else {
-          const double best = *std::min_element(r.times.begin(), r.times.end()), med = median(r.times);
-          std::string attn = "x", attn_rounds = "x";
-          if (na && na->times.size() == r.times.size()) {
-            std::vector<double> d;
-            for (size_t i = 0; i < r.times.size(); i++) d.push_back(r.times[i] - na->times[i]);
-            attn_rounds = join(d, 1e3, "%.3f");
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.3f", median(d) * 1e3);
-            attn = buf;
-          }
-          const std::string step_bw = machine ? "," + join(r.step_bw, 1e-9, "%.1f") : "";
-          std::printf("%s,%ld,%ld,%ld,%ld,%d,%.1f,%.3f,%.3f,%d,%s%s,%s%s%s\n", r.mode.c_str(), batch, prefix, suffix, gen,
-                      threads, batch / best, best * 1e3, med * 1e3, (int)r.times.size(), attn.c_str(), extra,
-                      attn_rounds.c_str(), machine_rounds.c_str(), step_bw.c_str());
-        }
-        clade_cache_free(r.cache);
-      }
-      std::fflush(stdout);
-    }
+    if (!o.csv) std::fprintf(stderr, "prefix %ld: prefill %.2f s (%.0f tokens/s)\n", prefix, prefill_s, prefix / prefill_s);
+    for (long batch : o.batches) b.point(tree, node, batch, prefix);
     if (node) clade_tree_release(tree, node);
     clade_tree_free(tree);
   }
