@@ -18,7 +18,7 @@
 // --own N: the whole attention of the layer as a decode step runs it, not
 // the op alone: every sequence also has N tokens of its own (the new one
 // included) in its own store, as a cache keeps them, and the problems come
-// from the library's plan (lib/plan.h) and run with its merge (run_plan in
+// from the library's plan (lib/plan.h) and run with its merge (HostAttention in
 // lib/forward.h). Shared: the span's problems, each sequence's own tokens
 // a tail of them where the backend takes tails (else one causal problem per
 // sequence and KV head, and a merge of two partials per row;
@@ -124,32 +124,23 @@ int step_attention(Backend& be, const Shape& a, const std::vector<float>& q, rea
   for (int m = 0; m < 2; m++) {
     const bool flat = m == 0;
     if (!a.only.empty() && a.only != (flat ? "flat" : "shared")) continue;
-    std::vector<PassSeq> seqs((size_t)a.batch);
+    AttnPlan plan;
     for (int b = 0; b < a.batch; b++) {
-      PassSeq& s = seqs[(size_t)b];
-      if (!flat) {
-        s.span_keys = {node.get()};
-        s.spans = {node.get()};
-        s.span_lens = {a.len};
-      }
+      PassSeq& s = plan.add_seq();
       s.own = (flat ? flat_own : shared_own)[(size_t)b].get();
       s.own_before = s.own->length - 1;  // the new token is the last one
       s.pos0 = a.len + a.own - 1;
       s.n_tokens = 1;
       s.tok0 = b;
+      if (!flat) plan.add_span(node.get(), a.len);
     }
-    AttnPlan plan;
-    plan.build(seqs, nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, AttnCost{},
+    plan.build(nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, be.attention_cost(),
                be.attention_tails() && !std::getenv("BENCH_NO_TAILS"));
-    std::vector<float> part_o(plan.rows.size() * a.hd);
-    std::vector<double> part_lse(plan.rows.size());
-    const PlanBuffers pb{plan.rows.data(), plan.limits.data(), plan.part_begin.data(), plan.part_rows.data(),
-                         part_o.data(), part_lse.data()};
-    std::vector<AttnProblem> scratch;
-    std::vector<AttnTail> tail_scratch;
+    HostAttention ha(be);
+    ha.prepare(plan, a.hd, scale);
     const double bytes = token_bytes * (flat ? (double)a.batch * (a.len + a.own) : a.len + (double)a.batch * a.own);
     time_mode(a, flat, bytes, flops, reader, [&] {
-      run_plan(be, plan, pb, 0, q.data(), a.hd, scale, scratch, tail_scratch, out.data());
+      ha.run(0, q.data(), out.data());
     });
   }
   return 0;

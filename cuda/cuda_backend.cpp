@@ -100,6 +100,12 @@ int64_t dequant_tile_rows(int64_t n_in, int64_t n_out) {
   return std::max<int64_t>(1, std::min(rows, n_out));
 }
 
+// A device buffer that only grows.
+struct Scratch {
+  void* p = nullptr;
+  size_t cap = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device);
@@ -108,7 +114,12 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const char* name() const override { return "cuda"; }
-  int n_threads() const override { return 1; }
+  // From the device's properties (cost_, set at construction): HBM at its
+  // nominal bandwidth x 0.7, the FP32 cores that this backend's attention
+  // kernels use at 30% (many rows) and 10% (few rows) of their peak, and a
+  // microsecond per problem. On a GPU both choices are memory-bound, so
+  // shared wins wherever two sequences share a span of some length.
+  const AttnCost& attention_cost() const override { return cost_; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
@@ -126,16 +137,13 @@ class CudaBackend final : public Backend {
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
-  void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
-                 size_t n_problems) override;
+  std::unique_ptr<AttnWork> make_attn_work() override;
+  void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
+  void attention_run(AttnWork& work, int layer, const float* q) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
 
  private:
-  // A device buffer that only grows.
-  struct Scratch {
-    void* p = nullptr;
-    size_t cap = 0;
-  };
+  friend struct CudaAttnWork;
 
   void destroy() noexcept;
   // Make the backend's device current on this thread (callers hold mu_).
@@ -170,11 +178,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> weights_;  // uploaded weights, freed with the backend
   Scratch x16_;                 // activations narrowed for cuBLAS
   Scratch w16_;                 // widened quantized weight rows
-  Scratch rope_;                // inv_freq, then positions
-  Scratch attn_;                // attention: problems, work units, splits
-  Scratch attn_part_;           // attention: partial rows of split problems
   int sm_count_ = 1;            // multiprocessors (attention work units)
-  std::vector<uint8_t> staging_;  // host side of rope_ and attn_
+  AttnCost cost_;
   static constexpr size_t kRingBytes = (size_t)4 << 20;
   uint8_t* ring_ = nullptr;       // pinned host memory (cudaMallocHost), or null
   size_t ring_at_ = 0;
@@ -187,6 +192,19 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
     sm_count_ = std::max(sm_count_, 1);
+    int mem_khz = 0, bus_bits = 0, core_khz = 0;
+    check(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device_), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&core_khz, cudaDevAttrClockRate, device_), "cudaDeviceGetAttribute");
+    const double hbm = 2.0 * mem_khz * 1e3 * bus_bits / 8;  // bytes/s, double data rate
+    const double fp32 = 2.0 * 128 * sm_count_ * core_khz * 1e3;  // FMA lanes per SM (Ampere, Hopper)
+    if (hbm > 0) cost_.bandwidth = 0.7 * hbm;
+    if (fp32 > 0) {
+      cost_.gemm_flops = 0.3 * fp32;
+      cost_.small_flops = 0.1 * fp32;
+    }
+    cost_.item_overhead = 1e-6;
+    cost_.merge_per_row = 1e-9;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
@@ -210,7 +228,7 @@ void CudaBackend::destroy() noexcept {
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
-  for (Scratch* s : {&x16_, &w16_, &rope_, &attn_, &attn_part_}) {
+  for (Scratch* s : {&x16_, &w16_}) {
     if (s->p) cudaFree(s->p);
     s->p = nullptr;
     s->cap = 0;
@@ -450,21 +468,13 @@ void CudaBackend::swiglu(float* gate, const float* up, int64_t n) {
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
   std::lock_guard<std::mutex> lock(mu_);
   enter();
-  const int half = p.head_dim / 2;
   if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || p.head_dim % 2 != 0)
     fail(CLADE_E_UNSUPPORTED, "cuda: rope: head dimension " + std::to_string(p.head_dim));
   if (n <= 0 || n_heads <= 0) return;
   if (!p.inv_freq || !pos) fail(CLADE_E_INVALID_ARG, "cuda: rope: positions or frequencies missing");
-  // Device copy of [inv_freq (half floats)][pos (n int32)], both host memory.
-  const size_t freq_bytes = (size_t)half * sizeof(float), pos_bytes = (size_t)n * sizeof(int32_t);
-  staging_.resize(freq_bytes + pos_bytes);
-  std::memcpy(staging_.data(), p.inv_freq, freq_bytes);
-  std::memcpy(staging_.data() + freq_bytes, pos, pos_bytes);
-  uint8_t* dev = static_cast<uint8_t*>(scratch(rope_, staging_.size(), "rope: scratch"));
-  upload(dev, staging_.data(), staging_.size(), "rope: copying positions");
-  const float* inv_freq = reinterpret_cast<const float*>(dev);
-  const int32_t* dpos = reinterpret_cast<const int32_t*>(dev + freq_bytes);
-  launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, dpos, p.pos_scale, inv_freq, stream_), "rope");
+  // Both in device memory (backend.h): nothing to upload, so a pass's
+  // launches depend on no host table.
+  launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, pos, p.pos_scale, p.inv_freq, stream_), "rope");
 }
 
 void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
@@ -482,105 +492,171 @@ void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, i
 
 // ---- attention ----
 
-void CudaBackend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
-                            const AttnProblem* problems, size_t n_problems) {
-  std::lock_guard<std::mutex> lock(mu_);
-  enter();
-  if (head_dim <= 0 || head_dim > cuda::kMaxHeadDim)
-    fail(CLADE_E_UNSUPPORTED, "cuda: attention: head dimension " + std::to_string(head_dim) + " outside 1..256");
-  if (!kv_type_valid(type))
-    fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
-  std::vector<AttnDesc> descs;  // problems with rows
-  int64_t group_keys = 0;  // keys over all row groups
-  for (size_t i = 0; i < n_problems; i++) {
-    const AttnProblem& p = problems[i];
-    // attention_tails() is false, so the plan gives none: tails run one
-    // after another inside a unit, where the own problems are parallel
-    // units (measured slower on an H100, bench/README.md).
-    if (p.n_tails > 0)
-      fail(CLADE_E_INTERNAL, "cuda: attention: problems with tails are not supported");
-    if (p.n_rows <= 0) continue;
-    AttnDesc d;
-    d.rows = p.rows;
-    d.limit = p.limit;
-    d.kv = p.kv;
-    d.cap = p.cap;
-    d.o = p.o;
-    d.lse = p.lse;
-    d.n_rows = p.n_rows;
-    d.len = std::max(p.len, 0);
-    if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
-    descs.push_back(d);
-    group_keys += (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup * (int64_t)d.len;
+// The CUDA backend's prepared attention of a pass: per set, the device copy
+// of its descriptors, work units and splits, uploaded once per pass; every
+// layer launches from them (a descriptor's kv is layer 0's, the kernel adds
+// layer * layer_stride), so no layer uploads anything.
+struct CudaAttnWork final : AttnWork {
+  struct Set {
+    int type;
+    size_t at;  // byte offset of its tables in `tables`
+    int n_units, n_splits;
+    int64_t split_rows;
+    size_t b_desc, b_unit, b_split;
+    size_t part_o_at, part_lse_at;  // byte offsets in `part`
+  };
+  explicit CudaAttnWork(CudaBackend& be) : be_(be) {}
+  ~CudaAttnWork() override {
+    for (Scratch* s : {&tables, &part})
+      if (s->p) be_.release(s->p);
   }
-  if (descs.empty()) return;
-  if (descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
-  // Work units: groups of up to kAttnRowGroup rows, each against a chunk of
-  // its problem's keys. A group with more than twice the mean work per unit
-  // slot (`per`: all groups' keys over kUnitsPerSm slots per
-  // multiprocessor) has its keys split into about equal chunks of whole KV
-  // blocks (at least one), so that no unit holds much more than its share:
-  // a single sequence's step (a few groups of long spans) and a step of
-  // long shared nodes beside many short own spans both keep every
-  // multiprocessor busy to the end. The chunks' partial rows are combined
-  // after.
-  constexpr int64_t kUnitsPerSm = 8, kMinChunk = 128;
-  const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
-  const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
+  CudaBackend& be_;
+  int head_dim = 0;
+  float scale = 1.0f;
+  std::vector<Set> sets;
+  Scratch tables, part;
+  std::vector<uint8_t> staging;
+  std::vector<AttnDesc> descs;
   std::vector<AttnUnit> units;
   std::vector<AttnSplit> splits;
-  std::vector<int64_t> split_begin{0};
-  int64_t part_rows = 0;
-  for (size_t i = 0; i < descs.size(); i++) {
-    const AttnDesc& d = descs[i];
-    int64_t chunk = d.len;
-    int32_t split = 1;
-    if (d.len > 2 * per) {
-      const int64_t n = (d.len + per - 1) / per;
-      chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
-      split = (int32_t)((d.len + chunk - 1) / chunk);
+  std::vector<int64_t> split_begin;
+};
+
+std::unique_ptr<AttnWork> CudaBackend::make_attn_work() { return std::unique_ptr<AttnWork>(new CudaAttnWork(*this)); }
+
+void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets,
+                                    size_t n_sets) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
+  if (head_dim <= 0 || head_dim > cuda::kMaxHeadDim)
+    fail(CLADE_E_UNSUPPORTED, "cuda: attention: head dimension " + std::to_string(head_dim) + " outside 1..256");
+  w.head_dim = head_dim;
+  w.scale = scale;
+  w.sets.clear();
+  w.staging.clear();
+  size_t part_bytes = 0;
+  for (size_t si = 0; si < n_sets; si++) {
+    const AttnSet& set = sets[si];
+    if (!kv_type_valid(set.type)) fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
+    w.descs.clear();
+    int64_t group_keys = 0;  // keys over all row groups
+    for (size_t i = 0; i < set.n_problems; i++) {
+      const AttnProblem& p = set.problems[i];
+      // attention_tails() is false, so the plan gives none: tails run one
+      // after another inside a unit, where the own problems are parallel
+      // units (measured slower on an H100, bench/README.md).
+      if (p.n_tails > 0) fail(CLADE_E_INTERNAL, "cuda: attention: problems with tails are not supported");
+      if (p.n_rows <= 0) continue;
+      AttnDesc d;
+      d.rows = p.rows;
+      d.limit = p.limit;
+      d.kv = p.kv;
+      d.layer_stride = p.layer_stride;
+      d.cap = p.cap;
+      d.o = p.o;
+      d.lse = p.lse;
+      d.n_rows = p.n_rows;
+      d.len = std::max(p.len, 0);
+      if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
+      w.descs.push_back(d);
+      group_keys += (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup * (int64_t)d.len;
     }
-    const int64_t part_at = part_rows;
-    if (split > 1) {
-      splits.push_back(AttnSplit{part_at, (int32_t)i, split});
-      split_begin.push_back(split_begin.back() + d.n_rows);
-      part_rows += (int64_t)split * d.n_rows;
-    }
-    for (int32_t r0 = 0; r0 < d.n_rows; r0 += cuda::kAttnRowGroup) {
-      const int32_t nr = std::min(cuda::kAttnRowGroup, d.n_rows - r0);
-      for (int32_t c = 0; c < split; c++) {
-        const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
-        const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
-        units.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
+    if (w.descs.empty()) continue;
+    if (w.descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
+    // Work units: groups of up to kAttnRowGroup rows, each against a chunk
+    // of its problem's keys. A group with more than twice the mean work per
+    // unit slot (`per`: all groups' keys over kUnitsPerSm slots per
+    // multiprocessor) has its keys split into about equal chunks of whole
+    // KV blocks (at least one), so that no unit holds much more than its
+    // share: a single sequence's step (a few groups of long spans) and a
+    // step of long shared nodes beside many short own spans both keep
+    // every multiprocessor busy to the end. The chunks' partial rows are
+    // combined after.
+    constexpr int64_t kUnitsPerSm = 8, kMinChunk = 128;
+    const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
+    const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
+    w.units.clear();
+    w.splits.clear();
+    w.split_begin.assign(1, 0);
+    int64_t part_rows = 0;
+    for (size_t i = 0; i < w.descs.size(); i++) {
+      const AttnDesc& d = w.descs[i];
+      int64_t chunk = d.len;
+      int32_t split = 1;
+      if (d.len > 2 * per) {
+        const int64_t n = (d.len + per - 1) / per;
+        chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
+        split = (int32_t)((d.len + chunk - 1) / chunk);
+      }
+      const int64_t part_at = part_rows;
+      if (split > 1) {
+        w.splits.push_back(AttnSplit{part_at, (int32_t)i, split});
+        w.split_begin.push_back(w.split_begin.back() + d.n_rows);
+        part_rows += (int64_t)split * d.n_rows;
+      }
+      for (int32_t r0 = 0; r0 < d.n_rows; r0 += cuda::kAttnRowGroup) {
+        const int32_t nr = std::min(cuda::kAttnRowGroup, d.n_rows - r0);
+        for (int32_t c = 0; c < split; c++) {
+          const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
+          const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
+          w.units.push_back(
+              AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
+        }
       }
     }
+    if (w.units.size() > (size_t)INT_MAX || w.splits.size() > (size_t)INT_MAX)
+      fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many work units");
+    // [descs][units][splits][split_begin]; each part's size is a multiple
+    // of 8 bytes, so every part stays 8-byte aligned.
+    static_assert(sizeof(AttnDesc) % 8 == 0 && sizeof(AttnUnit) % 8 == 0 && sizeof(AttnSplit) % 8 == 0, "alignment");
+    CudaAttnWork::Set st;
+    st.type = (int)set.type;
+    st.at = w.staging.size();
+    st.n_units = (int)w.units.size();
+    st.n_splits = (int)w.splits.size();
+    st.split_rows = w.split_begin.back();
+    st.b_desc = w.descs.size() * sizeof(AttnDesc);
+    st.b_unit = w.units.size() * sizeof(AttnUnit);
+    st.b_split = w.splits.size() * sizeof(AttnSplit);
+    const size_t b_begin = w.split_begin.size() * sizeof(int64_t);
+    w.staging.resize(st.at + st.b_desc + st.b_unit + st.b_split + b_begin);
+    uint8_t* h = w.staging.data() + st.at;
+    std::memcpy(h, w.descs.data(), st.b_desc);
+    std::memcpy(h + st.b_desc, w.units.data(), st.b_unit);
+    if (st.b_split) std::memcpy(h + st.b_desc + st.b_unit, w.splits.data(), st.b_split);
+    std::memcpy(h + st.b_desc + st.b_unit + st.b_split, w.split_begin.data(), b_begin);
+    // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
+    st.part_o_at = part_bytes;
+    part_bytes += ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;
+    st.part_lse_at = part_bytes;
+    part_bytes += (size_t)part_rows * sizeof(double);
+    w.sets.push_back(st);
   }
-  if (units.size() > (size_t)INT_MAX || splits.size() > (size_t)INT_MAX)
-    fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many work units");
-  // Device copy of [descs][units][splits][split_begin]; each part's size is
-  // a multiple of 8 bytes, so every part stays 8-byte aligned.
-  static_assert(sizeof(AttnDesc) % 8 == 0 && sizeof(AttnUnit) % 8 == 0 && sizeof(AttnSplit) % 8 == 0, "alignment");
-  const size_t b_desc = descs.size() * sizeof(AttnDesc), b_unit = units.size() * sizeof(AttnUnit),
-               b_split = splits.size() * sizeof(AttnSplit), b_begin = split_begin.size() * sizeof(int64_t);
-  staging_.resize(b_desc + b_unit + b_split + b_begin);
-  std::memcpy(staging_.data(), descs.data(), b_desc);
-  std::memcpy(staging_.data() + b_desc, units.data(), b_unit);
-  if (b_split) std::memcpy(staging_.data() + b_desc + b_unit, splits.data(), b_split);
-  std::memcpy(staging_.data() + b_desc + b_unit + b_split, split_begin.data(), b_begin);
-  uint8_t* dev = static_cast<uint8_t*>(scratch(attn_, staging_.size(), "attention: scratch"));
-  upload(dev, staging_.data(), staging_.size(), "attention: copying problems");
-  // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
-  const size_t o_bytes = ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;
-  uint8_t* part = part_rows ? static_cast<uint8_t*>(scratch(attn_part_, o_bytes + (size_t)part_rows * sizeof(double),
-                                                            "attention: partial rows"))
-                            : nullptr;
-  launched(cuda::launch_attention((int)type, q, head_dim, scale, reinterpret_cast<const AttnDesc*>(dev),
-                                  reinterpret_cast<const AttnUnit*>(dev + b_desc), (int)units.size(),
-                                  reinterpret_cast<const AttnSplit*>(dev + b_desc + b_unit),
-                                  reinterpret_cast<const int64_t*>(dev + b_desc + b_unit + b_split),
-                                  (int)splits.size(), split_begin.back(), reinterpret_cast<float*>(part),
-                                  part ? reinterpret_cast<double*>(part + o_bytes) : nullptr, stream_),
-           "attention");
+  if (w.staging.empty()) return;
+  if (w.staging.size() > w.tables.cap || part_bytes > w.part.cap) w.grows++;
+  uint8_t* dev = static_cast<uint8_t*>(scratch(w.tables, w.staging.size(), "attention: tables"));
+  if (part_bytes) scratch(w.part, part_bytes, "attention: partial rows");
+  upload(dev, w.staging.data(), w.staging.size(), "attention: copying problems");
+}
+
+void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
+  for (const CudaAttnWork::Set& st : w.sets) {
+    const uint8_t* dev = static_cast<const uint8_t*>(w.tables.p) + st.at;
+    uint8_t* part = static_cast<uint8_t*>(w.part.p);
+    launched(cuda::launch_attention(st.type, q, w.head_dim, w.scale, layer, reinterpret_cast<const AttnDesc*>(dev),
+                                    reinterpret_cast<const AttnUnit*>(dev + st.b_desc), st.n_units,
+                                    reinterpret_cast<const AttnSplit*>(dev + st.b_desc + st.b_unit),
+                                    reinterpret_cast<const int64_t*>(dev + st.b_desc + st.b_unit + st.b_split),
+                                    st.n_splits, st.split_rows,
+                                    st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
+                                    st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
+                                    stream_),
+             "attention");
+  }
 }
 
 void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {

@@ -105,7 +105,7 @@ cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_head
   return cudaGetLastError();
 }
 
-cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
+cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
                              double* part_lse, cudaStream_t stream) {
@@ -115,15 +115,15 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   const size_t smem = (size_t)attn_smem_floats(head_dim) * sizeof(float);  // <= 34 KiB: no opt-in needed
   switch (kv_type) {
     case kKvF32:
-      attention_kernel<kKvF32><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+      attention_kernel<kKvF32><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
                                                                      part_o, part_lse);
       break;
     case kKvF16:
-      attention_kernel<kKvF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+      attention_kernel<kKvF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
                                                                      part_o, part_lse);
       break;
     case kKvBF16:
-      attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, probs, units, n_units,
+      attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
                                                                       part_o, part_lse);
       break;
     default:

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "launch.h"
+#include "kv_layout.h"
 
 namespace clade {
 namespace cuda {
@@ -185,17 +186,11 @@ __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, bool
   }
 }
 
-// Rows of key j's K and V within one head of a span of capacity cap: the
-// block layout of lib/backend.h (kv_k_row, kv_v_row), blocks of kKVBlock.
-constexpr int64_t kKVBlock = 128;
-__device__ inline int64_t kv_k_row(int64_t j, int64_t /*cap*/) {
-  const int64_t b = j / kKVBlock * kKVBlock;
-  return 2 * b + (j - b);
-}
-__device__ inline int64_t kv_v_row(int64_t j, int64_t cap) {
-  const int64_t b = j / kKVBlock * kKVBlock;
-  return 2 * b + (cap - b < kKVBlock ? cap - b : kKVBlock) + (j - b);
-}
+// Rows of key j's K and V within one head of a span: lib/kv_layout.h, the
+// one definition the host code includes too.
+using ::clade::kKVBlock;
+using ::clade::kv_k_row;
+using ::clade::kv_v_row;
 
 // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span
 // [kv_heads][2 * capacity][head_dim] of type KV at positions start.. .
@@ -253,7 +248,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 template <int KV>
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q, int head_dim, float scale,
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q, int head_dim, float scale, int layer,
                                                                 const AttnDesc* probs, const AttnUnit* units,
                                                                 int n_units, float* part_o, double* part_lse) {
   extern __shared__ float smem[];
@@ -271,6 +266,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const AttnUnit U = units[u];
     const AttnDesc P = probs[U.p];
+    const void* kv = static_cast<const char*>(P.kv) + (int64_t)layer * P.layer_stride;  // this layer's head
     const int nr = U.nr;
     for (int i = tid; i < nr * hd; i += kAttnThreads) {
       const int r = i / hd, d = i - r * hd;
@@ -298,7 +294,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       const int jb = min(tk, end - j0);
       for (int i = tid; i < jb * hd; i += kAttnThreads) {
         const int j = i / hd, d = i - j * hd;
-        kvs[j * ld + d] = kv_load<KV>(P.kv, kv_k_row(j0 + j, P.cap) * hd + d);
+        kvs[j * ld + d] = kv_load<KV>(kv, kv_k_row(j0 + j, P.cap) * hd + d);
       }
       __syncthreads();
       // Scores: one (row, key) pair per thread step; keys across lanes.
@@ -342,7 +338,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       __syncthreads();
       for (int i = tid; i < jb * hd; i += kAttnThreads) {
         const int j = i / hd, d = i - j * hd;
-        kvs[j * ld + d] = kv_load<KV>(P.kv, kv_v_row(j0 + j, P.cap) * hd + d);
+        kvs[j * ld + d] = kv_load<KV>(kv, kv_v_row(j0 + j, P.cap) * hd + d);
       }
       __syncthreads();
 #pragma unroll

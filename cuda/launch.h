@@ -28,8 +28,9 @@ constexpr int kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2;
 struct AttnDesc {
   const int32_t* rows;   // [n_rows] query row indices into q
   const int32_t* limit;  // [n_rows] keys visible per row, or nullptr: all
-  const void* kv;        // one head of a span: [2 * cap][head_dim] of the KV type, K and V rows in blocks of
-                         // kKVBlock keys (lib/backend.h)
+  const void* kv;        // one head of a span in layer 0: [2 * cap][head_dim] of the KV type, K and V rows in
+                         // blocks of kKVBlock keys (lib/kv_layout.h)
+  int64_t layer_stride;  // bytes from one layer's head to the next's
   float* o;              // [n_rows][head_dim]
   double* lse;           // [n_rows], natural log, fp64 (see AttnProblem)
   int32_t n_rows;        // > 0
@@ -97,10 +98,11 @@ struct AttnSplit {
 // through the work units [n_units], then the combination of the split
 // problems [n_splits] (split_row_begin [n_splits + 1]: prefix sum of their
 // n_rows, split_rows its last entry) from part_o [.][head_dim] and
-// part_lse. Query row r of a problem is q + rows[r] * head_dim, scaled by
+// part_lse. Each problem's KV is its layer's: kv + layer * layer_stride.
+// Query row r of a problem is q + rows[r] * head_dim, scaled by
 // `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
 // sees no key). head_dim in 1 .. kMaxHeadDim.
-cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, const AttnDesc* probs,
+cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
                              double* part_lse, cudaStream_t stream);

@@ -7,24 +7,32 @@
 #include <string>
 #include <thread>
 
+#define CLADE_EXPERIMENTAL  // the library defines the experimental calls too
 #include "clade/clade.h"
+#include "abi.h"
 #include "error.h"
+#include "cache.h"
+#include "log.h"
 #include "model.h"
 #include "sampler.h"
 #include "tree.h"
 
+// Freeing is deferred (sqlite's close_v2): a model counts its handle and
+// every tree and detokenizer made from it, a tree its handle and every
+// cache; the last of them to go frees it. So handles may be freed in any
+// order and nothing dangles.
 struct clade_model {
   std::unique_ptr<clade::Model> m;
-  // Trees and detokenizers made from the model; clade_model_free refuses
-  // while any is alive (they point into it).
-  mutable std::atomic<int> live_users{0};
+  mutable std::atomic<int> refs{1};
 };
 struct clade_tree {
   std::unique_ptr<clade::Tree> t;
   clade_model* model = nullptr;
+  std::atomic<int> refs{1};
 };
 struct clade_cache {
   std::unique_ptr<clade::Cache> c;
+  clade_tree* tree = nullptr;
 };
 struct clade_sampler {
   std::unique_ptr<clade::Sampler> s;
@@ -38,6 +46,17 @@ struct clade_detokenizer {
 namespace {
 
 thread_local std::string g_last_error;
+
+void unref_model(const clade_model* model) {
+  if (model->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete model;
+}
+
+void unref_tree(clade_tree* tree) {
+  if (tree->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  clade_model* model = tree->model;
+  delete tree;
+  unref_model(model);
+}
 
 clade_status set_error(clade_status st, const std::string& msg) {
   g_last_error = msg;
@@ -65,11 +84,8 @@ clade_status guard(F&& f) {
     if (!(cond)) return set_error(CLADE_E_INVALID_ARG, msg); \
   } while (0)
 
-// A caller-sized struct must be at least as large as its first version.
-template <typename T>
-bool size_ok(const T* p, size_t min) {
-  return p && p->size >= min;
-}
+// Caller-sized structs: read and written through lib/abi.h (clade::abi),
+// which knows each one's size in clade 1.0.
 
 // A C caller may store any int in an enum field; reading it as the C++ enum
 // would be undefined, so read the int.
@@ -115,6 +131,8 @@ const char* clade_status_string(clade_status s) {
     case CLADE_CACHE_FULL: return "cache full";
     case CLADE_STOPPED: return "stopped";
     case CLADE_BUFFER_SMALL: return "buffer too small";
+    case CLADE_KV_BUDGET: return "kv budget reached";
+    case CLADE_CONTEXT_FULL: return "context full";
     case CLADE_E_INVALID_ARG: return "invalid argument";
     case CLADE_E_NOMEM: return "out of memory";
     case CLADE_E_IO: return "i/o error";
@@ -151,8 +169,7 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
     clade_model_params p;
     clade_model_params_init(&p);
     if (params) {
-      CLADE_CHECK_ARG(params->size >= sizeof(clade_model_params), "params->size is wrong: call clade_model_params_init");
-      p = *params;
+      clade::abi::read_in(params, &p);
     }
     CLADE_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 1024, "n_threads out of range");
     std::unique_ptr<clade::Backend> be;
@@ -170,6 +187,13 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
     }
     std::unique_ptr<clade_model> m(new clade_model());
     m->m = clade::Model::load(path, std::move(be), p.vocab_only != 0, p.use_mmap != 0);
+    if (clade::log_enabled(CLADE_LOG_INFO)) {
+      const clade::ModelConfig& c = m->m->cfg;
+      clade::log(CLADE_LOG_INFO, std::string("loaded ") + path + ": " + c.arch + ", " + std::to_string(c.n_layers) +
+                                     " layers, dim " + std::to_string(c.n_embd) + ", vocabulary " +
+                                     std::to_string(c.n_vocab) + ", context " + std::to_string(c.n_ctx) +
+                                     (p.vocab_only ? " (vocabulary only)" : ""));
+    }
     *out = m.release();
     return CLADE_OK;
   });
@@ -177,25 +201,23 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
 
 void clade_model_free(clade_model* model) {
   if (!model) return;
-  // As clade_tree_free with live caches: freeing the model under its trees
-  // would leave them dangling, so refuse (leak) rather than crash later.
-  if (model->live_users > 0) {
-    set_error(CLADE_E_STATE,
-              "clade_model_free: trees or detokenizers of this model are still alive; free them first");
-    return;
-  }
-  delete model;
+  if (model->refs.load() > 1)
+    clade::log(CLADE_LOG_DEBUG, "clade_model_free: deferred until its trees and detokenizers are freed");
+  unref_model(model);
 }
 
 clade_status clade_model_describe(const clade_model* model, clade_model_info* info) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(model, "model is NULL");
-    CLADE_CHECK_ARG(size_ok(info, sizeof(clade_model_info)), "info is NULL or info->size is wrong");
+    CLADE_CHECK_ARG(info, "info is NULL");
+    clade::abi::check_out(info);
     const clade::Model& m = *model->m;
     const clade::ModelConfig& c = m.cfg;
-    size_t sz = info->size;
-    std::memset(info, 0, sizeof *info);
-    info->size = sz;
+    clade_model_info full;
+    std::memset(&full, 0, sizeof full);
+    full.size = sizeof full;
+    clade_model_info* info_out = info;  // the caller's, written back at the end
+    info = &full;                         // a whole struct of ours meanwhile
     copy_cstr(info->architecture, sizeof info->architecture, c.arch);
     copy_cstr(info->name, sizeof info->name, c.name);
     info->n_layers = c.n_layers;
@@ -216,6 +238,7 @@ clade_status clade_model_describe(const clade_model* model, clade_model_info* in
     info->vocab_only = m.vocab_only;
     info->n_params = m.n_params;
     info->weight_bytes = m.weight_bytes;
+    clade::abi::write_out(info_out, full);
     return CLADE_OK;
   });
 }
@@ -259,14 +282,19 @@ clade_status clade_token_to_piece(const clade_model* model, clade_token token, i
 clade_status clade_model_special_tokens(const clade_model* model, clade_special_tokens* out) {
   return guard([&]() -> clade_status {
     const clade::Tokenizer* tok = tokenizer_of(model);
-    CLADE_CHECK_ARG(size_ok(out, sizeof(clade_special_tokens)), "out is NULL or out->size is wrong");
-    out->bos = tok->bos;
-    out->eos = tok->eos;
-    out->eot = tok->eot;
-    out->pad = tok->pad;
-    out->unk = tok->unk;
-    out->add_bos = tok->add_bos;
-    out->add_eos = tok->add_eos;
+    CLADE_CHECK_ARG(out, "out is NULL");
+    clade::abi::check_out(out);
+    clade_special_tokens sp;
+    std::memset(&sp, 0, sizeof sp);
+    sp.size = sizeof sp;
+    sp.bos = tok->bos;
+    sp.eos = tok->eos;
+    sp.eot = tok->eot;
+    sp.pad = tok->pad;
+    sp.unk = tok->unk;
+    sp.add_bos = tok->add_bos;
+    sp.add_eos = tok->add_eos;
+    clade::abi::write_out(out, sp);
     return CLADE_OK;
   });
 }
@@ -289,7 +317,7 @@ clade_status clade_detokenizer_create(const clade_model* model, int32_t special,
     std::unique_ptr<clade_detokenizer> d(new clade_detokenizer());
     d->d.reset(new clade::DetokenizeStream(*tok, special != 0, first_in_text != 0));
     d->model = model;
-    model->live_users++;
+    model->refs++;
     *out = d.release();
     return CLADE_OK;
   });
@@ -317,8 +345,9 @@ clade_status clade_detokenizer_flush(clade_detokenizer* detok, const char** text
 
 void clade_detokenizer_free(clade_detokenizer* detok) {
   if (!detok) return;
-  detok->model->live_users--;
+  const clade_model* model = detok->model;
   delete detok;
+  unref_model(model);
 }
 
 /* ---- tree ---- */
@@ -345,15 +374,15 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
     clade_tree_params p;
     clade_tree_params_init(&p);
     if (params) {
-      CLADE_CHECK_ARG(params->size >= sizeof(clade_tree_params), "params->size is wrong: call clade_tree_params_init");
-      p = *params;
+      clade::abi::read_in(params, &p);
     }
     CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
     CLADE_CHECK_ARG(p.prefill_chunk >= 0 && p.prefill_chunk <= (1 << 20), "prefill_chunk out of range");
+    CLADE_CHECK_ARG(!(p.flags & ~CLADE_TREE_ALLOW_LONG_CONTEXT), "unknown tree flags");
     std::unique_ptr<clade_tree> t(new clade_tree());
-    t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024));
+    t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024, p.flags, p.kv_budget));
     t->model = model;
-    model->live_users++;
+    model->refs++;
     *out = t.release();
     return CLADE_OK;
   });
@@ -361,14 +390,8 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
 
 void clade_tree_free(clade_tree* tree) {
   if (!tree) return;
-  // Caches must be freed first; freeing the tree under them would leave
-  // them dangling, so refuse (leak) rather than crash later.
-  if (tree->t->live_caches > 0) {
-    set_error(CLADE_E_STATE, "clade_tree_free: caches of this tree are still alive; free them first");
-    return;
-  }
-  tree->model->live_users--;
-  delete tree;
+  if (tree->refs.load() > 1) clade::log(CLADE_LOG_DEBUG, "clade_tree_free: deferred until its caches are freed");
+  unref_tree(tree);
 }
 
 clade_status clade_tree_append(clade_tree* tree, clade_node_id parent, const clade_token* tokens, size_t n_tokens,
@@ -393,13 +416,18 @@ clade_status clade_tree_release(clade_tree* tree, clade_node_id node) {
 clade_status clade_tree_node_info(const clade_tree* tree, clade_node_id node, clade_node_info* info) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(tree, "tree is NULL");
-    CLADE_CHECK_ARG(size_ok(info, sizeof(clade_node_info)), "info is NULL or info->size is wrong");
+    CLADE_CHECK_ARG(info, "info is NULL");
+    clade::abi::check_out(info);
     const clade::Node* n = tree->t->get(node);
-    info->parent = n->parent ? n->parent->id : -1;
-    info->length = n->length;
-    info->path_length = n->path_length;
-    info->n_children = n->n_children;
-    info->n_refs = n->refs;
+    clade_node_info ni;
+    std::memset(&ni, 0, sizeof ni);
+    ni.size = sizeof ni;
+    ni.parent = n->parent ? n->parent->id : -1;
+    ni.length = n->length;
+    ni.path_length = n->path_length;
+    ni.n_children = (int32_t)n->children.size();
+    ni.n_refs = n->refs;
+    clade::abi::write_out(info, ni);
     return CLADE_OK;
   });
 }
@@ -439,8 +467,7 @@ clade_status clade_cache_create(clade_tree* tree, const clade_cache_params* para
     clade_cache_params p;
     clade_cache_params_init(&p);
     if (params) {
-      CLADE_CHECK_ARG(params->size >= sizeof(clade_cache_params), "params->size is wrong: call clade_cache_params_init");
-      p = *params;
+      clade::abi::read_in(params, &p);
     }
     if (enum_value(p.kv_type) == CLADE_KV_DEFAULT) p.kv_type = tree->t->kv_type;
     CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
@@ -450,12 +477,19 @@ clade_status clade_cache_create(clade_tree* tree, const clade_cache_params* para
                     "unknown attention mode");
     std::unique_ptr<clade_cache> c(new clade_cache());
     c->c.reset(new clade::Cache(*tree->t, p.max_seqs, p.max_tokens, p.kv_type, p.attention));
+    c->tree = tree;
+    tree->refs++;
     *out = c.release();
     return CLADE_OK;
   });
 }
 
-void clade_cache_free(clade_cache* cache) { delete cache; }
+void clade_cache_free(clade_cache* cache) {
+  if (!cache) return;
+  clade_tree* tree = cache->tree;
+  delete cache;
+  unref_tree(tree);
+}
 
 clade_status clade_cache_add(clade_cache* cache, clade_node_id node, const clade_token* tokens, size_t n_tokens,
                              uint32_t flags, clade_seq_id* out) {
@@ -502,8 +536,11 @@ void clade_batch_init(clade_batch* b) {
 clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(cache, "cache is NULL");
-    CLADE_CHECK_ARG(size_ok(batch, sizeof(clade_batch)), "batch is NULL or batch->size is wrong: call clade_batch_init");
-    return cache->c->decode(*batch);
+    CLADE_CHECK_ARG(batch, "batch is NULL");
+    clade_batch b;
+    clade_batch_init(&b);
+    clade::abi::read_in(batch, &b);
+    return cache->c->decode(b);
   });
 }
 
@@ -528,8 +565,7 @@ clade_status clade_sampler_create(const clade_sampler_params* params, clade_samp
     clade_sampler_params p;
     clade_sampler_params_init(&p);
     if (params) {
-      CLADE_CHECK_ARG(params->size >= sizeof(clade_sampler_params), "params->size is wrong");
-      p = *params;
+      clade::abi::read_in(params, &p);
     }
     CLADE_CHECK_ARG(p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 &&
                         p.min_p <= 1 && p.repeat_penalty > 0,
@@ -558,6 +594,109 @@ clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(sampler, "sampler is NULL");
     sampler->s->forget(stream);
+    return CLADE_OK;
+  });
+}
+
+/* ---- logging, tree search, budget, abort ---- */
+
+void clade_set_log(clade_log_fn fn, void* user, clade_log_level min_level) {
+  clade::set_log(fn, user, min_level);
+}
+
+clade_status clade_tree_children(const clade_tree* tree, clade_node_id node, clade_node_id* ids, size_t capacity,
+                                 size_t* n_children) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && n_children, "tree or n_children is NULL");
+    const clade::Node* n = tree->t->get(node);
+    *n_children = n->children.size();
+    if (n->children.size() > capacity) return CLADE_BUFFER_SMALL;
+    CLADE_CHECK_ARG(ids || n->children.empty(), "ids is NULL");
+    std::copy(n->children.begin(), n->children.end(), ids);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_set_kv_budget(clade_tree* tree, uint64_t bytes) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    tree->t->budget.set_limit(bytes);
+    return CLADE_OK;
+  });
+}
+
+uint64_t clade_tree_kv_used(const clade_tree* tree) { return tree ? tree->t->budget.used() : 0; }
+
+clade_status clade_tree_set_abort(clade_tree* tree, clade_abort_fn fn, void* user) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    tree->t->abort.fn = fn;
+    tree->t->abort.user = fn ? user : nullptr;
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_fork(clade_cache* cache, clade_seq_id seq, clade_seq_id* out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && out, "cache or out is NULL");
+    *out = -1;
+    return cache->c->fork(seq, out);
+  });
+}
+
+clade_status clade_cache_promote(clade_cache* cache, clade_seq_id seq, clade_node_id* out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && out, "cache or out is NULL");
+    *out = -1;
+    *out = cache->c->promote(seq);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_move(clade_cache* cache, clade_seq_id seq, clade_node_id node) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    return cache->c->move(seq, node);
+  });
+}
+
+clade_status clade_cache_seq_node(const clade_cache* cache, clade_seq_id seq, clade_node_id* node) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && node, "cache or node is NULL");
+    *node = cache->c->node_of(seq);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_seq_tokens(const clade_cache* cache, clade_seq_id seq, clade_token* tokens,
+                                    size_t capacity, size_t* n_tokens) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && n_tokens, "cache or n_tokens is NULL");
+    const std::vector<int32_t>& t = cache->c->tokens_of(seq);
+    *n_tokens = t.size();
+    if (t.size() > capacity) return CLADE_BUFFER_SMALL;
+    CLADE_CHECK_ARG(tokens || t.empty(), "tokens is NULL");
+    std::copy(t.begin(), t.end(), tokens);
+    return CLADE_OK;
+  });
+}
+
+/* ---- experimental ---- */
+
+clade_status clade_cache_get_stats(const clade_cache* cache, clade_cache_stats* stats) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    clade::abi::check_out(stats);
+    const clade::Forward& f = cache->c->forward();
+    clade_cache_stats full;
+    std::memset(&full, 0, sizeof full);
+    full.steps = cache->c->steps;
+    full.passes = f.passes;
+    full.plans = f.plan.builds;
+    full.workspace_grows = f.grows;
+    full.last_shared = f.plan.n_shared;
+    full.last_flat = f.plan.n_flat;
+    clade::abi::write_out(stats, full);
     return CLADE_OK;
   });
 }

@@ -5,18 +5,8 @@
 // Pointers passed to these operations are in the backend's memory (host
 // memory for the CPU backend, device memory for CUDA), obtained from
 // alloc(). Weights are uploaded once at load time with upload_weight().
-// Layouts: activations are row-major [rows][width] float32. A KV span of one
-// layer is [kv_heads][2 * capacity][head_dim] of the span's clade_kv_type,
-// keys stored after RoPE: each head's keys go in blocks of kKVBlock, a block
-// holding the K rows of its keys, then their V rows (the last block of a
-// capacity that is not a multiple of kKVBlock is narrower, so a span holds
-// exactly its capacity). Attention then reads one sequential stream per
-// head, K and V of a block side by side (measured about 12% faster for
-// flat attention streaming from memory than two separate planes). Within a
-// block, the K part (its keys' head_dim elements each) may be laid out by
-// the backend: rows (kv_k_row below; the CUDA backend) or tiles of 16 keys
-// in lanes (the CPU backend, lib/cpu/kernels.h). Block starts are the same
-// in both, so the part of a span from a block boundary on is a span.
+// Layouts: activations are row-major [rows][width] float32; KV spans as
+// lib/kv_layout.h defines them (one definition for the host and CUDA).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +15,8 @@
 
 #include "clade/clade.h"
 #include "gguf.h"
+#include "cost.h"
+#include "kv_layout.h"
 
 namespace clade {
 
@@ -41,7 +33,7 @@ struct RopeParams {
   int32_t head_dim = 0;
   bool neox = false;            // pairs (i, i + d/2) instead of (2i, 2i+1)
   float pos_scale = 1.0f;       // linear scaling: position * pos_scale
-  const float* inv_freq = nullptr;  // [head_dim/2] host memory, scaling applied
+  const float* inv_freq = nullptr;  // [head_dim/2], scaling applied (Model::rope: host memory)
 };
 
 size_t kv_type_size(clade_kv_type t);
@@ -49,19 +41,6 @@ size_t kv_type_size(clade_kv_type t);
 // The largest head dimension every backend's attention and RoPE take (the
 // largest of the Llama family is 128); models above it are refused at load.
 constexpr int32_t kMaxHeadDim = 256;
-
-constexpr int32_t kKVBlock = 128;
-// Row (of head_dim elements) of key j's K in the row layout (at a block
-// boundary j: the block's start in any layout), and of its V, within one
-// head of a span of capacity cap (j < cap).
-inline int64_t kv_k_row(int64_t j, int64_t /*cap*/) {
-  const int64_t b = j / kKVBlock * kKVBlock;
-  return 2 * b + (j - b);
-}
-inline int64_t kv_v_row(int64_t j, int64_t cap) {
-  const int64_t b = j / kKVBlock * kKVBlock;
-  return 2 * b + (cap - b < kKVBlock ? cap - b : kKVBlock) + (j - b);
-}
 
 // One attention problem: query rows against the keys [0, len) of one KV
 // head of a span (kv: that head's [2 * cap][head_dim], see the layout above;
@@ -83,7 +62,8 @@ inline int64_t kv_v_row(int64_t j, int64_t cap) {
 // them, so that its rows need no second partial and no merge (lib/plan.h).
 // A problem's tails are in order of their rows and do not overlap.
 struct AttnTail {
-  const void* kv = nullptr;  // one head of a span
+  const void* kv = nullptr;  // one head of a span, in layer 0
+  int64_t layer_stride = 0;  // bytes from one layer's head to the next's
   int32_t cap = 0;
   int32_t row0 = 0, row1 = 0;
   const int32_t* limit = nullptr;  // [row1 - row0], each <= cap
@@ -92,7 +72,8 @@ struct AttnTail {
 struct AttnProblem {
   const int32_t* rows = nullptr;
   int32_t n_rows = 0;
-  const void* kv = nullptr;  // one head of a span
+  const void* kv = nullptr;  // one head of a span, in layer 0
+  int64_t layer_stride = 0;  // bytes from one layer's head to the next's
   int32_t cap = 0;           // the span's capacity (len <= cap)
   int32_t len = 0;
   const int32_t* limit = nullptr;
@@ -100,6 +81,29 @@ struct AttnProblem {
   double* lse = nullptr;
   const AttnTail* tails = nullptr;
   int32_t n_tails = 0;
+};
+
+// The attention problems of one forward pass of one KV element type. They
+// are the same in every layer but for their KV: a problem's (and a tail's)
+// kv is its layer-0 head, layer l's is kv + l * layer_stride bytes. This is
+// the attention problem's only form between the plan (lib/plan.h, which
+// builds these once per pass) and a backend (which turns them into its own
+// work items once per pass, in attention_prepare).
+struct AttnSet {
+  clade_kv_type type = CLADE_KV_F16;
+  const AttnProblem* problems = nullptr;
+  size_t n_problems = 0;
+};
+
+// A backend's attention of one pass, prepared: its work items, partial
+// buffers and (CUDA) device copies of the problems, made once per pass by
+// attention_prepare and run per layer by attention_run. Owned by whoever
+// runs passes (one per cache and one per tree: lib/forward.h), created by
+// the backend, reused from pass to pass (it grows, never shrinks).
+class AttnWork {
+ public:
+  virtual ~AttnWork() = default;
+  uint64_t grows = 0;  // times its buffers had to grow (workspace counters)
 };
 
 // Merge list: output row i combines the partial rows
@@ -118,7 +122,6 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
-  virtual int n_threads() const = 0;
 
   virtual void* alloc(size_t bytes) = 0;  // throws Error(CLADE_E_NOMEM)
   virtual void release(void* p) = 0;
@@ -142,25 +145,38 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up, n elements
   virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
-  // rotate x [n][n_heads][head_dim] in place; pos [n] (host memory)
+  // rotate x [n][n_heads][head_dim] in place; pos [n] and p.inv_freq in
+  // backend memory (uploaded once per pass and once per model)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;
   // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span of
   // one layer (kv_dst: head 0) at positions start .. start+n-1.
   virtual void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
                         int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) = 0;
-  // Copy keys [0, n) of one head of a span (src, capacity src_cap) to
+  // Copy keys [src_at, src_at + n) of one head of a span (src, capacity src_cap) to
   // positions [dst_at, dst_at + n) of one head of another (dst, dst_cap),
   // K and V. This default serves the row layout above with copy(); a
   // backend that lays out K otherwise within a block (the CPU backend,
   // lib/cpu/kernels.h) overrides it. kv_write, attention and kv_copy are
   // the only readers and writers of a span's K.
-  virtual void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
-                       int32_t head_dim, clade_kv_type type);
+  virtual void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t src_at,
+                       int32_t n, int32_t head_dim, clade_kv_type type);
   // Whether attention takes problems with tails (AttnTail above).
   virtual bool attention_tails() const { return false; }
-  // Solve independent attention problems (scores scaled by `scale`).
-  virtual void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
-                         const AttnProblem* problems, size_t n_problems) = 0;
+  // The cost model the plan uses to choose shared or flat per span, with
+  // this backend's own constants (lib/cost.h).
+  virtual const AttnCost& attention_cost() const = 0;
+  virtual std::unique_ptr<AttnWork> make_attn_work() = 0;
+  // Once per pass: split the sets' problems (scores scaled by `scale`) into
+  // the backend's work items. sets and the problems they point to must stay
+  // unchanged until the last attention_run of the pass.
+  virtual void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets,
+                                 size_t n_sets) = 0;
+  // Per layer: solve every problem of the prepared pass with layer's KV
+  // and the queries q [tokens][n_heads][head_dim] of that layer.
+  virtual void attention_run(AttnWork& work, int layer, const float* q) = 0;
+  // One set in layer 0, prepared and run at once (tests and benchmarks).
+  void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
+                 size_t n_problems);
   // out [n_out_rows][head_dim]
   virtual void merge(const MergeList& list, int32_t head_dim, float* out) = 0;
 };

@@ -1,11 +1,14 @@
+#include "cache.h"
+
 #include <algorithm>
 
-#include "tree.h"
+#include "error.h"
 
 namespace clade {
 
 Cache::Cache(Tree& t, int32_t ms, int32_t mt, clade_kv_type type, clade_attention att)
-    : tree(t), max_seqs(ms), max_tokens(mt), kv_type(type), attention(att), seqs_((size_t)ms) {
+    : tree(t), max_seqs(ms), max_tokens(mt), kv_type(type), attention(att), seqs_((size_t)ms), fwd_(t.model) {
+  seen_.assign((size_t)ms, 0);
   tree.live_caches++;
 }
 
@@ -22,14 +25,22 @@ Seq& Cache::get(clade_seq_id id) {
 }
 const Seq& Cache::get(clade_seq_id id) const { return const_cast<Cache*>(this)->get(id); }
 
+Seq* Cache::free_slot() {
+  auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Seq& s) { return !s.live; });
+  return it == seqs_.end() ? nullptr : &*it;
+}
+
 // Grow in steps of an eighth (at least 16 tokens), so that little capacity
-// is ever unused and copies stay rare.
+// is ever unused and copies stay rare. The token list grows with the KV, so
+// the steps between two growths allocate nothing.
 void Cache::grow(Seq& s, int32_t need) {
   if (need <= s.kv->capacity()) return;
   int64_t cap = std::max<int64_t>(need, (int64_t)s.kv->capacity() + std::max(16, s.kv->capacity() / 8));
   cap = (cap + 15) / 16 * 16;
   cap = std::min<int64_t>(cap, (int64_t)max_tokens + s.base);
-  s.kv->reserve((int32_t)std::max<int64_t>(cap, need));
+  cap = std::max<int64_t>(cap, need);
+  s.tokens.reserve((size_t)(cap - s.base));
+  s.kv->reserve((int32_t)cap);
 }
 
 clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, uint32_t flags, clade_seq_id* out) {
@@ -37,31 +48,30 @@ clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, 
   if (flags & ~CLADE_SEQ_PRIVATE) fail(CLADE_E_INVALID_ARG, "cache: unknown flags");
   bool priv = flags & CLADE_SEQ_PRIVATE;
   if (n > (size_t)max_tokens) return CLADE_CACHE_FULL;  // (before reading n tokens)
+  tree.check_context((int64_t)node->end() + (int64_t)n, "cache: add");
   tree.check_tokens(tokens, n);
-  auto it = std::find_if(seqs_.begin(), seqs_.end(), [](const Seq& s) { return !s.live; });
-  if (it == seqs_.end()) return CLADE_CACHE_FULL;
-  const ModelConfig& c = tree.model.cfg;
-  std::unique_ptr<KVStore> kv(new KVStore(*tree.model.backend, kv_type, c.n_layers, c.n_kv_heads, c.head_dim));
+  Seq* slot = free_slot();
+  if (!slot) return CLADE_CACHE_FULL;
+  std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
   int32_t base = 0;
   if (priv) {
-    if (kv_type != tree.kv_type)
-      fail(CLADE_E_INVALID_ARG, "cache: a private sequence needs the tree's KV type");
-    base = node->path_length + node->length;
+    if (kv_type != tree.kv_type) fail(CLADE_E_INVALID_ARG, "cache: a private sequence needs the tree's KV type");
+    base = node->end();
     kv->reserve(base);
-    std::vector<const Node*> up;
     for (const Node* x = node; x; x = x->parent)
-      if (x->length > 0) up.push_back(x);
-    for (auto p = up.rbegin(); p != up.rend(); ++p) kv->copy_from(*(*p)->kv, (*p)->length, (*p)->path_length);
+      if (x->length > 0) kv->copy_from(*x->kv, x->length, x->path_length);
     kv->length = base;
   }
-  Seq& s = *it;
+  std::vector<int32_t> queued(tokens, tokens + n);
+  Seq& s = *slot;
   s.live = true;
   s.node = node;
   s.kv = std::move(kv);
   s.base = base;
-  s.queued.assign(tokens, tokens + n);
+  s.tokens.clear();
+  s.queued = std::move(queued);
   tree.ref(node);
-  *out = (clade_seq_id)(it - seqs_.begin());
+  *out = (clade_seq_id)(slot - seqs_.data());
   return CLADE_OK;
 }
 
@@ -73,16 +83,14 @@ void Cache::remove(clade_seq_id id) {
 
 void Cache::truncate(clade_seq_id id, int32_t length) {
   Seq& s = get(id);
-  if (length < 0 || length > s.kv->length - s.base)
+  if (length < 0 || length > s.length())
     fail(CLADE_E_INVALID_ARG, "cache: cannot truncate sequence " + std::to_string(id) + " of length " +
-                                  std::to_string(s.kv->length - s.base) + " to " + std::to_string(length));
+                                  std::to_string(s.length()) + " to " + std::to_string(length));
   s.kv->length = s.base + length;
+  s.tokens.resize((size_t)length);
 }
 
-int32_t Cache::length(clade_seq_id id) const {
-  const Seq& s = get(id);
-  return s.kv->length - s.base;
-}
+int32_t Cache::length(clade_seq_id id) const { return get(id).length(); }
 
 size_t Cache::kv_bytes() const {
   size_t b = 0;
@@ -91,90 +99,219 @@ size_t Cache::kv_bytes() const {
   return b;
 }
 
-clade_status Cache::decode(const clade_batch& b) {
+clade_node_id Cache::node_of(clade_seq_id id) const { return get(id).node->id; }
+const std::vector<int32_t>& Cache::tokens_of(clade_seq_id id) const { return get(id).tokens; }
+
+// ---- tree search ----
+
+clade_status Cache::fork(clade_seq_id id, clade_seq_id* out) {
+  const Seq& s = get(id);
+  Seq* slot = free_slot();
+  if (!slot) return CLADE_CACHE_FULL;
+  std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
+  kv->reserve(s.kv->capacity());
+  kv->copy_from(*s.kv, s.kv->length, 0);
+  kv->length = s.kv->length;
+  std::vector<int32_t> toks = s.tokens, queued = s.queued;
+  toks.reserve(s.tokens.capacity());
+  Seq& f = *slot;
+  f.live = true;
+  f.node = s.node;
+  f.kv = std::move(kv);
+  f.base = s.base;
+  f.tokens = std::move(toks);
+  f.queued = std::move(queued);
+  tree.ref(f.node);
+  *out = (clade_seq_id)(slot - seqs_.data());
+  return CLADE_OK;
+}
+
+clade_node_id Cache::promote(clade_seq_id id) {
+  Seq& s = get(id);
+  if (!s.queued.empty())
+    fail(CLADE_E_STATE, "cache: promote: sequence " + std::to_string(id) + " has queued tokens (decode them first)");
+  if (s.base != 0) fail(CLADE_E_STATE, "cache: promote: sequence " + std::to_string(id) + " is private");
+  if (kv_type != tree.kv_type)
+    fail(CLADE_E_STATE, "cache: promote: the cache's KV type differs from the tree's");
+  tree.check_context((int64_t)s.node->end() + s.length(), "cache: promote");
+  std::unique_ptr<KVStore> fresh = tree.new_store(kv_type);
+  std::vector<int32_t> toks = s.tokens;
+  // The sequence's store becomes the node's (nothing is copied or
+  // evaluated); the sequence starts again, empty, under the new node.
+  Node* old = s.node;
+  const clade_node_id nid = tree.adopt(old, std::move(toks), std::move(s.kv));
+  Node* node = tree.get(nid);
+  s.kv = std::move(fresh);
+  s.tokens.clear();
+  s.node = node;
+  tree.ref(node);
+  tree.unref(old);  // (the new node holds old as its parent)
+  return nid;
+}
+
+clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
+  Seq& s = get(id);
+  Node* target = tree.get(node_id);
+  if (!s.queued.empty())
+    fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " has queued tokens (decode them first)");
+  if (s.base != 0) fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " is private");
+  // The sequence's whole history, and the target's path.
+  std::vector<int32_t> hist, path;
+  Tree::path_tokens(s.node, hist);
+  const int32_t old_end = s.node->end();
+  hist.insert(hist.end(), s.tokens.begin(), s.tokens.end());
+  Tree::path_tokens(target, path);
+  if (path.size() > hist.size() || !std::equal(path.begin(), path.end(), hist.begin()))
+    fail(CLADE_E_STATE, "cache: move: node " + std::to_string(node_id) +
+                            "'s path tokens are not a prefix of sequence " + std::to_string(id) + "'s history");
+  const int32_t p = (int32_t)path.size(), n = (int32_t)hist.size() - p;
+  if (n > max_tokens) return CLADE_CACHE_FULL;
+  // The new unique KV: positions [p, old_end) from the nodes above the old
+  // node (moving up), then the old unique KV from max(p, old_end) on.
+  std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
+  kv->reserve(std::max(n, 1));
+  for (const Node* x = s.node; x; x = x->parent) {
+    const int32_t a = std::max(p, x->path_length), b = x->end();
+    if (x->length > 0 && a < b) kv->copy_range(*x->kv, a - x->path_length, b - a, a - p);
+  }
+  const int32_t from = std::max(p, old_end);
+  if (s.kv->length > from - old_end) kv->copy_range(*s.kv, from - old_end, s.kv->length - (from - old_end), from - p);
+  kv->length = n;
+  std::vector<int32_t> toks(hist.begin() + p, hist.end());
+  toks.reserve((size_t)kv->capacity());
+  Node* old = s.node;
+  s.kv = std::move(kv);
+  s.tokens = std::move(toks);
+  s.node = target;
+  tree.ref(target);
+  tree.unref(old);
+  return CLADE_OK;
+}
+
+// ---- decode ----
+
+// Everything checked before anything changes. *rows: logit rows the step
+// gives; *total_new: tokens it brings.
+clade_status Cache::check_step(const clade_batch& b, size_t* rows, size_t* total_new) {
   if (b.n_seqs && (!b.seq_ids || !b.n_tokens)) fail(CLADE_E_INVALID_ARG, "decode: seq_ids and n_tokens are required");
-  // Validate everything before changing anything.
-  std::vector<char> seen((size_t)max_seqs, 0);
-  size_t total_new = 0, rows = 0;
+  *rows = *total_new = 0;
+  struct Clear {  // seen_ back to all zero however this ends
+    std::vector<char>& v;
+    const clade_batch& b;
+    size_t n = 0;
+    ~Clear() {
+      for (size_t i = 0; i < n; i++) v[(size_t)b.seq_ids[i]] = 0;
+    }
+  } clear{seen_, b};
   for (size_t i = 0; i < b.n_seqs; i++) {
-    Seq& s = get(b.seq_ids[i]);
-    if (seen[(size_t)b.seq_ids[i]]++) fail(CLADE_E_INVALID_ARG, "decode: sequence " + std::to_string(b.seq_ids[i]) + " appears twice");
+    const Seq& s = get(b.seq_ids[i]);
+    if (seen_[(size_t)b.seq_ids[i]])
+      fail(CLADE_E_INVALID_ARG, "decode: sequence " + std::to_string(b.seq_ids[i]) + " appears twice");
+    seen_[(size_t)b.seq_ids[i]] = 1;
+    clear.n = i + 1;
     if (b.n_tokens[i] < 0) fail(CLADE_E_INVALID_ARG, "decode: negative token count");
     size_t m = s.queued.size() + (size_t)b.n_tokens[i];
-    total_new += (size_t)b.n_tokens[i];
-    rows += b.all_logits ? m : (m > 0 ? 1 : 0);
+    *total_new += (size_t)b.n_tokens[i];
+    *rows += b.all_logits ? m : (m > 0 ? 1 : 0);
   }
-  if (total_new && !b.tokens) fail(CLADE_E_INVALID_ARG, "decode: tokens is NULL");
+  if (*total_new && !b.tokens) fail(CLADE_E_INVALID_ARG, "decode: tokens is NULL");
   // Capacity first, so that an absurd count is refused before n tokens are read.
   for (size_t i = 0; i < b.n_seqs; i++) {
-    Seq& s = get(b.seq_ids[i]);
-    int64_t need = (int64_t)s.kv->length - s.base + (int64_t)s.queued.size() + b.n_tokens[i];
+    const Seq& s = get(b.seq_ids[i]);
+    int64_t need = (int64_t)s.length() + (int64_t)s.queued.size() + b.n_tokens[i];
     if (need > max_tokens) return CLADE_CACHE_FULL;
+    if (s.base == 0) tree.check_context(s.node->end() + need, "decode");
+    else tree.check_context(s.kv->length + (int64_t)s.queued.size() + b.n_tokens[i], "decode");
   }
-  tree.check_tokens(b.tokens, total_new);
-  if (b.logits && rows > b.logits_rows) return CLADE_BUFFER_SMALL;
+  tree.check_tokens(b.tokens, *total_new);
+  if (b.logits && *rows > b.logits_rows) return CLADE_BUFFER_SMALL;
+  return CLADE_OK;
+}
+
+clade_status Cache::decode(const clade_batch& b) {
+  size_t rows = 0, total_new = 0;
+  clade_status st = check_step(b, &rows, &total_new);
+  if (st != CLADE_OK) return st;
   for (size_t i = 0; i < b.n_seqs; i++) {
     Seq& s = get(b.seq_ids[i]);
     grow(s, s.kv->length + (int32_t)s.queued.size() + b.n_tokens[i]);
   }
-
-  // Each sequence's pending tokens: queued, then this step's.
-  std::vector<std::vector<int32_t>> pending(b.n_seqs);
-  std::vector<int32_t> saved_len(b.n_seqs);
+  // Each sequence's pending tokens: queued, then this step's (pending_
+  // [pend_at_[i], pend_at_[i + 1])).
+  pending_.clear();
+  pend_at_.clear();
+  saved_len_.clear();
   size_t at = 0;
   for (size_t i = 0; i < b.n_seqs; i++) {
     Seq& s = get(b.seq_ids[i]);
-    pending[i] = s.queued;
-    pending[i].insert(pending[i].end(), b.tokens + at, b.tokens + at + b.n_tokens[i]);
+    pend_at_.push_back(pending_.size());
+    pending_.insert(pending_.end(), s.queued.begin(), s.queued.end());
+    pending_.insert(pending_.end(), b.tokens + at, b.tokens + at + b.n_tokens[i]);
     at += (size_t)b.n_tokens[i];
-    saved_len[i] = s.kv->length;
+    saved_len_.push_back(s.kv->length);
   }
-  const int32_t n_vocab = tree.model.cfg.n_vocab;
+  pend_at_.push_back(pending_.size());
   try {
-    // Passes of at most `chunk` tokens; a sequence may span passes.
-    size_t seq = 0, off = 0, out_row = 0;
-    while (seq < b.n_seqs) {
-      std::vector<PassSeq> pass;
-      std::vector<int32_t> toks, want;
-      size_t first_row = out_row;
-      while (seq < b.n_seqs && toks.size() < (size_t)tree.chunk) {
-        Seq& s = get(b.seq_ids[seq]);
-        size_t take = std::min(pending[seq].size() - off, (size_t)tree.chunk - toks.size());
-        if (take > 0) {
-          PassSeq p;
-          if (s.base == 0) tree.path(s.node, p);
-          p.own = s.kv.get();
-          p.own_before = s.kv->length;
-          p.pos0 = (s.base ? 0 : s.node->path_length + s.node->length) + s.kv->length;
-          p.n_tokens = (int32_t)take;
-          p.tok0 = (int32_t)toks.size();
-          toks.insert(toks.end(), pending[seq].begin() + (long)off, pending[seq].begin() + (long)(off + take));
-          bool ends = off + take == pending[seq].size();
-          if (b.all_logits) {
-            for (size_t t = 0; t < take; t++) want.push_back(p.tok0 + (int32_t)t);
-          } else if (ends) {
-            want.push_back(p.tok0 + (int32_t)take - 1);
-          }
-          pass.push_back(std::move(p));
-        }
-        off += take;
-        if (off == pending[seq].size()) {
-          seq++;
-          off = 0;
-        }
-      }
-      if (pass.empty()) continue;
-      tree.fwd.run(pass, toks.data(), attention, tree.kv_type, want,
-                   b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr);
-      out_row += want.size();
-      for (PassSeq& p : pass) p.own->length += p.n_tokens;
-    }
+    run_passes(b);
   } catch (...) {
-    for (size_t i = 0; i < b.n_seqs; i++) get(b.seq_ids[i]).kv->length = saved_len[i];
+    for (size_t i = 0; i < b.n_seqs; i++) get(b.seq_ids[i]).kv->length = saved_len_[i];
     throw;
   }
-  for (size_t i = 0; i < b.n_seqs; i++) get(b.seq_ids[i]).queued.clear();
+  for (size_t i = 0; i < b.n_seqs; i++) {
+    Seq& s = get(b.seq_ids[i]);
+    s.queued.clear();
+    s.tokens.insert(s.tokens.end(), pending_.begin() + (long)pend_at_[i], pending_.begin() + (long)pend_at_[i + 1]);
+  }
+  if (total_new || rows) steps++;
   return CLADE_OK;
+}
+
+// Passes of at most `chunk` tokens; a sequence may span passes. Lengths
+// grow pass by pass (the caller restores them on a throw).
+void Cache::run_passes(const clade_batch& b) {
+  const int32_t n_vocab = tree.model.cfg.n_vocab;
+  const size_t chunk = (size_t)tree.chunk;
+  size_t seq = 0, off = 0, out_row = 0;
+  while (seq < b.n_seqs) {
+    AttnPlan& plan = fwd_.plan;
+    plan.clear();
+    toks_.clear();
+    want_.clear();
+    const size_t first_row = out_row;
+    while (seq < b.n_seqs && toks_.size() < chunk) {
+      Seq& s = get(b.seq_ids[seq]);
+      const size_t n_pend = pend_at_[seq + 1] - pend_at_[seq];
+      const size_t take = std::min(n_pend - off, chunk - toks_.size());
+      if (take > 0) {
+        PassSeq& p = plan.add_seq();
+        p.own = s.kv.get();
+        p.own_before = s.kv->length;
+        p.pos0 = (s.base ? 0 : s.node->end()) + s.kv->length;
+        p.n_tokens = (int32_t)take;
+        p.tok0 = (int32_t)toks_.size();
+        const int32_t tok0 = p.tok0;
+        if (s.base == 0) Tree::add_path(s.node, plan);
+        const int32_t* src = pending_.data() + pend_at_[seq] + off;
+        toks_.insert(toks_.end(), src, src + take);
+        const bool ends = off + take == n_pend;
+        if (b.all_logits) {
+          for (size_t t = 0; t < take; t++) want_.push_back(tok0 + (int32_t)t);
+        } else if (ends) {
+          want_.push_back(tok0 + (int32_t)take - 1);
+        }
+      }
+      off += take;
+      if (off == n_pend) {
+        seq++;
+        off = 0;
+      }
+    }
+    if (plan.seqs.empty()) continue;
+    fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(),
+             b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr, tree.abort);
+    out_row += want_.size();
+    for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;
+  }
 }
 
 }  // namespace clade

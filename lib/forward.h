@@ -1,27 +1,26 @@
-// The forward pass, written once against lib/backend.h.
+// The forward pass, written once against lib/backend.h. A Forward owns the
+// workspaces of the passes it runs (activations, the plan and its arrays in
+// backend memory, the backend's prepared attention): one lives in each
+// cache and one in each tree, so passes of two caches never share them.
+// Workspaces grow when a pass needs more and never shrink: a steady decode
+// step allocates nothing.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "clade/clade.h"
 #include "model.h"
 #include "plan.h"
 
 namespace clade {
 
-// A plan's arrays in backend memory.
-struct PlanBuffers {
-  const int32_t* rows;
-  const int32_t* limits;
-  const int32_t* part_begin;
-  const int32_t* part_rows;
-  float* part_o;
-  double* part_lse;
+// Checked between layers: a nonzero return stops the pass (Error
+// CLADE_STOPPED; the caller rolls back what the pass wrote).
+struct AbortHook {
+  clade_abort_fn fn = nullptr;
+  void* user = nullptr;
 };
-
-// Attention of one layer as the plan says: every problem, then the merge
-// into out [n_out_rows][head_dim]. q: [tokens][n_heads][head_dim].
-void run_plan(Backend& be, const AttnPlan& plan, const PlanBuffers& b, int layer, const float* q, int head_dim,
-              float scale, std::vector<AttnProblem>& scratch, std::vector<AttnTail>& tail_scratch, float* out);
 
 class Forward {
  public:
@@ -30,33 +29,55 @@ class Forward {
   Forward(const Forward&) = delete;
   Forward& operator=(const Forward&) = delete;
 
-  // Evaluate one pass. seqs' tokens are contiguous in `tokens` (seq i's at
-  // tok0 .. tok0+n_tokens), each seq's own store has room for them. Writes
-  // their K/V, and the logits of the tokens listed in logit_tokens (pass
-  // indices) to out ([n][n_vocab], host memory) when out is not null.
-  void run(const std::vector<PassSeq>& seqs, const int32_t* tokens, clade_attention mode, clade_kv_type shared_type,
-           const std::vector<int32_t>& logit_tokens, float* out);
+  // Evaluate one pass: the sequences in `plan` (filled by the caller with
+  // clear/add_seq/add_span; seq i's tokens are tokens[tok0 .. tok0 +
+  // n_tokens), each own store has room for them). Writes their K/V, and the
+  // logits of the pass tokens logit_tokens[0..n_logits) to out ([n][n_vocab],
+  // host memory) when out is not null. The plan is built once for all
+  // layers and handed to the backend once.
+  void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
+           size_t n_logits, float* out, const AbortHook& abort);
 
-  AttnCost cost;
-  int last_shared = 0, last_flat = 0;  // spans done each way in the last pass
+  AttnPlan plan;
+  uint64_t passes = 0;  // passes run
+  uint64_t grows = 0;   // times a workspace had to grow
 
  private:
   struct Buf {
     void* p = nullptr;
     size_t cap = 0;
   };
-  float* f32(Buf& b, size_t n);
-  double* f64(Buf& b, size_t n);
-  int32_t* i32(Buf& b, size_t n);
+  template <typename T>
+  T* get(Buf& b, size_t n);
   void ensure(Buf& b, size_t bytes);
 
   const Model& m_;
   Backend& be_;
   Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_;
-  Buf pos_, tok_, rows_, limits_, pbegin_, prows_, part_o_, part_lse_;
-  AttnPlan plan_;
-  std::vector<AttnProblem> probs_;
-  std::vector<AttnTail> tails_;
+  Buf pos_, tok_, rows_, limits_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
+  std::unique_ptr<AttnWork> work_;
+  std::vector<float> zero_;  // host zeros (attention NONE)
+  RopeParams rope_;          // inv_freq in backend memory
+};
+
+// A built plan's attention on host-memory arrays, one layer at a time, as
+// Forward::run does it (for tests and benchmarks on the CPU backend).
+class HostAttention {
+ public:
+  explicit HostAttention(Backend& be) : be_(be), work_(be.make_attn_work()) {}
+  // Bind the plan to this object's arrays and prepare the backend's work.
+  void prepare(AttnPlan& plan, int head_dim, float scale);
+  // Every problem of the plan for layer, then the merge into out
+  // [n_out_rows][head_dim].
+  void run(int layer, const float* q, float* out);
+
+ private:
+  Backend& be_;
+  std::unique_ptr<AttnWork> work_;
+  const AttnPlan* plan_ = nullptr;
+  int head_dim_ = 0;
+  std::vector<float> part_o_;
+  std::vector<double> part_lse_;
 };
 
 }  // namespace clade

@@ -1,151 +1,238 @@
 #include "plan.h"
 
 #include <algorithm>
-#include <map>
 
 namespace clade {
 
 double AttnCost::problem(int64_t rows, int64_t len, int head_dim, size_t elem) const {
   double bytes = 2.0 * (double)len * head_dim * (double)elem;
   double flops = 4.0 * (double)rows * (double)len * head_dim;
-  double rate = rows >= 8 ? gemm_flops : small_flops;
+  double rate = rows >= many_rows ? gemm_flops : small_flops;
   return std::max(bytes / bandwidth, flops / rate) + item_overhead;
 }
 
-// Shared: the span is read once and every row is processed in one batched
-// problem, at the price of one more partial to merge per row. Flat: each
-// sequence's rows form their own problem (the span is read once per
-// sequence). Pick the cheaper.
-bool AttnCost::use_shared(const std::vector<int64_t>& rows_per_seq, int64_t len, int head_dim, size_t elem) const {
-  if (rows_per_seq.size() < 2) return false;
+bool AttnCost::use_shared(const int64_t* rows_per_seq, size_t n, int64_t len, int head_dim, size_t elem) const {
+  if (n < 2) return false;
   int64_t total = 0;
   double flat = 0;
-  for (int64_t r : rows_per_seq) {
-    total += r;
-    flat += problem(r, len, head_dim, elem);
+  for (size_t i = 0; i < n; i++) {
+    total += rows_per_seq[i];
+    flat += problem(rows_per_seq[i], len, head_dim, elem);
   }
   double shared = problem(total, len, head_dim, elem) + (double)total * merge_per_row;
   return shared < flat;
 }
 
-void AttnPlan::build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads, int head_dim, clade_attention mode,
-                     clade_kv_type shared_type, const AttnCost& cost, bool fuse_own) {
-  groups.clear();
+void AttnPlan::clear() {
+  seqs.clear();
+  spans.clear();
+}
+
+PassSeq& AttnPlan::add_seq() {
+  seqs.emplace_back();
+  seqs.back().span0 = (int32_t)spans.size();
+  return seqs.back();
+}
+
+void AttnPlan::add_span(const KVStore* kv, int32_t len) {
+  spans.push_back({kv, len});
+  seqs.back().n_spans++;
+}
+
+int64_t AttnPlan::n_tokens() const {
+  int64_t n = 0;
+  for (const PassSeq& s : seqs) n = std::max<int64_t>(n, s.tok0 + s.n_tokens);
+  return n;
+}
+
+// Rows of sequence s's tokens for KV head h (causal: with their limits into
+// the sequence's own span).
+void AttnPlan::add_rows(const PassSeq& s, int h, bool causal) {
+  for (int t = 0; t < s.n_tokens; t++)
+    for (int j = 0; j < group_; j++) {
+      rows.push_back((s.tok0 + t) * heads_ + h * group_ + j);
+      limits.push_back(causal ? s.own_before + t + 1 : 0);
+    }
+}
+
+void AttnPlan::add_problem(const KVStore* store, clade_kv_type type, int h, int32_t len, bool causal) {
+  AttnProblem p;
+  p.kv = store->head(0, h);
+  p.layer_stride = store->layer_stride();
+  p.cap = store->capacity();
+  p.len = len;
+  problems.push_back(p);
+  layout_.push_back({(int64_t)rows.size(), (int32_t)tails.size(), 0, causal, type});
+}
+
+void AttnPlan::end_problem() {
+  problems.back().n_rows = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
+}
+
+void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mode, clade_kv_type shared_type,
+                     const AttnCost& cost, bool fuse_own) {
+  problems.clear();
+  tails.clear();
+  sets.clear();
   rows.clear();
   limits.clear();
   part_begin.clear();
   part_rows.clear();
+  layout_.clear();
   n_shared = n_flat = n_tails = 0;
-  int64_t n_tokens = 0;
-  for (const PassSeq& s : seqs) n_tokens = std::max<int64_t>(n_tokens, s.tok0 + s.n_tokens);
-  n_out_rows = n_tokens * n_heads;
+  builds++;
+  heads_ = n_heads;
+  group_ = n_heads / kv_heads;
+  const int64_t T = n_tokens();
+  n_out_rows = T * n_heads;
+  pos.assign((size_t)T, 0);
+  for (const PassSeq& s : seqs)
+    for (int t = 0; t < s.n_tokens; t++) pos[(size_t)(s.tok0 + t)] = s.pos0 + t;
   if (mode == CLADE_ATTENTION_NONE) return;
-  const int group = n_heads / kv_heads;
 
-  // Each output row collects (partial row) entries; build per-row lists.
-  std::vector<std::vector<int32_t>> per_row((size_t)n_out_rows);
-
-  // Problems grouped by KV element type: shared spans have the tree's type,
-  // own spans their cache's. Usually there is one type, so one backend call
-  // (one parallel region) per layer solves every problem of the step.
-  std::map<int, Group> by_type;
-  Group& shared_g = by_type.try_emplace((int)shared_type, Group{shared_type, {}}).first->second;
-
-  // causal: the rows' limits, into the sequence's own span (for its own
-  // problem, or its tail).
-  auto add_rows = [&](const PassSeq& s, int h, bool causal) {
-    for (int t = 0; t < s.n_tokens; t++)
-      for (int j = 0; j < group; j++) {
-        int32_t row = (s.tok0 + t) * n_heads + h * group + j;
-        per_row[(size_t)row].push_back((int32_t)rows.size());
-        rows.push_back(row);
-        limits.push_back(causal ? s.own_before + t + 1 : 0);
-      }
-  };
   // Per sequence: the depth of the span whose problems take its own span
   // as a tail, or -1 (its own problems then).
-  std::vector<int> tail_depth(seqs.size(), -1);
+  tail_depth_.assign(seqs.size(), -1);
   for (size_t i = 0; i < seqs.size() && fuse_own; i++) {
     const PassSeq& s = seqs[i];
     if (s.n_tokens == 0 || s.own->type() != shared_type) continue;
-    for (size_t d = s.span_keys.size(); d-- > 0;)
-      if (s.span_lens[d] > 0) {
-        tail_depth[i] = (int)d;
+    for (int d = s.n_spans; d-- > 0;)
+      if (spans[(size_t)(s.span0 + d)].len > 0) {
+        tail_depth_[i] = d;
         break;
       }
   }
-  // Rows of sequence e.first in problem p (being built), with its own span
-  // as a tail when this span is the one that takes it.
-  auto add_seq = [&](Problem& p, const std::pair<size_t, size_t>& e, int h) {
-    const PassSeq& s = seqs[e.first];
-    const bool tail = tail_depth[e.first] == (int)e.second;
-    const int32_t row0 = (int32_t)((int64_t)rows.size() - p.rows_at);
+  // Rows of sequence `seq` (using its span at `depth`) in the problem being
+  // built, with its own span as a tail when this span is the one taking it.
+  auto add_seq_rows = [&](int32_t seq, int32_t depth, int h) {
+    const PassSeq& s = seqs[(size_t)seq];
+    const bool tail = tail_depth_[(size_t)seq] == depth;
+    const int32_t row0 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
     add_rows(s, h, tail);
     if (tail) {
-      p.tails.push_back({s.own, row0, (int32_t)((int64_t)rows.size() - p.rows_at)});
+      AttnTail t;
+      t.kv = s.own->head(0, h);
+      t.layer_stride = s.own->layer_stride();
+      t.cap = s.own->capacity();
+      t.row0 = row0;
+      t.row1 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
+      tails.push_back(t);
+      layout_.back().n_tails++;
       n_tails++;
     }
   };
 
-  // Shared spans: the descendants of each, in order of first appearance.
-  std::vector<const void*> order;
-  std::map<const void*, std::vector<std::pair<size_t, size_t>>> users;  // span -> (seq, depth)
-  for (size_t i = 0; i < seqs.size(); i++)
-    for (size_t d = 0; d < seqs[i].span_keys.size(); d++) {
-      if (seqs[i].span_lens[d] == 0 || seqs[i].n_tokens == 0) continue;
-      auto& u = users[seqs[i].span_keys[d]];
-      if (u.empty()) order.push_back(seqs[i].span_keys[d]);
-      u.push_back({i, d});
+  // Shared spans: the users of each (sequence, depth), grouped by span in
+  // order of first appearance, each span's users in sequence order.
+  uses_.clear();
+  for (size_t i = 0; i < seqs.size(); i++) {
+    const PassSeq& s = seqs[i];
+    if (s.n_tokens == 0) continue;
+    for (int d = 0; d < s.n_spans; d++) {
+      const PassSpan& sp = spans[(size_t)(s.span0 + d)];
+      if (sp.len > 0) uses_.push_back({sp.kv, (int32_t)i, d, 0});
     }
+  }
+  std::sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) {
+    return a.key != b.key ? std::less<const KVStore*>()(a.key, b.key) : a.seq < b.seq;
+  });
+  for (size_t a = 0; a < uses_.size();) {  // first: the span's first user
+    size_t b = a;
+    while (b < uses_.size() && uses_[b].key == uses_[a].key) b++;
+    for (size_t i = a; i < b; i++) uses_[i].first = uses_[a].seq;
+    a = b;
+  }
+  std::stable_sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) { return a.first < b.first; });
   const size_t elem = kv_type_size(shared_type);
-  for (const void* key : order) {
-    const auto& u = users[key];
-    const PassSeq& first = seqs[u[0].first];
-    const KVStore* store = first.spans[u[0].second];
-    int32_t len = first.span_lens[u[0].second];
-    std::vector<int64_t> rps;
-    for (const auto& e : u) rps.push_back((int64_t)seqs[e.first].n_tokens * group);
-    bool shared = mode == CLADE_ATTENTION_SHARED ? u.size() >= 2
-                  : mode == CLADE_ATTENTION_FLAT ? false
-                                                 : cost.use_shared(rps, len, head_dim, elem);
+  for (size_t a = 0; a < uses_.size();) {
+    size_t b = a;
+    while (b < uses_.size() && uses_[b].key == uses_[a].key) b++;
+    const PassSeq& first = seqs[(size_t)uses_[a].seq];
+    const KVStore* store = uses_[a].key;
+    const int32_t len = spans[(size_t)(first.span0 + uses_[a].depth)].len;
+    rps_.clear();
+    for (size_t i = a; i < b; i++) rps_.push_back((int64_t)seqs[(size_t)uses_[i].seq].n_tokens * group_);
+    const bool shared = mode == CLADE_ATTENTION_SHARED ? b - a >= 2
+                        : mode == CLADE_ATTENTION_FLAT ? false
+                                                       : cost.use_shared(rps_.data(), rps_.size(), len, head_dim, elem);
     if (shared) {
       n_shared++;
       for (int h = 0; h < kv_heads; h++) {
-        Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size(), {}};
-        for (const auto& e : u) add_seq(p, e, h);
-        p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-        shared_g.problems.push_back(std::move(p));
+        add_problem(store, shared_type, h, len, false);
+        for (size_t i = a; i < b; i++) add_seq_rows(uses_[i].seq, uses_[i].depth, h);
+        end_problem();
       }
     } else {
       n_flat++;
-      for (const auto& e : u)
+      for (size_t i = a; i < b; i++)
         for (int h = 0; h < kv_heads; h++) {
-          Problem p{store, h, len, 0, (int64_t)rows.size(), false, (int64_t)rows.size(), {}};
-          add_seq(p, e, h);
-          p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-          shared_g.problems.push_back(std::move(p));
+          add_problem(store, shared_type, h, len, false);
+          add_seq_rows(uses_[i].seq, uses_[i].depth, h);
+          end_problem();
         }
     }
+    a = b;
   }
-
+  // Own spans that are not tails: causal problems of their own.
   for (size_t i = 0; i < seqs.size(); i++) {
     const PassSeq& s = seqs[i];
-    if (s.n_tokens == 0 || tail_depth[i] >= 0) continue;
-    Group& g = by_type.try_emplace((int)s.own->type(), Group{s.own->type(), {}}).first->second;
+    if (s.n_tokens == 0 || tail_depth_[i] >= 0) continue;
     for (int h = 0; h < kv_heads; h++) {
-      Problem p{s.own, h, s.own_before + s.n_tokens, 0, (int64_t)rows.size(), true, (int64_t)rows.size(), {}};
+      add_problem(s.own, s.own->type(), h, s.own_before + s.n_tokens, true);
       add_rows(s, h, true);
-      p.n_rows = (int32_t)((int64_t)rows.size() - p.rows_at);
-      g.problems.push_back(std::move(p));
+      end_problem();
     }
   }
-  for (auto& kv : by_type)
-    if (!kv.second.problems.empty()) groups.push_back(std::move(kv.second));
 
+  // Group the problems by KV element type (the tree's first), keeping their
+  // order within a type: one backend set, one parallel region per layer,
+  // per type (usually one).
+  sorted_.clear();
+  sorted_layout_.clear();
+  const clade_kv_type order[] = {shared_type, CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16};
+  for (int oi = 0; oi < 4; oi++) {
+    const clade_kv_type t = order[oi];
+    if (oi > 0 && t == shared_type) continue;
+    const size_t at = sorted_.size();
+    for (size_t i = 0; i < problems.size(); i++)
+      if (layout_[i].type == t) {
+        sorted_.push_back(problems[i]);
+        sorted_layout_.push_back(layout_[i]);
+      }
+    if (sorted_.size() > at) sets.push_back({t, nullptr, sorted_.size() - at});
+  }
+  problems.swap(sorted_);
+  layout_.swap(sorted_layout_);
+
+  // Merge list: each partial row to its output row, in plan order.
+  count_.assign((size_t)n_out_rows + 1, 0);
+  for (int32_t r : rows) count_[(size_t)r + 1]++;
   part_begin.assign((size_t)n_out_rows + 1, 0);
-  for (int64_t r = 0; r < n_out_rows; r++) {
-    part_begin[(size_t)r + 1] = part_begin[(size_t)r] + (int32_t)per_row[(size_t)r].size();
-    part_rows.insert(part_rows.end(), per_row[(size_t)r].begin(), per_row[(size_t)r].end());
+  for (int64_t r = 0; r < n_out_rows; r++) part_begin[(size_t)r + 1] = part_begin[(size_t)r] + count_[(size_t)r + 1];
+  part_rows.resize(rows.size());
+  for (int64_t r = 0; r < n_out_rows; r++) count_[(size_t)r] = part_begin[(size_t)r];
+  for (size_t i = 0; i < rows.size(); i++) part_rows[(size_t)count_[(size_t)rows[i]]++] = (int32_t)i;
+}
+
+void AttnPlan::bind(const PlanBuffers& b, int head_dim) {
+  size_t at = 0;
+  for (AttnSet& s : sets) {
+    s.problems = problems.data() + at;
+    at += s.n_problems;
+  }
+  for (size_t i = 0; i < problems.size(); i++) {
+    AttnProblem& p = problems[i];
+    const Layout& L = layout_[i];
+    p.rows = b.rows + L.rows_at;
+    p.limit = L.causal ? b.limits + L.rows_at : nullptr;
+    p.o = b.part_o + L.rows_at * head_dim;
+    p.lse = b.part_lse + L.rows_at;
+    p.tails = L.n_tails ? tails.data() + L.tail0 : nullptr;
+    p.n_tails = L.n_tails;
+    for (int32_t t = 0; t < L.n_tails; t++) {
+      AttnTail& a = tails[(size_t)(L.tail0 + t)];
+      a.limit = b.limits + L.rows_at + a.row0;
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 // The attention plan of one forward pass: which query rows attend to which
-// KV span, batched or not, and how the partial results merge.
+// KV span, batched or not, and how the partial results merge. Built once
+// per pass (it is the same in every layer), in vectors that keep their
+// capacity from pass to pass, so a steady decode step allocates nothing.
 //
 // Query row index: token * n_heads + query_head (tokens in pass order).
 // For a shared span (a tree node) with descendants in the pass, either
@@ -7,16 +9,20 @@
 //    query rows of that KV head's group (the span is read once), or
 //  - flat: one problem per descendant sequence per KV head (each sequence
 //    reads the span itself),
-// chosen per span by the cost model below. Each sequence's own span is one
-// problem per KV head, causal; or, when the backend takes tails
-// (Backend::attention_tails) and the own span has the tree's element type,
-// a tail of the problem of the deepest span above it, which then gives its
-// rows the softmax over both spans in one partial: one problem and one
-// partial fewer per row, the tiny own problems of a decode step (a few
-// rows against a few keys, about a microsecond each) and their partials
-// gone. Every problem writes its partial (o, lse) rows into the partial
-// buffer; the merge list combines, per query row, the partials of every
-// span on its path.
+// chosen per span by the backend's cost model (lib/cost.h). Each sequence's
+// own span is one problem per KV head, causal; or, when the backend takes
+// tails (Backend::attention_tails) and the own span has the tree's element
+// type, a tail of the problem of the deepest span above it, which then
+// gives its rows the softmax over both spans in one partial: one problem
+// and one partial fewer per row, the tiny own problems of a decode step (a
+// few rows against a few keys, about a microsecond each) and their
+// partials gone. Every problem writes its partial (o, lse) rows into the
+// partial buffer; the merge list combines, per query row, the partials of
+// every span on its path.
+//
+// The plan's problems are backend.h's AttnProblem, the only form of an
+// attention problem between here and a backend: build() lays them out with
+// offsets, bind() points them into the pass's arrays in backend memory.
 #pragma once
 
 #include <cstdint>
@@ -27,78 +33,87 @@
 
 namespace clade {
 
-// One sequence (or node being prefilled) in a pass.
+// One sequence (or node being prefilled) in a pass: its shared spans are
+// the plan's spans [span0, span0 + n_spans), root first.
 struct PassSeq {
-  std::vector<const void*> span_keys;   // identities of the shared spans above, root first
-  std::vector<const KVStore*> spans;    // their KV
-  std::vector<int32_t> span_lens;       // their lengths
-  KVStore* own = nullptr;               // where this pass's tokens go
-  int32_t own_before = 0;               // tokens already in own
-  int32_t pos0 = 0;                     // position of the first new token
+  int32_t span0 = 0, n_spans = 0;
+  KVStore* own = nullptr;   // where this pass's tokens go
+  int32_t own_before = 0;   // tokens already in own
+  int32_t pos0 = 0;         // position of the first new token
   int32_t n_tokens = 0;
-  int32_t tok0 = 0;                     // index of its first token in the pass
+  int32_t tok0 = 0;         // index of its first token in the pass
 };
 
-// Machine constants of the cost model (seconds per byte, per FLOP). The
-// defaults were measured on the development machine (2 Zen 4 cores) with
-// build/bench/bench_attention (attention alone, f16 KV, head dim 64):
-// streaming KV reaches about 35 GB/s (one row per KV head, flat), many
-// rows about 150 GFLOP/s, few rows (2 to 8) about 120-145 GFLOP/s from
-// cache; see bench/README.md. (Measured with keys in rows; keys in tiles
-// made both cases 5-10% faster from cache, in the same proportion, so the
-// choice between them is the same.)
-struct AttnCost {
-  double bandwidth = 35e9;        // bytes/s reading KV from memory
-  double gemm_flops = 150e9;      // FLOP/s of the many-row path
-  double small_flops = 120e9;     // FLOP/s of the few-row path
-  double item_overhead = 2e-6;    // seconds per problem (gather, setup)
-  double merge_per_row = 30e-9;   // seconds per extra partial per row
-  // Estimated seconds for rows query rows against len keys of one KV head.
-  double problem(int64_t rows, int64_t len, int head_dim, size_t elem) const;
-  bool use_shared(const std::vector<int64_t>& rows_per_seq, int64_t len, int head_dim, size_t elem) const;
+struct PassSpan {
+  const KVStore* kv;  // identity and KV of a shared span
+  int32_t len;
+};
+
+// The plan's arrays in backend memory (bind()).
+struct PlanBuffers {
+  const int32_t* rows;
+  const int32_t* limits;
+  float* part_o;
+  double* part_lse;
 };
 
 class AttnPlan {
  public:
+  // Input: the pass's sequences, each followed by its spans.
+  void clear();
+  PassSeq& add_seq();  // then add_span() for its spans, root first
+  void add_span(const KVStore* kv, int32_t len);
+  int64_t n_tokens() const;
+
   // mode: CLADE_ATTENTION_AUTO / SHARED / FLAT (NONE builds nothing).
   // fuse_own: own spans become tails where they can (see the top).
-  void build(const std::vector<PassSeq>& seqs, int n_heads, int kv_heads, int head_dim, clade_attention mode,
-             clade_kv_type shared_type, const AttnCost& cost, bool fuse_own);
+  void build(int n_heads, int kv_heads, int head_dim, clade_attention mode, clade_kv_type shared_type,
+             const AttnCost& cost, bool fuse_own);
+  // Point the problems and tails at the arrays in backend memory (copies of
+  // rows and limits, and partial buffers of rows.size() rows).
+  void bind(const PlanBuffers& b, int head_dim);
 
-  // A sequence's own span as a tail (AttnTail) of a problem: the
-  // problem's rows [row0, row1), whose limits (into the own span) are
-  // limits[rows_at + row0 ..).
-  struct Tail {
-    const KVStore* store;
-    int32_t row0, row1;
-  };
-  // Per layer: problems with K/V pointers of that layer, grouped by KV
-  // element type (shared spans have the tree's type, own spans the cache's).
-  struct Problem {
-    const KVStore* store;
-    int32_t kv_head;
-    int32_t len;
-    int32_t n_rows;
-    int64_t rows_at;   // into rows (and limits, when causal)
-    bool causal;
-    int64_t part_at;   // first partial row
-    std::vector<Tail> tails;
-  };
-  struct Group {
-    clade_kv_type type;
-    std::vector<Problem> problems;
-  };
-  std::vector<Group> groups;
+  std::vector<PassSeq> seqs;
+  std::vector<PassSpan> spans;
+
+  // Output. sets: one per KV element type, pointing into problems.
+  std::vector<AttnProblem> problems;
+  std::vector<AttnTail> tails;
+  std::vector<AttnSet> sets;
   // rows[i]: query row of plan entry i; limits[i]: keys it sees (causal
-  // problems only; others see the whole span). Partial row i belongs to
-  // plan entry i, so rows.size() == number of partial rows.
+  // problems and tails only). Partial row i belongs to plan entry i.
   std::vector<int32_t> rows, limits;
   // Merge list: output query row r combines partial rows
   // part_rows[part_begin[r] .. part_begin[r+1]).
   std::vector<int32_t> part_begin, part_rows;
+  std::vector<int32_t> pos;  // position of each token of the pass
   int64_t n_out_rows = 0;
-  int n_shared = 0, n_flat = 0;  // spans done each way (for tests/bench)
+  int n_shared = 0, n_flat = 0;  // spans done each way
   int n_tails = 0;               // own spans fused as tails, per KV head
+  uint64_t builds = 0;           // plans built (one per pass)
+
+ private:
+  // Per problem while building: where its rows start, whether causal, and
+  // its tails (tails [tail0, tail0 + n)).
+  struct Layout {
+    int64_t rows_at;
+    int32_t tail0, n_tails;
+    bool causal;
+    clade_kv_type type;
+  };
+  struct Use {  // sequence seq has span key at depth
+    const KVStore* key;
+    int32_t seq, depth, first;
+  };
+  void add_problem(const KVStore* store, clade_kv_type type, int h, int32_t len, bool causal);
+  void add_rows(const PassSeq& s, int h, bool causal);
+  void end_problem();
+  std::vector<Layout> layout_, sorted_layout_;
+  std::vector<AttnProblem> sorted_;
+  std::vector<Use> uses_;
+  std::vector<int32_t> tail_depth_, count_;
+  std::vector<int64_t> rps_;
+  int heads_ = 0, group_ = 0;
 };
 
 }  // namespace clade

@@ -1,7 +1,11 @@
-// The shared-cache tree (nodes of read-only, shared KV) and the unique
-// caches of sequences attached to its nodes. DESIGN.md parts 1 to 3.
+// The shared-cache tree: nodes of read-only KV shared by every sequence
+// below them (DESIGN.md part 1). The unique caches of sequences are
+// lib/cache.h; a cache reads the tree's nodes and never changes them while
+// it decodes, so two caches of one tree may decode in two threads at once
+// (each has its own Forward, hence its own workspaces).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -20,65 +24,45 @@ struct Node {
   std::unique_ptr<KVStore> kv;
   int32_t refs = 0;  // children + sequences + caller
   bool caller_ref = false;
-  int32_t n_children = 0;
+  std::vector<clade_node_id> children;  // live, oldest first
+  int32_t end() const { return path_length + length; }
 };
 
 class Tree {
  public:
-  Tree(const Model& model, clade_kv_type kv_type, int32_t chunk);
+  Tree(const Model& model, clade_kv_type kv_type, int32_t chunk, uint32_t flags, uint64_t kv_budget);
   ~Tree();
 
   const Model& model;
   const clade_kv_type kv_type;
-  const int32_t chunk;  // tokens per forward pass
-  Forward fwd;
-  int32_t live_caches = 0;
+  const int32_t chunk;   // tokens per forward pass
+  const uint32_t flags;  // CLADE_TREE_*
+  KvBudget budget;       // nodes' and caches' KV
+  AbortHook abort;
+  std::atomic<int32_t> live_caches{0};
 
   Node* get(clade_node_id id) const;  // throws CLADE_E_STATE
   clade_node_id append(clade_node_id parent, const int32_t* tokens, size_t n, float* logits);
+  // A node under parent holding tokens and their already evaluated KV
+  // (from a promoted sequence); the caller gets a reference, as append.
+  clade_node_id adopt(Node* parent, std::vector<int32_t> tokens, std::unique_ptr<KVStore> kv);
   void release(clade_node_id id);
   void ref(Node* n) { n->refs++; }
   void unref(Node* n);
   size_t kv_bytes() const;
+  std::unique_ptr<KVStore> new_store(clade_kv_type type) const;
   void check_tokens(const int32_t* tokens, size_t n) const;  // throws CLADE_E_TOKEN
+  // Throws CLADE_CONTEXT_FULL when positions up to end - 1 pass n_ctx.
+  void check_context(int64_t end, const char* what) const;
   // The shared spans above a sequence attached to node (root first, empty
-  // ones left out), into p.
-  void path(const Node* node, PassSeq& p) const;
+  // ones left out), added to the plan's last sequence.
+  static void add_path(const Node* node, AttnPlan& plan);
+  // The tokens of the path root .. node.
+  static void path_tokens(const Node* node, std::vector<int32_t>& out);
 
  private:
+  Forward fwd_;  // the appends' passes
   std::vector<std::unique_ptr<Node>> nodes_;  // by id; nullptr once freed
-};
-
-struct Seq {
-  bool live = false;
-  Node* node = nullptr;
-  std::unique_ptr<KVStore> kv;
-  int32_t base = 0;  // private copy: path tokens at the start of kv
-  std::vector<int32_t> queued;
-};
-
-class Cache {
- public:
-  Cache(Tree& tree, int32_t max_seqs, int32_t max_tokens, clade_kv_type kv_type, clade_attention attention);
-  ~Cache();
-
-  clade_status add(clade_node_id node, const int32_t* tokens, size_t n, uint32_t flags, clade_seq_id* out);
-  void remove(clade_seq_id id);
-  void truncate(clade_seq_id id, int32_t length);
-  int32_t length(clade_seq_id id) const;
-  size_t kv_bytes() const;
-  clade_status decode(const clade_batch& batch);
-
-  Tree& tree;
-  const int32_t max_seqs, max_tokens;
-  const clade_kv_type kv_type;
-  clade_attention attention;
-
- private:
-  Seq& get(clade_seq_id id);
-  const Seq& get(clade_seq_id id) const;
-  void grow(Seq& s, int32_t need);
-  std::vector<Seq> seqs_;
 };
 
 }  // namespace clade

@@ -51,25 +51,33 @@ struct Case {
 
 // Runs one plan's attention on the CPU backend; out [tokens*n_heads][hd].
 // fuse_own: own spans as tails of the problems above them (lib/plan.h).
-std::vector<float> run(Backend& be, const std::vector<PassSeq>& seqs, const std::vector<float>& q, int nh, int kvh,
+// A sequence of a test pass: the plan's PassSeq with its spans beside it.
+struct TSeq : PassSeq {
+  std::vector<const KVStore*> spans;
+  std::vector<int32_t> span_lens;
+};
+
+std::vector<float> run(Backend& be, const std::vector<TSeq>& seqs, const std::vector<float>& q, int nh, int kvh,
                        int hd, clade_attention mode, clade_kv_type type, bool fuse_own) {
   AttnPlan plan;
   AttnCost cost;
-  plan.build(seqs, nh, kvh, hd, mode, type, cost, fuse_own);
+  for (const TSeq& t : seqs) {
+    PassSeq& p = plan.add_seq();
+    const int32_t span0 = p.span0;
+    p = t;
+    p.span0 = span0;
+    p.n_spans = 0;
+    for (size_t i = 0; i < t.spans.size(); i++) plan.add_span(t.spans[i], t.span_lens[i]);
+  }
+  plan.build(nh, kvh, hd, mode, type, cost, fuse_own);
   g_tails += plan.n_tails;
-  std::vector<int32_t> rows = plan.rows, limits = plan.limits;
-  std::vector<float> part_o(std::max<size_t>(1, rows.size()) * hd);
-  std::vector<double> part_lse(std::max<size_t>(1, rows.size()));
-  PlanBuffers b{rows.data(), limits.data(), plan.part_begin.data(), plan.part_rows.data(), part_o.data(),
-                part_lse.data()};
   std::vector<float> out((size_t)plan.n_out_rows * hd);
-  std::vector<AttnProblem> scratch;
-  std::vector<AttnTail> tail_scratch;
-  run_plan(be, plan, b, 0, q.data(), hd, 1.0f / std::sqrt((float)hd), scratch, tail_scratch, out.data());
+  HostAttention ha(be);
+  ha.prepare(plan, hd, 1.0f / std::sqrt((float)hd));
+  ha.run(0, q.data(), out.data());
   if (mode == CLADE_ATTENTION_SHARED) {
     g_shared_spans += plan.n_shared;
-    for (const AttnPlan::Group& g : plan.groups)
-      for (const AttnPlan::Problem& p : g.problems) g_max_rows = std::max(g_max_rows, (int)p.n_rows);
+    for (const AttnProblem& p : plan.problems) g_max_rows = std::max(g_max_rows, (int)p.n_rows);
   }
   return out;
 }
@@ -109,7 +117,7 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
   // Sequences: a random node each (several share nodes), own prior tokens
   // and 1 or several new ones.
   int n_seqs = c.wide ? 60 + (int)(rng() % 30) : 3 + (int)(rng() % 6);
-  std::vector<PassSeq> shared_seqs, flat_seqs;
+  std::vector<TSeq> shared_seqs, flat_seqs;
   std::vector<std::unique_ptr<KVStore>> owns, flats;
   std::vector<std::vector<int>> paths;
   int tok = 0;
@@ -121,11 +129,10 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
     int m = c.several_queries ? 1 + (int)(rng() % 4) : 1;
     auto own = std::make_unique<KVStore>(be, c.type, 1, c.kvh, hd);
     fill_random(be, *own, c.kvh, hd, prior + m, rng);
-    PassSeq p;
+    TSeq p;
     int path_len = 0;
     for (int x : path) {
       if (nodes[(size_t)x].len == 0) continue;
-      p.span_keys.push_back(&nodes[(size_t)x]);
       p.spans.push_back(nodes[(size_t)x].kv.get());
       p.span_lens.push_back(nodes[(size_t)x].len);
       path_len += nodes[(size_t)x].len;
@@ -145,7 +152,7 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
     }
     flat->copy_from(*own, prior + m, at);
     flat->length = path_len + prior + m;
-    PassSeq f;
+    TSeq f;
     f.own = flat.get();
     f.own_before = path_len + prior;
     f.n_tokens = m;
@@ -172,7 +179,7 @@ void run_case(Backend& be, const Case& c, std::mt19937& rng) {
   double err_shared = 0, err_flat = 0, err_auto = 0, err_tails = 0, scale = 1.0 / std::sqrt((double)hd);
   double ss_shared = 0, ss_flat = 0, ss_auto = 0, ss_tails = 0;
   long count = 0;
-  for (const PassSeq& f : flat_seqs) {
+  for (const TSeq& f : flat_seqs) {
     const KVStore& kv = *f.own;
     for (int t = 0; t < f.n_tokens; t++) {
       int visible = f.own_before + t + 1;
@@ -344,7 +351,7 @@ static void test_kv_copy() {
             for (auto& x : k) x = nd(rng);
             for (auto& x : v) x = nd(rng);
             be->kv_write(src.data(), type, src_cap, 1, hd, 0, k.data(), v.data(), n);
-            be->kv_copy(dst.data(), dst_cap, dst_at, src.data(), src_cap, n, hd, type);
+            be->kv_copy(dst.data(), dst_cap, dst_at, src.data(), src_cap, 0, n, hd, type);
             bool same = true;
             for (int j = 0; j < n; j++)
               for (int d = 0; d < hd; d++) {

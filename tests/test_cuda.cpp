@@ -236,14 +236,14 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
   p.head_dim = hd;
   p.neox = neox;
   p.pos_scale = pos_scale;
-  p.inv_freq = inv_freq.data();
   std::vector<float> x = randn((size_t)(n * n_heads * hd));
   std::vector<float> out[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int b = 0; b < 2; b++) {
     Arena a(*bes[b]);
     float* dx = a.put(x);
-    bes[b]->rope(dx, n, n_heads, pos.data(), p);
+    p.inv_freq = a.put(inv_freq);  // positions and frequencies in backend memory
+    bes[b]->rope(dx, n, n_heads, a.put(pos), p);
     out[b] = a.get(dx, x.size());
   }
   // Rotations keep magnitudes O(|x|): bound by the pair's size.

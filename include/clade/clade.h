@@ -11,11 +11,31 @@
  * - On failure, clade_last_error() gives a message for the calling thread.
  * - Handles come back through out-parameters; *_free functions accept NULL.
  * - Parameter structs start with their own size and are filled by their
- *   *_init function before the caller changes fields, so they can grow
- *   without breaking callers.
+ *   *_init function before the caller changes fields; structs the library
+ *   fills (clade_model_info, clade_special_tokens, clade_node_info) start
+ *   with their size too, set by the caller (sizeof the struct). Such
+ *   structs grow in later 1.x releases only by fields added at their end,
+ *   whose defaults keep the old behaviour, and never shrink:
+ *   - An older caller with a newer library: any size from the struct's
+ *     size in clade 1.0 up is accepted. Fields past the caller's size take
+ *     their defaults (as *_init sets them); a filled struct is written only
+ *     as far as the caller's size reaches, and its size field is kept. The
+ *     *_init symbol an older binary was linked to fills only its older size
+ *     (a grown struct's *_init gets a new symbol version).
+ *   - A newer caller with an older library: bytes past the struct the
+ *     library knows are ignored when they are all zero (the new fields at
+ *     their defaults); any nonzero byte there is CLADE_E_UNSUPPORTED, naming
+ *     the struct, so a caller asking for something the library lacks is
+ *     told. A filled struct gets the fields the library knows; the bytes
+ *     past them are left as the caller had them (zero them first, or check
+ *     clade_version_number()).
+ *   - A size below the 1.0 size is CLADE_E_INVALID_ARG.
  * - Threads: a clade_model is immutable once loaded and may be used from any
- *   number of threads at once. A clade_tree, and every clade_cache made from
- *   it, form one unit: calls on them must not overlap (use one thread, or a
+ *   number of threads at once. A clade_tree and the caches made from it:
+ *   clade_decode on two different caches of one tree may run at the same
+ *   time (each cache has its own workspaces; the tree's nodes are read-only
+ *   then); every other call on the tree or one of its caches must not
+ *   overlap any call on the same tree or its caches (use one thread, or a
  *   lock). Two trees of the same model may be used from two threads at once.
  *   A clade_sampler may be used by one thread at a time. Functions without
  *   a handle (version, status strings, the param inits) are always safe.
@@ -47,18 +67,18 @@ extern "C" {
 
 /* ---- version ---------------------------------------------------------- */
 
-#define CLADE_VERSION_MAJOR 0
-#define CLADE_VERSION_MINOR 1
+#define CLADE_VERSION_MAJOR 1
+#define CLADE_VERSION_MINOR 0
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "0.1.0"
+#define CLADE_VERSION_STRING "1.0.0"
 /* The shared library's soname carries this number. */
-#define CLADE_ABI_MAJOR 0
+#define CLADE_ABI_MAJOR 1
 
 /* Run-time version of the library actually linked (CLADE_VERSION_NUMBER). */
 CLADE_API int clade_version_number(void);
-/* Static string, e.g. "0.1.0". */
+/* Static string, e.g. "1.0.0". */
 CLADE_API const char *clade_version_string(void);
 
 /* ---- opaque handles --------------------------------------------------- */
@@ -84,6 +104,10 @@ typedef enum clade_status {
   CLADE_STOPPED = 2,      /* a callback asked to stop */
   CLADE_BUFFER_SMALL = 3, /* output buffer too small; the count needed is
                              reported and nothing else changed */
+  CLADE_KV_BUDGET = 4,    /* the tree's KV memory budget would be exceeded
+                             (clade_tree_set_kv_budget); nothing changed */
+  CLADE_CONTEXT_FULL = 5, /* a position would pass the model's context
+                             length (n_ctx); nothing changed */
   /* errors */
   CLADE_E_INVALID_ARG = -1, /* a NULL handle, wrong size, bad value */
   CLADE_E_NOMEM = -2,       /* an allocation failed */
@@ -104,6 +128,27 @@ CLADE_API const char *clade_status_string(clade_status status);
 /* Message of the last failure on the calling thread ("" if none). The
    pointer stays valid until the next clade call on this thread. */
 CLADE_API const char *clade_last_error(void);
+
+/* ---- logging ---------------------------------------------------------- */
+
+typedef enum clade_log_level {
+  CLADE_LOG_DEBUG = 0,
+  CLADE_LOG_INFO = 1,
+  CLADE_LOG_WARN = 2,
+  CLADE_LOG_ERROR = 3
+} clade_log_level;
+
+/* Receives clade's messages of at least the level given to clade_set_log,
+   on the thread that made the call being logged (possibly several at
+   once). message is NUL-terminated, without a newline, valid during the
+   call only. */
+typedef void (*clade_log_fn)(clade_log_level level, const char *message,
+                             void *user);
+/* Install a log callback for the whole process (fn NULL: no logging, the
+   default). Set it before other threads call clade; safe to call again
+   when no other clade call is running. */
+CLADE_API void clade_set_log(clade_log_fn fn, void *user,
+                             clade_log_level min_level);
 
 /* ---- enums ------------------------------------------------------------ */
 
@@ -160,13 +205,16 @@ typedef struct clade_model_params {
 CLADE_API void clade_model_params_init(clade_model_params *params);
 
 /* Load a GGUF file (v2 or v3). On success *out owns the model; free it with
-   clade_model_free after every tree made from it is freed. Architectures:
-   "llama", "qwen2". params may be NULL for the defaults. */
+   clade_model_free. Architectures: "llama", "qwen2". params may be NULL
+   for the defaults. */
 CLADE_API clade_status clade_model_load(const char *path,
                                         const clade_model_params *params,
                                         clade_model **out);
-/* Accepts NULL. While trees or detokenizers made from the model are alive
-   it frees nothing (clade_last_error says why): free them first. */
+/* Freeing is deferred (sqlite's close_v2): the handle is given up at once
+   and must not be used again, but the model's memory is released only when
+   the last tree and detokenizer made from it are freed too. Handles may
+   therefore be freed in any order (a garbage collector's order included)
+   and nothing leaks once all are freed. Accepts NULL. */
 CLADE_API void clade_model_free(clade_model *model);
 
 typedef struct clade_model_info {
@@ -249,7 +297,7 @@ CLADE_API int32_t clade_token_is_eog(const clade_model *model,
    bytes that are complete: it never splits a UTF-8 character. With
    first_in_text set, the SentencePiece leading space of the first token is
    dropped (as clade_detokenize does); leave it 0 when continuing a prompt.
-   Borrows the model, which must outlive it. One thread at a time. */
+   Keeps the model alive (see clade_model_free). One thread at a time. */
 typedef struct clade_detokenizer clade_detokenizer;
 
 CLADE_API clade_status clade_detokenizer_create(const clade_model *model,
@@ -268,22 +316,32 @@ CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
 
 /* ---- shared-cache tree ------------------------------------------------ */
 
+/* Flags for clade_tree_params.flags. */
+#define CLADE_TREE_ALLOW_LONG_CONTEXT 1u /* accept positions at or past the
+                                            model's n_ctx (for models whose
+                                            RoPE scaling extends it); without
+                                            it such a call is
+                                            CLADE_CONTEXT_FULL */
+
 typedef struct clade_tree_params {
   size_t size;            /* sizeof(clade_tree_params) */
   clade_kv_type kv_type;  /* default F16 */
   int32_t prefill_chunk;  /* tokens per forward pass in prefill; 0: 1024 */
+  uint32_t flags;         /* CLADE_TREE_* flags; default 0 */
+  uint64_t kv_budget;     /* bytes of KV the tree's nodes and all its caches
+                             may hold together; 0 (default): no limit */
 } clade_tree_params;
 
 CLADE_API void clade_tree_params_init(clade_tree_params *params);
 
 /* Create an empty tree (just the root, node 0, of length 0). The tree
-   borrows the model, which must outlive it. */
+   keeps the model alive (see clade_model_free). */
 CLADE_API clade_status clade_tree_create(clade_model *model,
                                          const clade_tree_params *params,
                                          clade_tree **out);
-/* Frees the tree and every node. Caches made from it must be freed first:
-   while any is alive it frees nothing (clade_last_error says why).
-   Accepts NULL. */
+/* Deferred, as clade_model_free: the handle must not be used again; the
+   tree's nodes are released when the last cache made from it is freed
+   too (at once when none is alive). Accepts NULL. */
 CLADE_API void clade_tree_free(clade_tree *tree);
 
 /* Append a node of n_tokens tokens under parent. Its tokens are evaluated
@@ -327,6 +385,37 @@ CLADE_API clade_status clade_tree_node_tokens(const clade_tree *tree,
 /* Bytes of KV held by all live nodes of the tree. */
 CLADE_API size_t clade_tree_kv_bytes(const clade_tree *tree);
 
+/* The live children of node, oldest first, into ids[0..capacity);
+   *n_children receives their count. CLADE_BUFFER_SMALL (ids untouched)
+   when capacity is too small. ids may be NULL when capacity is 0. */
+CLADE_API clade_status clade_tree_children(const clade_tree *tree,
+                                           clade_node_id node,
+                                           clade_node_id *ids,
+                                           size_t capacity,
+                                           size_t *n_children);
+
+/* KV memory budget: the bytes the tree's nodes and every cache made from
+   it may hold together (clade_tree_kv_used). A call that would allocate
+   past it (an append, an add, a decode step that grows a sequence, a
+   fork, a promote or a move) returns CLADE_KV_BUDGET and changes nothing.
+   0: no limit. Lowering it below what is held frees nothing; it only
+   refuses further growth. */
+CLADE_API clade_status clade_tree_set_kv_budget(clade_tree *tree,
+                                                uint64_t bytes);
+/* Bytes of KV held by the tree's nodes and all its caches (what the
+   budget counts: allocated capacity, not only stored tokens). */
+CLADE_API uint64_t clade_tree_kv_used(const clade_tree *tree);
+
+/* Abort callback: long calls on the tree and its caches (clade_tree_append,
+   clade_decode) call it between layers of each forward pass, on the thread
+   running the call. A nonzero return stops the call: it returns
+   CLADE_STOPPED and changes nothing (no node is added, no sequence grows).
+   fn NULL removes it. user is passed back unchanged. The callback must not
+   call clade functions on the same tree or its caches. */
+typedef int32_t (*clade_abort_fn)(void *user);
+CLADE_API clade_status clade_tree_set_abort(clade_tree *tree,
+                                            clade_abort_fn fn, void *user);
+
 /* ---- unique caches and decode steps ----------------------------------- */
 
 typedef struct clade_cache_params {
@@ -341,7 +430,8 @@ CLADE_API void clade_cache_params_init(clade_cache_params *params);
 
 /* Create unique caches for up to max_seqs sequences of the tree. Memory is
    allocated as sequences grow (in steps of an eighth, at least 16 tokens),
-   up to max_tokens each. The cache borrows the tree, which must outlive it;
+   up to max_tokens each. The cache keeps the tree alive (see
+   clade_tree_free);
    a tree and its caches are used by one thread at a time. */
 CLADE_API clade_status clade_cache_create(clade_tree *tree,
                                           const clade_cache_params *params,
@@ -378,6 +468,49 @@ CLADE_API clade_status clade_cache_seq_length(const clade_cache *cache,
                                               int32_t *length);
 /* Bytes of KV allocated by the cache. */
 CLADE_API size_t clade_cache_kv_bytes(const clade_cache *cache);
+
+/* Operations for tree search (beam search, MCTS, best-of-n with shared
+   steps). Each is atomic: on any status other than CLADE_OK nothing
+   changed. */
+
+/* Fork: a new sequence under the same node as seq, with a copy of seq's
+   unique KV, tokens and queued tokens (costs one copy of the unique KV,
+   nothing is evaluated). CLADE_CACHE_FULL when no slot is free. */
+CLADE_API clade_status clade_cache_fork(clade_cache *cache, clade_seq_id seq,
+                                        clade_seq_id *out);
+/* Promote: turn seq's unique tokens into a new tree node under its node
+   (their KV moves into the node, nothing is evaluated), and attach seq to
+   the new node with no unique tokens left. Other sequences (of any cache
+   of the tree) can then attach to it or move under it and share it. The
+   caller holds one reference to the new node, as after clade_tree_append.
+   The sequence must have no queued tokens, must not be private, and its
+   cache's KV type must be the tree's (CLADE_E_STATE otherwise). A
+   sequence with no unique tokens gives an empty node. */
+CLADE_API clade_status clade_cache_promote(clade_cache *cache,
+                                           clade_seq_id seq,
+                                           clade_node_id *out);
+/* Move seq under node: node's path tokens (root to node) must be a prefix
+   of seq's whole history (its path tokens, then its unique tokens), else
+   CLADE_E_STATE. Unique tokens that node now covers are dropped from seq's
+   cache; path tokens above seq's old node that node does not cover are
+   copied into it (moving up). The positions of every token stay the same,
+   so the next step's logits are as before, to rounding. The sequence must
+   have no queued tokens and must not be private. CLADE_CACHE_FULL when the
+   unique tokens would pass max_tokens. */
+CLADE_API clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq,
+                                        clade_node_id node);
+/* The node seq is attached to. */
+CLADE_API clade_status clade_cache_seq_node(const clade_cache *cache,
+                                            clade_seq_id seq,
+                                            clade_node_id *node);
+/* Copy seq's evaluated unique tokens (not the queued ones);
+   CLADE_BUFFER_SMALL with *n_tokens = the count when capacity is too
+   small. */
+CLADE_API clade_status clade_cache_seq_tokens(const clade_cache *cache,
+                                              clade_seq_id seq,
+                                              clade_token *tokens,
+                                              size_t capacity,
+                                              size_t *n_tokens);
 
 /* One decode step. For each i < n_seqs, sequence seq_ids[i] brings
    n_tokens[i] >= 0 new tokens (taken in order from tokens); its queued
@@ -441,6 +574,30 @@ CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
    sampler. A stream never sampled is fine. */
 CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
                                             uint64_t stream);
+
+/* ---- experimental ----------------------------------------------------- */
+/* Calls still moving, outside the ABI promise (zstd's way): they may change
+   or go in any release. Declared only when CLADE_EXPERIMENTAL is defined
+   before including this header; their symbols are exported under the
+   version node CLADE_EXPERIMENTAL, never CLADE_1. */
+#ifdef CLADE_EXPERIMENTAL
+
+/* Counters of a cache since its creation. */
+typedef struct clade_cache_stats {
+  size_t size;              /* sizeof(clade_cache_stats), set by the caller */
+  uint64_t steps;           /* clade_decode calls that evaluated tokens */
+  uint64_t passes;          /* forward passes they ran */
+  uint64_t plans;           /* attention plans built (one per pass) */
+  uint64_t workspace_grows; /* times a step's workspaces had to grow */
+  int32_t last_shared;      /* spans of the last pass attended once for all
+                               their rows, and */
+  int32_t last_flat;        /* spans each sequence read itself */
+} clade_cache_stats;
+
+CLADE_API clade_status clade_cache_get_stats(const clade_cache *cache,
+                                             clade_cache_stats *stats);
+
+#endif /* CLADE_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

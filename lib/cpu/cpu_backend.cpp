@@ -55,6 +55,11 @@ inline const uint8_t* span_row(const void* kv, int64_t row, int hd, size_t es) {
   return static_cast<const uint8_t*>(kv) + (size_t)row * hd * es;
 }
 
+// Layer's head of a span whose layer-0 head is kv (AttnSet).
+inline const uint8_t* layer_kv(const void* kv, int64_t layer_stride, int layer) {
+  return static_cast<const uint8_t*>(kv) + layer * layer_stride;
+}
+
 // Keys [c0, end) of one head of a span (kv, capacity cap) for an attention
 // item's rows [ra, rb); row r sees the first lim(r) keys of the span.
 struct KeyRun {
@@ -78,7 +83,14 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads) : k_(cpu_kernels()), pool_(n_threads), scratch_((size_t)pool_.size()) {}
   const char* name() const override { return "cpu"; }
   bool attention_tails() const override { return true; }
-  int n_threads() const override { return pool_.size(); }
+  // The defaults of lib/cost.h: measured on the development machine (2 Zen
+  // 4 cores) with build/bench/bench_attention (attention alone, f16 KV,
+  // head dim 64): streaming KV reaches about 35 GB/s (one row per KV head,
+  // flat), many rows about 150 GFLOP/s, few rows (2 to 8) about 120-145
+  // GFLOP/s from cache; see bench/README.md. (Measured with keys in rows;
+  // keys in tiles made both cases 5-10% faster from cache, in the same
+  // proportion, so the choice between them is the same.)
+  const AttnCost& attention_cost() const override { return cost_; }
 
   void* alloc(size_t bytes) override {
     // Large buffers (KV spans, which attention streams) get huge pages.
@@ -101,10 +113,11 @@ class CpuBackend final : public Backend {
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
-  void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
-               int32_t head_dim, clade_kv_type type) override;
-  void attention(const float* q, int32_t head_dim, float scale, clade_kv_type type, const AttnProblem* problems,
-                 size_t n_problems) override;
+  void kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t src_at,
+               int32_t n, int32_t head_dim, clade_kv_type type) override;
+  std::unique_ptr<AttnWork> make_attn_work() override;
+  void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
+  void attention_run(AttnWork& work, int layer, const float* q) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
 
  private:
@@ -120,8 +133,9 @@ class CpuBackend final : public Backend {
   }
   // next_k: the keys the thread will likely read after this item (the
   // next unclaimed item's first block), fetched during the last block.
-  void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0, int r1,
-                   int c0, int c1, bool tails, float* o, double* lse, const std::function<const void*()>& next_k);
+  // layer: the KV of problem p (and its tails) is layer's.
+  void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int layer,
+                   int r0, int r1, int c0, int c1, bool tails, float* o, double* lse, FnRef<const void*()> next_k);
 
   // out = sum_j exp(lse_j - L) o_j over partial rows idx[0..n); returns L.
   double merge_row(const int32_t* idx, int n, const float* part_o, const double* part_lse, int hd, float* out) const {
@@ -148,8 +162,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<ThreadScratch> scratch_;
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
-  std::vector<float> part_;      // attention split-K partial outputs
-  std::vector<double> part_lse_;  // and their lse
+  const AttnCost cost_{};
   std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
 };
 
@@ -289,10 +302,11 @@ void CpuBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, in
 }
 
 // Tiles whose keys sit at the same place of the same width on both sides
-// (every full tile when dst_at is a multiple of kKTile) are copied whole;
-// other keys element by element. V rows in runs, as the row layout.
-void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t n,
-                         int32_t head_dim, clade_kv_type type) {
+// (every full tile when src_at and dst_at are multiples of kKTile) are
+// copied whole; other keys element by element. V rows in runs, as the row
+// layout.
+void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t src_at,
+                         int32_t n, int32_t head_dim, clade_kv_type type) {
   const size_t es = kv_type_size(type), rb = (size_t)head_dim * es;
   uint8_t* d = static_cast<uint8_t*>(dst);
   const uint8_t* s = static_cast<const uint8_t*>(src);
@@ -304,11 +318,11 @@ void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void*
     for (int e = 0; e < head_dim; e++) to[(size_t)e * wd] = from[(size_t)e * ws];
   };
   for (int32_t j = 0; j < n;) {
-    const int32_t t = dst_at + j;
-    const int32_t run = std::min({n - j, kKVBlock - j % kKVBlock, kKVBlock - t % kKVBlock});
-    std::memcpy(d + kv_v_row(t, dst_cap) * rb, s + kv_v_row(j, src_cap) * rb, (size_t)run * rb);
+    const int32_t t = dst_at + j, f = src_at + j;
+    const int32_t run = std::min({n - j, kKVBlock - f % kKVBlock, kKVBlock - t % kKVBlock});
+    std::memcpy(d + kv_v_row(t, dst_cap) * rb, s + kv_v_row(f, src_cap) * rb, (size_t)run * rb);
     for (int32_t i = 0; i < run;) {
-      const int32_t js = j + i, jd = t + i;
+      const int32_t js = f + i, jd = t + i;
       int ws, wd;
       const int64_t es0 = kv_k_at(js, src_cap, head_dim, &ws), ed0 = kv_k_at(jd, dst_cap, head_dim, &wd);
       if (js % kKTile == 0 && jd % kKTile == 0 && ws == kKTile && wd == kKTile && run - i >= kKTile) {
@@ -334,9 +348,9 @@ void CpuBackend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void*
 // no faster at 32 to 1024 rows (bench_attention --mode shared). (Widening
 // the values once as well was measured slower at 32 rows and no faster at
 // 64: P.V widens them in registers for up to 6 rows at a time.)
-void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int r0,
-                             int r1, int c0, int c1, bool tails, float* o, double* lse,
-                             const std::function<const void*()>& next_k) {
+void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p,
+                             int layer, int r0, int r1, int c0, int c1, bool tails, float* o, double* lse,
+                             FnRef<const void*()> next_k) {
   ThreadScratch& s = scratch_[(size_t)tid];
   const int R = r1 - r0;
   const int G = std::min(R, kAttnGroupRows);  // rows per scores/softmax/P.V pass
@@ -357,7 +371,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   std::vector<KeyRun>& runs = s.runs;
   runs.clear();
   {
-    KeyRun u{static_cast<const uint8_t*>(p.kv), p.cap, c0, 0, 0, R, p.limit ? p.limit + r0 : nullptr, p.len};
+    KeyRun u{layer_kv(p.kv, p.layer_stride, layer), p.cap, c0, 0, 0, R, p.limit ? p.limit + r0 : nullptr, p.len};
     for (int r = 0; r < R; r++) u.end = std::max(u.end, u.lim(r));
     u.end = std::min(c1, u.end);
     if (u.end > c0) runs.push_back(u);
@@ -366,7 +380,7 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     const AttnTail& a = p.tails[t];
     const int ra = std::max(a.row0, r0), rb = std::min(a.row1, r1);
     if (ra >= rb) continue;
-    KeyRun u{static_cast<const uint8_t*>(a.kv), a.cap, 0, 0, ra - r0, rb - r0, a.limit + (ra - a.row0), 0};
+    KeyRun u{layer_kv(a.kv, a.layer_stride, layer), a.cap, 0, 0, ra - r0, rb - r0, a.limit + (ra - a.row0), 0};
     for (int r = u.ra; r < u.rb; r++) u.end = std::max(u.end, u.lim(r));
     if (u.end > 0) runs.push_back(u);
   }
@@ -435,136 +449,169 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   }
 }
 
-void CpuBackend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
-                           const AttnProblem* problems, size_t n_problems) {
-  std::lock_guard<std::mutex> lock(mu_);
+// The CPU backend's prepared attention of a pass: its work items over the
+// problems of every set, made once per pass, and the partial rows of the
+// problems whose keys are split.
+struct CpuAttnWork final : AttnWork {
+  struct Item {
+    const AttnProblem* p;
+    TensorType kt;
+    int r0, r1, c0, c1;
+    bool tails;  // the problem's last key chunk: its tails too
+    size_t o_at, lse_at;  // into part/part_lse when split, else the problem's rows
+    bool split;
+  };
+  struct Split {  // a problem whose keys were cut into `n` chunks
+    const AttnProblem* p;
+    int n;
+    size_t o_at, lse_at;
+  };
+  int head_dim = 0;
+  float scale = 1.0f;
+  std::vector<Item> items;
+  std::vector<Split> splits;
+  std::vector<const AttnProblem*> empty;  // rows that see nothing
+  std::vector<float> part;                // split partial outputs
+  std::vector<double> part_lse;           // and their lse
+  std::vector<int32_t> idx;
+  template <typename T>
+  void fit(std::vector<T>& v, size_t n) {
+    if (v.capacity() < n) grows++;
+    if (v.size() < n) v.resize(n);
+  }
+};
+
+std::unique_ptr<AttnWork> CpuBackend::make_attn_work() { return std::unique_ptr<AttnWork>(new CpuAttnWork()); }
+
+namespace {
+
+// The keys a problem's tails add up to, over their rows; a tail outside its
+// problem's rows or out of order, or a row past its span, is the plan's bug.
+double tail_work(const AttnProblem& p) {
+  double w = 0;
+  if (!p.tails) fail(CLADE_E_INTERNAL, "cpu: attention: a problem's tails are missing");
+  for (int t = 0, prev_end = 0; t < p.n_tails; t++) {
+    const AttnTail& a = p.tails[t];
+    if (a.row0 < prev_end || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
+      fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem or out of order");
+    prev_end = a.row1;
+    for (int r = 0; r < a.row1 - a.row0; r++) {
+      if (a.limit[r] > a.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a tail row sees past its span");
+      w += std::max(0, a.limit[r]);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+// Items: blocks of up to kAttnItemRows rows, and a problem cut further so
+// that no item holds more than about 1/(4 x threads) of the pass's work: a
+// step with one long span (a single sequence) still uses every core, and
+// many small problems are left whole. A problem of few rows is cut into
+// chunks of keys (each chunk gives partial (o, lse) pairs, merged after;
+// its tails go with the last chunk), one of many rows into blocks of rows,
+// which need no merge (bench_attention --own: 4-8% faster at 16 and 64
+// sequences of a 2048-key node). The same for every layer, so made once.
+void CpuBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets,
+                                   size_t n_sets) {
+  CpuAttnWork& w = static_cast<CpuAttnWork&>(work);
   if (head_dim > kMaxHeadDim) fail(CLADE_E_UNSUPPORTED, "cpu: head dimension above 256");
   if (head_dim <= 0) fail(CLADE_E_INVALID_ARG, "cpu: attention: head dimension " + std::to_string(head_dim));
-  const TensorType kt = kv_tensor_type(type);
-  struct Item {
-    int p, r0, r1, c0, c1;
-    bool tails;  // the problem's last key chunk: its tails too
-    float* o;
-    double* lse;
-  };
-  // Items: blocks of up to kAttnItemRows rows, and a problem cut further so
-  // that no item holds more than about 1/(4 x threads) of the step's work:
-  // a step with one long span (a single sequence) still uses every core,
-  // and many small problems are left whole. A problem of few rows is cut
-  // into chunks of keys (each chunk gives partial (o, lse) pairs, merged
-  // below; its tails go with the last chunk), one of many rows into blocks
-  // of rows, which need no merge (bench_attention --own: 4-8% faster at 16
-  // and 64 sequences of a 2048-key node).
-  // The keys a problem's tails add up to, over their rows; a tail outside
-  // its problem's rows or out of order, or a row past its span, is the
-  // plan's bug.
-  auto tail_work = [&](const AttnProblem& p) {
-    double w = 0;
-    if (!p.tails) fail(CLADE_E_INTERNAL, "cpu: attention: a problem's tails are missing");
-    for (int t = 0, prev_end = 0; t < p.n_tails; t++) {
-      const AttnTail& a = p.tails[t];
-      if (a.row0 < prev_end || a.row1 > p.n_rows || a.row0 > a.row1 || (a.row1 > a.row0 && !a.limit))
-        fail(CLADE_E_INTERNAL, "cpu: attention: a tail's rows are outside its problem or out of order");
-      prev_end = a.row1;
-      for (int r = 0; r < a.row1 - a.row0; r++) {
-        if (a.limit[r] > a.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a tail row sees past its span");
-        w += std::max(0, a.limit[r]);
-      }
-    }
-    return w;
-  };
+  w.head_dim = head_dim;
+  w.scale = scale;
+  w.items.clear();
+  w.splits.clear();
+  w.empty.clear();
   double total_work = 0;
-  for (size_t i = 0; i < n_problems; i++) {
-    if (problems[i].n_rows <= 0) continue;
-    if (problems[i].n_tails > 0) total_work += tail_work(problems[i]);
-    if (problems[i].len > 0) total_work += (double)problems[i].len * problems[i].n_rows;
-  }
+  for (size_t si = 0; si < n_sets; si++)
+    for (size_t i = 0; i < sets[si].n_problems; i++) {
+      const AttnProblem& p = sets[si].problems[i];
+      if (p.n_rows <= 0) continue;
+      if (p.len > p.cap) fail(CLADE_E_INTERNAL, "cpu: attention: a problem is longer than its span");
+      if (p.n_tails > 0) total_work += tail_work(p);
+      if (p.len > 0) total_work += (double)p.len * p.n_rows;
+    }
   const double item_work = std::max(1.0, total_work / ((double)kAttnItemsPerThread * pool_.size()));
-  std::vector<Item> items;
-  std::vector<int> splits(n_problems, 1), chunks(n_problems, 0), item_rows(n_problems, kAttnItemRows);
   size_t part_floats = 0, part_rows = 0;
-  for (size_t i = 0; i < n_problems; i++) {
-    const AttnProblem& p = problems[i];
-    if (p.len > p.cap && p.n_rows > 0) fail(CLADE_E_INTERNAL, "cpu: attention: a problem is longer than its span");
-    if (p.len <= 0 || p.n_rows <= 0) continue;  // (one item: the tails, if any)
-    const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
-    int split = (int)std::ceil((double)p.len * rows_per_item / item_work);
-    split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
-    if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
-      // Many rows: cut them instead of the keys (no partials to merge; the
-      // items read the same keys, the later ones mostly from cache).
-      const int parts = std::min(split, rows_per_item / kAttnRowSplitMin);
-      item_rows[i] = (rows_per_item + parts - 1) / parts;
-      split = 1;
-    }
-    // Chunks of whole key blocks (items start at a block boundary, see
-    // kv_k_row); the last chunk may be shorter.
-    const int chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
-    split = (p.len + chunk - 1) / chunk;
-    splits[i] = split;
-    chunks[i] = chunk;
-    if (split > 1) {
-      part_floats += (size_t)split * p.n_rows * head_dim;
-      part_rows += (size_t)split * p.n_rows;
-    }
-  }
-  if (part_.size() < part_floats) part_.resize(part_floats);
-  if (part_lse_.size() < part_rows) part_lse_.resize(part_rows);
-  std::vector<size_t> part_at(n_problems, 0), lse_at(n_problems, 0);
-  size_t at = 0, lat = 0;
-  for (size_t i = 0; i < n_problems; i++) {
-    const AttnProblem& p = problems[i];
-    if (p.n_rows <= 0) continue;
-    if (p.len <= 0 && p.n_tails == 0) {  // nothing to see
-      for (int r = 0; r < p.n_rows; r++) {
-        std::fill(p.o + (size_t)r * head_dim, p.o + (size_t)(r + 1) * head_dim, 0.0f);
-        p.lse[r] = -std::numeric_limits<double>::infinity();
+  for (size_t si = 0; si < n_sets; si++) {
+    const TensorType kt = kv_tensor_type(sets[si].type);
+    for (size_t i = 0; i < sets[si].n_problems; i++) {
+      const AttnProblem& p = sets[si].problems[i];
+      if (p.n_rows <= 0) continue;
+      if (p.len <= 0 && p.n_tails == 0) {  // nothing to see
+        w.empty.push_back(&p);
+        continue;
       }
-      continue;
-    }
-    const int split = splits[i], chunk = chunks[i];
-    part_at[i] = at;
-    lse_at[i] = lat;
-    for (int r0 = 0; r0 < p.n_rows; r0 += item_rows[i]) {
-      int r1 = std::min(p.n_rows, r0 + item_rows[i]);
-      for (int c = 0; c < split; c++) {
-        int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
-        // One chunk: the problem's outputs; several: partials per problem,
-        // o [split][n_rows][head_dim], lse [split][n_rows].
-        float* po = split == 1 ? p.o + (size_t)r0 * head_dim
-                               : part_.data() + at + ((size_t)c * p.n_rows + r0) * head_dim;
-        double* pl = split == 1 ? p.lse + r0 : part_lse_.data() + lat + (size_t)c * p.n_rows + r0;
-        items.push_back({(int)i, r0, r1, c0, c1, c == split - 1, po, pl});
+      int split = 1, item_rows = kAttnItemRows, chunk = 0;
+      if (p.len > 0) {
+        const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
+        split = (int)std::ceil((double)p.len * rows_per_item / item_work);
+        split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
+        if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
+          // Many rows: cut them instead of the keys (no partials to merge;
+          // the items read the same keys, the later ones mostly from cache).
+          const int parts = std::min(split, rows_per_item / kAttnRowSplitMin);
+          item_rows = (rows_per_item + parts - 1) / parts;
+          split = 1;
+        }
+        // Chunks of whole key blocks (items start at a block boundary, see
+        // kv_k_row); the last chunk may be shorter.
+        chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
+        split = (p.len + chunk - 1) / chunk;
+      }
+      // One chunk: the problem's outputs; several: partials per problem,
+      // o [split][n_rows][head_dim], lse [split][n_rows].
+      if (split > 1) w.splits.push_back({&p, split, part_floats, part_rows});
+      for (int r0 = 0; r0 < p.n_rows; r0 += item_rows) {
+        const int r1 = std::min(p.n_rows, r0 + item_rows);
+        for (int c = 0; c < split; c++) {
+          const int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
+          const size_t o_at = split == 1 ? (size_t)r0 * head_dim : part_floats + ((size_t)c * p.n_rows + r0) * head_dim;
+          const size_t l_at = split == 1 ? (size_t)r0 : part_rows + (size_t)c * p.n_rows + r0;
+          w.items.push_back({&p, kt, r0, r1, c0, c1, c == split - 1, o_at, l_at, split > 1});
+        }
+      }
+      if (split > 1) {
+        part_floats += (size_t)split * p.n_rows * head_dim;
+        part_rows += (size_t)split * p.n_rows;
       }
     }
-    if (split > 1) {
-      at += (size_t)split * p.n_rows * head_dim;
-      lat += (size_t)split * p.n_rows;
-    }
   }
-  const std::function<const void*()> next_k = [&]() -> const void* {
+  w.fit(w.part, part_floats);
+  w.fit(w.part_lse, part_rows);
+}
+
+void CpuBackend::attention_run(AttnWork& work, int layer, const float* q) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CpuAttnWork& w = static_cast<CpuAttnWork&>(work);
+  const int hd = w.head_dim;
+  for (const AttnProblem* p : w.empty)
+    for (int r = 0; r < p->n_rows; r++) {
+      std::fill(p->o + (size_t)r * hd, p->o + (size_t)(r + 1) * hd, 0.0f);
+      p->lse[r] = -std::numeric_limits<double>::infinity();
+    }
+  auto next_k = [&]() -> const void* {
     const int64_t n = pool_.next_item();
-    if (n < 0 || n >= (int64_t)items.size()) return nullptr;
-    const Item& w = items[(size_t)n];
-    const AttnProblem& p = problems[w.p];
-    return span_row(p.kv, kv_k_row(w.c0, p.cap), head_dim, kv_type_size(type));
+    if (n < 0 || n >= (int64_t)w.items.size()) return nullptr;
+    const CpuAttnWork::Item& it = w.items[(size_t)n];
+    const size_t es = it.kt == TensorType::F32 ? 4 : 2;
+    return span_row(layer_kv(it.p->kv, it.p->layer_stride, layer), kv_k_row(it.c0, it.p->cap), hd, es);
   };
-  pool_.run((int64_t)items.size(), [&](int64_t it, int tid) {
-    const Item& w = items[(size_t)it];
-    attend_item(tid, q, head_dim, scale, kt, problems[w.p], w.r0, w.r1, w.c0, w.c1, w.tails, w.o, w.lse, next_k);
+  pool_.run((int64_t)w.items.size(), [&](int64_t n, int tid) {
+    const CpuAttnWork::Item& it = w.items[(size_t)n];
+    float* o = it.split ? w.part.data() + it.o_at : it.p->o + it.o_at;
+    double* lse = it.split ? w.part_lse.data() + it.lse_at : it.p->lse + it.lse_at;
+    attend_item(tid, q, hd, w.scale, it.kt, *it.p, layer, it.r0, it.r1, it.c0, it.c1, it.tails, o, lse, next_k);
   });
   // Merge the key splits.
-  std::vector<int32_t> idx;
-  for (size_t i = 0; i < n_problems; i++) {
-    const AttnProblem& p = problems[i];
-    int split = splits[i];
-    if (split <= 1 || p.len <= 0 || p.n_rows <= 0) continue;
-    const float* po = part_.data() + part_at[i];
-    const double* pl = part_lse_.data() + lse_at[i];
-    idx.resize((size_t)split);
+  for (const CpuAttnWork::Split& sp : w.splits) {
+    const AttnProblem& p = *sp.p;
+    w.fit(w.idx, (size_t)sp.n);
     for (int r = 0; r < p.n_rows; r++) {
-      for (int c = 0; c < split; c++) idx[(size_t)c] = c * p.n_rows + r;
-      p.lse[r] = merge_row(idx.data(), split, po, pl, head_dim, p.o + (size_t)r * head_dim);
+      for (int c = 0; c < sp.n; c++) w.idx[(size_t)c] = c * p.n_rows + r;
+      p.lse[r] = merge_row(w.idx.data(), sp.n, w.part.data() + sp.o_at, w.part_lse.data() + sp.lse_at, hd,
+                           p.o + (size_t)r * hd);
     }
   }
 }

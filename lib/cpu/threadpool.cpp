@@ -64,7 +64,7 @@ void ThreadPool::worker(int id) {
   }
 }
 
-void ThreadPool::run(int64_t n_items, const std::function<void(int64_t, int)>& fn) {
+void ThreadPool::run(int64_t n_items, FnRef<void(int64_t, int)> fn) {
   if (n_items <= 0) return;
   if (workers_.empty() || n_items == 1) {
     n_items_ = n_items;

@@ -15,6 +15,24 @@
 
 namespace clade {
 
+// A non-owning reference to a callable (a function_ref): passing a lambda
+// to ThreadPool::run through it never allocates, where a std::function
+// holding a lambda of several captures would (decode steps allocate
+// nothing; tests/test_noalloc.cpp).
+template <typename Sig>
+class FnRef;
+template <typename R, typename... A>
+class FnRef<R(A...)> {
+ public:
+  template <typename F>
+  FnRef(const F& f) : obj_(&f), call_([](const void* o, A... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
+  R operator()(A... a) const { return call_(obj_, a...); }
+
+ private:
+  const void* obj_;
+  R (*call_)(const void*, A...);
+};
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);
@@ -25,7 +43,7 @@ class ThreadPool {
   // all are done. Not reentrant; callers serialise (the backend's lock).
   // An exception thrown by fn (on any thread) stops the handing out of
   // items; run waits for every thread to leave fn, then rethrows the first.
-  void run(int64_t n_items, const std::function<void(int64_t, int)>& fn);
+  void run(int64_t n_items, FnRef<void(int64_t, int)> fn);
   // Inside run: the item the next claim will get (>= n_items when none is
   // left). A hint for prefetching, as another thread may claim it first.
   int64_t next_item() const { return next_.load(std::memory_order_relaxed); }
@@ -41,7 +59,7 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};
   std::atomic<int> active_{0};
   int64_t n_items_ = 0;
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  const FnRef<void(int64_t, int)>* fn_ = nullptr;
   bool stop_ = false;
   std::mutex error_mu_;
   std::exception_ptr error_;  // the first exception of the current run

@@ -1,0 +1,35 @@
+// The parts of lib/backend.h that every backend shares.
+#include "backend.h"
+
+#include <algorithm>
+
+namespace clade {
+
+// The row layout of backend.h: runs of keys that stay inside one block on
+// both sides are contiguous K rows and contiguous V rows.
+void Backend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* src, int32_t src_cap, int32_t src_at,
+                      int32_t n, int32_t head_dim, clade_kv_type type) {
+  const size_t rb = (size_t)head_dim * kv_type_size(type);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  for (int32_t j = 0; j < n;) {
+    const int32_t t = dst_at + j, f = src_at + j;
+    const int32_t run = std::min({n - j, kKVBlock - f % kKVBlock, kKVBlock - t % kKVBlock});
+    copy(d + kv_k_row(t, dst_cap) * rb, s + kv_k_row(f, src_cap) * rb, (size_t)run * rb);
+    copy(d + kv_v_row(t, dst_cap) * rb, s + kv_v_row(f, src_cap) * rb, (size_t)run * rb);
+    j += run;
+  }
+}
+
+void Backend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
+                        const AttnProblem* problems, size_t n_problems) {
+  std::unique_ptr<AttnWork> work = make_attn_work();
+  AttnSet set;
+  set.type = type;
+  set.problems = problems;
+  set.n_problems = n_problems;
+  attention_prepare(*work, head_dim, scale, &set, 1);
+  attention_run(*work, 0, q);
+}
+
+}  // namespace clade

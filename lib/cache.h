@@ -1,0 +1,73 @@
+// The unique caches of sequences attached to tree nodes (DESIGN.md parts 2
+// and 3): each sequence's own KV, its decode steps, and the operations of
+// tree search (fork, promote, move). A cache owns its Forward, so its
+// steps' workspaces (plan, activations, the backend's prepared attention)
+// are its own: a steady decode step allocates nothing, and two caches of
+// one tree may decode in two threads at once.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "forward.h"
+#include "kv.h"
+#include "tree.h"
+
+namespace clade {
+
+struct Seq {
+  bool live = false;
+  Node* node = nullptr;
+  std::unique_ptr<KVStore> kv;
+  int32_t base = 0;             // private copy: path tokens at the start of kv
+  std::vector<int32_t> tokens;  // evaluated unique tokens (kv->length - base)
+  std::vector<int32_t> queued;  // added, evaluated by the next step
+  int32_t length() const { return kv->length - base; }
+};
+
+struct CacheStats {
+  uint64_t steps = 0;
+};
+
+class Cache {
+ public:
+  Cache(Tree& tree, int32_t max_seqs, int32_t max_tokens, clade_kv_type kv_type, clade_attention attention);
+  ~Cache();
+
+  clade_status add(clade_node_id node, const int32_t* tokens, size_t n, uint32_t flags, clade_seq_id* out);
+  void remove(clade_seq_id id);
+  void truncate(clade_seq_id id, int32_t length);
+  int32_t length(clade_seq_id id) const;
+  size_t kv_bytes() const;
+  clade_status decode(const clade_batch& batch);
+
+  clade_status fork(clade_seq_id id, clade_seq_id* out);
+  clade_node_id promote(clade_seq_id id);
+  clade_status move(clade_seq_id id, clade_node_id node);
+  clade_node_id node_of(clade_seq_id id) const;
+  const std::vector<int32_t>& tokens_of(clade_seq_id id) const;
+
+  Tree& tree;
+  const int32_t max_seqs, max_tokens;
+  const clade_kv_type kv_type;
+  clade_attention attention;
+  uint64_t steps = 0;
+  const Forward& forward() const { return fwd_; }
+
+ private:
+  Seq& get(clade_seq_id id);
+  const Seq& get(clade_seq_id id) const;
+  Seq* free_slot();
+  void grow(Seq& s, int32_t need);
+  clade_status check_step(const clade_batch& b, size_t* rows, size_t* total_new);
+  void run_passes(const clade_batch& b);
+  std::vector<Seq> seqs_;
+  Forward fwd_;
+  // Step workspaces (kept from step to step).
+  std::vector<char> seen_;
+  std::vector<int32_t> pending_, want_, toks_;
+  std::vector<size_t> pend_at_;
+  std::vector<int32_t> saved_len_;
+};
+
+}  // namespace clade
