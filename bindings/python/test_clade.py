@@ -58,6 +58,14 @@ def argmax(row):
     return max(range(len(row)), key=row.__getitem__)
 
 
+def assert_close(test, got, want, rel=1e-4):
+    """Rows of logits equal to about rel, relative to the row's scale."""
+    test.assertEqual(len(got), len(want))
+    scale = max(1.0, max(abs(x) for x in want))
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    test.assertLessEqual(worst, rel * scale, "logits differ by %g (scale %g)" % (worst, scale))
+
+
 class ModelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -91,11 +99,43 @@ class ModelTest(unittest.TestCase):
             t = clade.Tree(m)
             c = clade.Cache(t)
             self.assertFalse(c.closed)
-        # closing the model closed its tree and cache first
-        self.assertTrue(m.closed and t.closed and c.closed)
+        # closing the model closes only the model (freeing is deferred)
+        self.assertTrue(m.closed)
+        self.assertFalse(t.closed or c.closed)
         with self.assertRaises(clade.CladeError) as e:
             m.info()
         self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+        c.close()
+        t.close()
+        self.assertTrue(t.closed and c.closed)
+
+    def test_model_freed_first(self):
+        m = clade.Model(self.path, n_threads=1)
+        tree = clade.Tree(m, kv_type=clade.KV_F32)
+        cache = clade.Cache(tree, max_seqs=2, max_tokens=32)
+        s = cache.add(0, [1, 2, 3])
+        (want,) = cache.decode({s: [4]})
+        cache.truncate(s, 3)
+        m.close()  # the tree and cache keep the model's memory alive
+        del m
+        node = tree.append(0, [7, 8])
+        (row,) = cache.decode({s: [4]})
+        assert_close(self, row, want)
+        tree.close()  # the cache keeps the tree's nodes alive
+        s2 = cache.add(node, [9])
+        self.assertEqual(len(cache.decode({s: [5], s2: []})), 2)
+        with self.assertRaises(clade.CladeError) as e:
+            tree.release(node)
+        self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+        cache.close()
+        # and the other way round, left to the garbage collector
+        m = clade.Model(self.path, n_threads=1)
+        t = clade.Tree(m)
+        c = clade.Cache(t)
+        s = c.add(0, [1])
+        del t, m
+        c.decode({s: [2]})
+        del c
 
     def _greedy(self, cache, seq, first_row, n):
         out, row = [], first_row
@@ -215,6 +255,161 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(e.exception.status, _lib.CLADE_CACHE_FULL)
             self.assertEqual(len(c.decode({s: [3, 4]})), 1)
 
+    def test_children(self):
+        with clade.Tree(self.model) as tree:
+            self.assertEqual(tree.children(0), [])
+            a = tree.append(0, [1, 2])
+            b = tree.append(0, [3])
+            c = tree.append(a, [4])
+            many = [tree.append(b, [i]) for i in range(12)]  # more than one buffer's worth
+            self.assertEqual(tree.children(0), [a, b])
+            self.assertEqual(tree.children(a), [c])
+            self.assertEqual(tree.children(b), many)
+            self.assertEqual(tree.children(c), [])
+            for n in many:
+                tree.release(n)
+            tree.release(b)
+            self.assertEqual(tree.children(0), [a])
+            with self.assertRaises(clade.CladeError):
+                tree.children(b)  # released: not a live node
+
+    def test_fork(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree, \
+                clade.Cache(tree, max_seqs=4, max_tokens=64) as cache:
+            node = tree.append(0, [5, 6, 7, 8])
+            s = cache.add(node, [9, 10])
+            cache.decode({s: [11]})
+            f = cache.fork(s)
+            self.assertNotEqual(f, s)
+            self.assertEqual(cache.seq_node(f), node)
+            self.assertEqual(cache.seq_tokens(f), [9, 10, 11])
+            self.assertEqual(cache.seq_tokens(s), [9, 10, 11])
+            a, b = cache.decode({s: [12], f: [12]})
+            assert_close(self, a, b)
+            # a fork copies the queued tokens too
+            q = cache.add(node, [13, 14])
+            g = cache.fork(q)
+            a, b = cache.decode({q: [], g: []})
+            assert_close(self, a, b)
+            self.assertEqual(cache.seq_tokens(g), [13, 14])
+            tree.release(node)
+            with clade.Cache(tree, max_seqs=1) as one:
+                t = one.add(0)
+                with self.assertRaises(clade.CacheFull):
+                    one.fork(t)
+
+    def test_promote_and_move(self):
+        prompt = [5, 17, 42, 99]
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree, \
+                clade.Cache(tree, max_seqs=6, max_tokens=64) as cache:
+            node = tree.append(0, prompt)
+            a = cache.add(node, [21, 22])
+            cache.decode({a: [23]})
+            b = cache.fork(a)  # B shares A's unique tokens, then goes on
+            cache.decode({b: [31, 32]})
+            self.assertEqual(cache.length(b), 5)
+            probe = cache.fork(b)  # B's next logits before the move
+            (want,) = cache.decode({probe: [40]})
+
+            unique = cache.seq_tokens(a)
+            self.assertEqual(unique, [21, 22, 23])
+            p = cache.promote(a)
+            self.assertIn(p, tree.children(node))
+            self.assertEqual(tree.node_tokens(p), unique)
+            info = tree.node_info(p)
+            self.assertEqual((info["parent"], info["length"], info["path_length"]),
+                             (node, 3, len(prompt)))
+            self.assertEqual(cache.seq_node(a), p)
+            self.assertEqual(cache.length(a), 0)
+            self.assertEqual(cache.seq_tokens(a), [])
+            # a second sequence under the new node decodes as the promoted one
+            c = cache.add(p)
+            ra, rc = cache.decode({a: [50], c: [50]})
+            assert_close(self, ra, rc)
+
+            # move B under the new node: its logits stay, its unique part shrinks
+            cache.move(b, p)
+            self.assertEqual(cache.seq_node(b), p)
+            self.assertEqual(cache.length(b), 2)
+            self.assertEqual(cache.seq_tokens(b), [31, 32])
+            (got,) = cache.decode({b: [40]})
+            assert_close(self, got, want)
+            # a node that is not a prefix of the history
+            other = tree.append(0, [1, 2, 3])
+            with self.assertRaises(clade.CladeError) as e:
+                cache.move(b, other)
+            self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
+            for n in (other, p, node):
+                tree.release(n)
+
+    def test_kv_budget(self):
+        with clade.Tree(self.model, kv_budget=0) as tree, \
+                clade.Cache(tree, max_seqs=2, max_tokens=64) as cache:
+            s = cache.add(0)
+            used = tree.kv_used()
+            tree.set_kv_budget(max(used, 1))
+            with self.assertRaises(clade.KVBudgetExceeded) as e:
+                tree.append(0, [1, 2, 3])
+            self.assertEqual(e.exception.status, _lib.CLADE_KV_BUDGET)
+            self.assertEqual(tree.children(0), [])
+            with self.assertRaises(clade.KVBudgetExceeded):
+                cache.decode({s: list(range(1, 41))})
+            self.assertEqual(cache.length(s), 0)
+            self.assertEqual(tree.kv_used(), used)
+            tree.set_kv_budget(0)  # no limit: the same calls succeed
+            node = tree.append(0, [1, 2, 3])
+            self.assertEqual(len(cache.decode({s: list(range(1, 41))})), 1)
+            self.assertGreater(tree.kv_used(), used)
+            tree.release(node)
+        # the budget as a tree parameter
+        with clade.Tree(self.model, kv_budget=1) as tree:
+            with self.assertRaises(clade.KVBudgetExceeded):
+                tree.append(0, [1, 2, 3])
+
+    def test_abort(self):
+        calls = []
+        with clade.Tree(self.model) as tree, clade.Cache(tree, max_seqs=2) as cache:
+            s = cache.add(0, [1, 2, 3])
+            tree.set_abort(lambda: calls.append(1) or True)
+            with self.assertRaises(clade.Stopped) as e:
+                cache.decode({s: [4]})
+            self.assertEqual(e.exception.status, _lib.CLADE_STOPPED)
+            self.assertTrue(calls)
+            self.assertEqual(cache.length(s), 0)  # nothing changed, tokens still queued
+            with self.assertRaises(clade.Stopped):
+                tree.append(0, [5, 6])
+            self.assertEqual(tree.children(0), [])
+
+            def boom():
+                raise KeyError("from the callback")
+            tree.set_abort(boom)
+            with self.assertRaises(KeyError):
+                cache.decode({s: [4]})
+            self.assertEqual(cache.length(s), 0)
+
+            n = len(calls)
+            tree.set_abort(lambda: calls.append(1) and False)  # runs, never stops
+            self.assertEqual(len(cache.decode({s: [4]})), 1)
+            self.assertGreater(len(calls), n)
+            tree.set_abort(None)
+            self.assertEqual(cache.length(s), 4)
+            self.assertEqual(len(cache.decode({s: [5]})), 1)
+
+    def test_log(self):
+        got = []
+        clade.set_log(lambda level, msg: got.append((level, msg)), clade.LOG_INFO)
+        try:
+            clade.Model(self.path, n_threads=1).close()
+        finally:
+            clade.set_log(None)
+        self.assertTrue(got, "no log message for a model load")
+        for level, msg in got:
+            self.assertIn(level, (clade.LOG_INFO, clade.LOG_WARN, clade.LOG_ERROR))
+            self.assertIsInstance(msg, str)
+        n = len(got)
+        clade.Model(self.path, n_threads=1).close()
+        self.assertEqual(len(got), n)  # off again
+
     def test_bad_path(self):
         with self.assertRaises(clade.CladeError) as e:
             clade.Model(os.path.join(_tmp, "does-not-exist.gguf"))
@@ -255,6 +450,14 @@ class TokenizerTest(unittest.TestCase):
         self.assertEqual(m.tokenize("", add_special=False), [])
         self.assertEqual(m.token_to_piece(m.tokenize("Hello", add_special=False)[0]).strip(),
                          b"Hello")
+
+    def test_detokenizer_outlives_model(self):
+        m = clade.Model(self.model.path, n_threads=1)
+        ids = m.tokenize("Hello world", add_special=False)
+        d = clade.Detokenizer(m)
+        m.close()  # the detokenizer keeps the model alive
+        self.assertEqual("".join([d.push(t) for t in ids]) + d.flush(), "Hello world")
+        d.close()
 
     def test_bad_utf8(self):
         with self.assertRaises(clade.CladeError) as e:

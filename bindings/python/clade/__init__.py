@@ -7,23 +7,36 @@
         print([m.detokenize(o) for o in out])
 
 Handles own their C objects: close() frees them (and is called by the
-context managers and, as a last resort, by the garbage collector). A
-handle keeps its parent alive (a Cache its Tree, a Tree its Model), and
-closing a parent first closes the children still open, so the C rule
-"free caches before their tree, trees before their model" always holds.
-Failures raise CladeError(status, message).
+context managers and, as a last resort, by the garbage collector). The C
+library defers freeing (sqlite's close_v2): a tree keeps its model's memory
+and a cache its tree's until they are freed too, so handles may be closed
+in any order, the garbage collector's included, and closing a Model or a
+Tree leaves the trees and caches made from it working. Only the closed
+handle itself refuses further use.
+
+Failures raise CladeError(status, message); the recoverable states raise
+its subclasses CacheFull, Stopped, KVBudgetExceeded and ContextFull, after
+which nothing has changed.
+
+Callbacks (Tree.set_abort, set_log) are called from C, on whichever thread
+runs the clade call; ctypes takes the GIL for them (clade calls release it).
+An exception raised by an abort callback stops the call and is raised again
+by it; one raised by a log callback is ignored.
 """
 
+import atexit
 import ctypes
-import weakref
 
 from . import _lib
 
 __all__ = [
-    "CladeError", "Model", "Tree", "Cache", "Sampler", "Detokenizer", "generate",
-    "version", "status_string",
+    "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
+    "Model", "Tree", "Cache", "Sampler", "Detokenizer", "generate",
+    "version", "status_string", "set_log",
     "KV_F32", "KV_F16", "KV_BF16",
     "ATTENTION_AUTO", "ATTENTION_SHARED", "ATTENTION_FLAT", "ATTENTION_NONE",
+    "BACKEND_CPU", "BACKEND_CUDA", "TREE_ALLOW_LONG_CONTEXT",
+    "LOG_DEBUG", "LOG_INFO", "LOG_WARN", "LOG_ERROR",
 ]
 
 KV_F32 = _lib.CLADE_KV_F32
@@ -35,13 +48,18 @@ ATTENTION_FLAT = _lib.CLADE_ATTENTION_FLAT
 ATTENTION_NONE = _lib.CLADE_ATTENTION_NONE
 BACKEND_CPU = _lib.CLADE_BACKEND_CPU
 BACKEND_CUDA = _lib.CLADE_BACKEND_CUDA
+TREE_ALLOW_LONG_CONTEXT = _lib.CLADE_TREE_ALLOW_LONG_CONTEXT
+LOG_DEBUG = _lib.CLADE_LOG_DEBUG
+LOG_INFO = _lib.CLADE_LOG_INFO
+LOG_WARN = _lib.CLADE_LOG_WARN
+LOG_ERROR = _lib.CLADE_LOG_ERROR
 
 _WEIGHT_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 8: "q8_0", 30: "bf16"}
 _SCALING_NAMES = {0: "none", 1: "linear", 2: "llama3"}
 
 
 def version():
-    """The run-time library version, e.g. "0.1.0"."""
+    """The run-time library version, e.g. "1.0.0"."""
     return _lib.clade_version_string().decode()
 
 
@@ -59,10 +77,79 @@ class CladeError(Exception):
         super().__init__("%s (%d): %s" % (status_string(self.status), self.status, message))
 
 
+class CacheFull(CladeError):
+    """CLADE_CACHE_FULL: no room (a free slot, max_tokens); nothing changed."""
+
+
+class Stopped(CladeError):
+    """CLADE_STOPPED: the abort callback stopped the call; nothing changed."""
+
+
+class KVBudgetExceeded(CladeError):
+    """CLADE_KV_BUDGET: the tree's KV budget would be exceeded; nothing changed."""
+
+
+class ContextFull(CladeError):
+    """CLADE_CONTEXT_FULL: a position would pass the model's n_ctx; nothing changed."""
+
+
+_ERROR_CLASSES = {
+    _lib.CLADE_CACHE_FULL: CacheFull,
+    _lib.CLADE_STOPPED: Stopped,
+    _lib.CLADE_KV_BUDGET: KVBudgetExceeded,
+    _lib.CLADE_CONTEXT_FULL: ContextFull,
+}
+
+
+def _error(status):
+    msg = _lib.clade_last_error().decode("utf-8", "replace") or status_string(status)
+    return _ERROR_CLASSES.get(status, CladeError)(status, msg)
+
+
 def _check(status, *allowed):
     if status == _lib.CLADE_OK or status in allowed:
         return status
-    raise CladeError(status, _lib.clade_last_error().decode("utf-8", "replace"))
+    raise _error(status)
+
+
+# ---- logging -------------------------------------------------------------------
+
+_log_fn = None  # the callable set_log installed
+
+
+def _log_dispatch(level, message, user):
+    fn = _log_fn
+    if fn is None:
+        return
+    try:
+        fn(int(level), message.decode("utf-8", "replace") if message else "")
+    except BaseException:  # nothing may propagate into C
+        pass
+
+
+# One thunk for the life of the process: C is only ever given this one (or
+# NULL), so replacing the callable never frees code that another thread may
+# be about to run.
+_log_thunk = _lib.clade_log_fn(_log_dispatch)
+
+
+def set_log(fn, min_level=LOG_INFO):
+    """Install fn(level, message) as the process-wide log callback for
+    messages of at least min_level (LOG_DEBUG ... LOG_ERROR); None turns
+    logging off (the default). message is a str; an exception raised by fn
+    is ignored. Set it before other threads call clade (the C rule); fn may
+    be called from several threads at once."""
+    global _log_fn
+    _log_fn = fn
+    _lib.clade_set_log(_log_thunk if fn is not None else _lib.clade_log_fn(), None, min_level)
+
+
+@atexit.register
+def _log_off():
+    # Handles freed by the collector at shutdown may log; the interpreter
+    # cannot run Python callbacks by then.
+    if _log_fn is not None:
+        set_log(None)
 
 
 def _tokens(seq):
@@ -71,13 +158,13 @@ def _tokens(seq):
 
 
 class _Handle:
-    """Owns one C handle; closes its children (weakly tracked) before itself."""
+    """Owns one C handle. The C library frees in any order (deferred), so no
+    handle tracks the ones made from it."""
 
     _free = None
 
     def __init__(self):
         self._h = None
-        self._children = weakref.WeakSet()
 
     def _get(self):
         if self._h is None:
@@ -89,8 +176,6 @@ class _Handle:
         return self._h is None
 
     def close(self):
-        for c in list(self._children):
-            c.close()
         if self._h is not None:
             h, self._h = self._h, None
             type(self)._free(h)
@@ -227,7 +312,6 @@ class Detokenizer(_Handle):
                                              1 if first_in_text else 0, ctypes.byref(h)))
         self._h = h
         self.model = model
-        model._children.add(self)
 
     @staticmethod
     def _text(p, n):
@@ -245,31 +329,54 @@ class Detokenizer(_Handle):
 
 
 class Tree(_Handle):
-    """The shared-cache tree of a model. Node 0 is the root."""
+    """The shared-cache tree of a model. Node 0 is the root.
+
+    The tree keeps its model's memory alive: the Model may be closed first.
+    kv_budget: bytes of KV the tree and all its caches may hold (0: no
+    limit). flags: TREE_ALLOW_LONG_CONTEXT to accept positions past n_ctx."""
 
     _free = staticmethod(_lib.clade_tree_free)
     ROOT = 0
 
-    def __init__(self, model, kv_type=KV_F16, prefill_chunk=0):
+    def __init__(self, model, kv_type=KV_F16, prefill_chunk=0, kv_budget=0, flags=0):
         super().__init__()
+        self._abort = None        # the installed clade_abort_fn thunk
+        self._abort_exc = [None]  # an exception raised by the abort callable
         p = _lib.clade_tree_params()
         _lib.clade_tree_params_init(ctypes.byref(p))
         p.kv_type = kv_type
         p.prefill_chunk = prefill_chunk
+        p.kv_budget = kv_budget
+        p.flags = flags
         h = _lib.clade_tree_p()
         _check(_lib.clade_tree_create(model._get(), ctypes.byref(p), ctypes.byref(h)))
         self._h = h
         self.model = model
-        model._children.add(self)
+        self._n_vocab = model.n_vocab
+
+    # The abort thunk stays referenced by this object after close(): the C
+    # tree lives on while caches made from it do, and they call it. Each
+    # Cache keeps its Tree object, so the thunk outlives every C caller.
+
+    def _raise_stopped(self, status):
+        """Raise for a failed status; an exception the abort callable raised
+        takes the place of Stopped."""
+        exc, self._abort_exc[0] = self._abort_exc[0], None
+        if status == _lib.CLADE_STOPPED and exc is not None:
+            raise exc
+        raise _error(status)
 
     def append(self, parent, tokens, want_logits=False):
         """Append a node of tokens under parent (evaluated now). Returns the
         node id, or (node id, logits list of the last token) with
         want_logits. The caller holds a reference: release() it."""
         arr, n = _tokens(tokens)
-        logits = (ctypes.c_float * self.model.n_vocab)() if want_logits else None
+        logits = (ctypes.c_float * self._n_vocab)() if want_logits else None
         out = _lib.clade_node_id(0)
-        _check(_lib.clade_tree_append(self._get(), parent, arr, n, logits, ctypes.byref(out)))
+        self._abort_exc[0] = None
+        st = _lib.clade_tree_append(self._get(), parent, arr, n, logits, ctypes.byref(out))
+        if st != _lib.CLADE_OK:
+            self._raise_stopped(st)
         return (out.value, list(logits)) if want_logits else out.value
 
     def release(self, node):
@@ -289,17 +396,61 @@ class Tree(_Handle):
         _check(_lib.clade_tree_node_tokens(self._get(), node, buf, n.value, ctypes.byref(n)))
         return list(buf[:n.value])
 
+    def children(self, node):
+        """The live children of node, oldest first."""
+        cap = 8
+        n = ctypes.c_size_t(0)
+        while True:
+            buf = (_lib.clade_node_id * cap)()
+            st = _check(_lib.clade_tree_children(self._get(), node, buf, cap, ctypes.byref(n)),
+                        _lib.CLADE_BUFFER_SMALL)
+            if st == _lib.CLADE_OK:
+                return list(buf[:n.value])
+            cap = max(n.value, 1)
+
     @property
     def kv_bytes(self):
         return _lib.clade_tree_kv_bytes(self._get())
 
+    def set_kv_budget(self, nbytes):
+        """Bytes of KV the tree's nodes and all its caches may hold together
+        (0: no limit). Growth past it raises KVBudgetExceeded."""
+        _check(_lib.clade_tree_set_kv_budget(self._get(), nbytes))
 
-class CacheFull(CladeError):
-    """decode() found no room (CLADE_CACHE_FULL): nothing changed."""
+    def kv_used(self):
+        """Bytes of KV held by the tree's nodes and all its caches (what the
+        budget counts)."""
+        return _lib.clade_tree_kv_used(self._get())
+
+    def set_abort(self, fn):
+        """Install fn() as the abort callback of the tree and its caches
+        (None removes it). It is called between layers of append() and of
+        Cache.decode(); a true result stops the call, which raises Stopped
+        and changes nothing. If fn raises, the call stops too and raises
+        that exception. fn must not use this tree or its caches."""
+        h = self._get()
+        if fn is None:
+            _check(_lib.clade_tree_set_abort(h, _lib.clade_abort_fn(), None))
+            self._abort = None
+            return
+
+        box = self._abort_exc  # not self: no reference cycle through the thunk
+
+        def thunk(user):
+            try:
+                return 1 if fn() else 0
+            except BaseException as e:  # nothing may propagate into C
+                box[0] = e
+                return 1
+
+        new = _lib.clade_abort_fn(thunk)
+        _check(_lib.clade_tree_set_abort(h, new, None))
+        self._abort = new  # the old thunk is no longer reachable from C
 
 
 class Cache(_Handle):
-    """Unique caches of the sequences of a tree, and decode steps."""
+    """Unique caches of the sequences of a tree, and decode steps. The cache
+    keeps its tree alive: the Tree (and the Model) may be closed first."""
 
     _free = staticmethod(_lib.clade_cache_free)
 
@@ -316,14 +467,14 @@ class Cache(_Handle):
         h = _lib.clade_cache_p()
         _check(_lib.clade_cache_create(tree._get(), ctypes.byref(p), ctypes.byref(h)))
         self._h = h
-        self.tree = tree
+        self.tree = tree  # also keeps the tree's abort callback alive
+        self._n_vocab = tree._n_vocab
         self._queued = {}  # seq -> tokens queued by add(), evaluated by the next decode
-        tree._children.add(self)
 
     def add(self, node, tokens=(), private=False):
         """Add a sequence under node, with its own first tokens (queued for
-        the next decode). Returns the sequence id. Raises CladeError with
-        CLADE_CACHE_FULL when no slot is free."""
+        the next decode). Returns the sequence id. Raises CacheFull when no
+        slot is free."""
         arr, n = _tokens(tokens)
         out = _lib.clade_seq_id(0)
         flags = _lib.CLADE_SEQ_PRIVATE if private else 0
@@ -347,12 +498,55 @@ class Cache(_Handle):
     def kv_bytes(self):
         return _lib.clade_cache_kv_bytes(self._get())
 
+    def fork(self, seq):
+        """A new sequence under seq's node with a copy of seq's unique KV,
+        tokens and queued tokens. Returns its id; CacheFull when no slot is
+        free."""
+        out = _lib.clade_seq_id(0)
+        _check(_lib.clade_cache_fork(self._get(), seq, ctypes.byref(out)))
+        self._queued[out.value] = self._queued.get(seq, 0)
+        return out.value
+
+    def promote(self, seq):
+        """Turn seq's unique tokens into a new tree node under its node and
+        attach seq to it. Returns the node id; the caller holds a reference
+        (Tree.release it)."""
+        out = _lib.clade_node_id(0)
+        _check(_lib.clade_cache_promote(self._get(), seq, ctypes.byref(out)))
+        return out.value
+
+    def move(self, seq, node):
+        """Attach seq to node, whose path tokens must be a prefix of seq's
+        history; positions and so the next logits stay the same."""
+        _check(_lib.clade_cache_move(self._get(), seq, node))
+
+    def seq_node(self, seq):
+        """The node seq is attached to."""
+        out = _lib.clade_node_id(0)
+        _check(_lib.clade_cache_seq_node(self._get(), seq, ctypes.byref(out)))
+        return out.value
+
+    def seq_tokens(self, seq):
+        """seq's evaluated unique tokens (not the queued ones)."""
+        n = ctypes.c_size_t(0)
+        _check(_lib.clade_cache_seq_tokens(self._get(), seq, None, 0, ctypes.byref(n)),
+               _lib.CLADE_BUFFER_SMALL)
+        while True:
+            cap = max(n.value, 1)
+            buf = (_lib.clade_token * cap)()
+            st = _check(_lib.clade_cache_seq_tokens(self._get(), seq, buf, cap, ctypes.byref(n)),
+                        _lib.CLADE_BUFFER_SMALL)
+            if st == _lib.CLADE_OK:
+                return list(buf[:n.value])
+
     def decode(self, step, all_logits=False):
         """One decode step. step maps sequence id -> list of new tokens
         (possibly empty). Returns a list of logits rows (lists of n_vocab
         floats), in the order of step: one per sequence that evaluates any
         token (queued or new), or with all_logits one per evaluated token.
-        Raises CacheFull (a CladeError) when there is no room."""
+        Raises CacheFull, KVBudgetExceeded, ContextFull or Stopped (the
+        abort callback's own exception if it raised one), all CladeErrors,
+        with nothing changed."""
         seqs = list(step.keys())
         counts = [len(step[s]) for s in seqs]
         flat = [t for s in seqs for t in step[s]]
@@ -360,7 +554,7 @@ class Cache(_Handle):
         for s, c in zip(seqs, counts):
             m = self._queued.get(s, 0) + c
             rows += m if all_logits else (1 if m > 0 else 0)
-        nv = self.tree.model.n_vocab
+        nv = self._n_vocab
         ids = (_lib.clade_seq_id * max(len(seqs), 1))(*seqs)
         ns = (ctypes.c_int32 * max(len(seqs), 1))(*counts)
         toks = (_lib.clade_token * max(len(flat), 1))(*flat)
@@ -374,10 +568,10 @@ class Cache(_Handle):
         b.all_logits = 1 if all_logits else 0
         b.logits = logits
         b.logits_rows = rows
+        self.tree._abort_exc[0] = None
         st = _lib.clade_decode(self._get(), ctypes.byref(b))
-        if st == _lib.CLADE_CACHE_FULL:
-            raise CacheFull(st, "no room for the step's tokens")
-        _check(st)
+        if st != _lib.CLADE_OK:
+            self.tree._raise_stopped(st)
         for s in seqs:
             self._queued[s] = 0
         return [logits[r * nv:(r + 1) * nv] for r in range(rows)]

@@ -8,12 +8,18 @@ The Pythonic layer lives in clade/__init__.py.
 The library is found, in order, at:
   1. the path in the environment variable CLADE_LIBRARY;
   2. ../../build/libclade.so relative to this package (a source checkout);
-  3. the system's 'libclade.so.0' (the soname carries CLADE_ABI_MAJOR).
+  3. the system's 'libclade.so.1' (the soname carries CLADE_ABI_MAJOR).
+
+Callbacks (clade_log_fn, clade_abort_fn) are CFUNCTYPE types: keep the
+object made from a Python function alive for as long as C may call it.
+ctypes takes the GIL for the duration of each call into Python, and every
+function here is called through CDLL, which releases the GIL, so C may call
+back from the calling thread or from any other.
 """
 
 import ctypes
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_float, c_int,
                     c_int32, c_size_t, c_uint32, c_uint64, c_void_p)
 
 __all__ = []  # everything is reached as clade._lib.NAME
@@ -27,7 +33,7 @@ def _find_library():
     local = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libclade.so"))
     if os.path.exists(local):
         return local
-    return "libclade.so.0"
+    return "libclade.so.1"
 
 
 LIBRARY_PATH = _find_library()
@@ -35,13 +41,13 @@ lib = ctypes.CDLL(LIBRARY_PATH)
 
 # ---- version --------------------------------------------------------------
 
-CLADE_VERSION_MAJOR = 0
-CLADE_VERSION_MINOR = 1
+CLADE_VERSION_MAJOR = 1
+CLADE_VERSION_MINOR = 0
 CLADE_VERSION_PATCH = 0
 CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
                         + CLADE_VERSION_PATCH)
-CLADE_VERSION_STRING = "0.1.0"
-CLADE_ABI_MAJOR = 0
+CLADE_VERSION_STRING = "1.0.0"
+CLADE_ABI_MAJOR = 1
 
 
 def _fn(name, restype, argtypes):
@@ -98,6 +104,8 @@ CLADE_OK = 0
 CLADE_CACHE_FULL = 1
 CLADE_STOPPED = 2
 CLADE_BUFFER_SMALL = 3
+CLADE_KV_BUDGET = 4
+CLADE_CONTEXT_FULL = 5
 CLADE_E_INVALID_ARG = -1
 CLADE_E_NOMEM = -2
 CLADE_E_IO = -3
@@ -113,6 +121,20 @@ CLADE_E_INTERNAL = -100
 clade_status_string = _fn("clade_status_string", c_char_p, [clade_status])
 # const char *clade_last_error(void);
 clade_last_error = _fn("clade_last_error", c_char_p, [])
+
+# ---- logging ----------------------------------------------------------------
+
+# typedef enum clade_log_level { ... } clade_log_level;
+clade_log_level = c_int
+CLADE_LOG_DEBUG = 0
+CLADE_LOG_INFO = 1
+CLADE_LOG_WARN = 2
+CLADE_LOG_ERROR = 3
+
+# typedef void (*clade_log_fn)(clade_log_level level, const char *message, void *user);
+clade_log_fn = CFUNCTYPE(None, clade_log_level, c_char_p, c_void_p)
+# void clade_set_log(clade_log_fn fn, void *user, clade_log_level min_level);
+clade_set_log = _fn("clade_set_log", None, [clade_log_fn, c_void_p, clade_log_level])
 
 # ---- enums ------------------------------------------------------------------
 
@@ -261,11 +283,16 @@ clade_detokenizer_free = _fn("clade_detokenizer_free", None, [clade_detokenizer_
 # ---- shared-cache tree ------------------------------------------------------
 
 
+CLADE_TREE_ALLOW_LONG_CONTEXT = 1
+
+
 class clade_tree_params(Structure):
     _fields_ = [
         ("size", c_size_t),
         ("kv_type", clade_kv_type),
         ("prefill_chunk", c_int32),
+        ("flags", c_uint32),
+        ("kv_budget", c_uint64),
     ]
 
 
@@ -310,6 +337,23 @@ clade_tree_node_tokens = _fn("clade_tree_node_tokens", clade_status,
                               POINTER(c_size_t)])
 # size_t clade_tree_kv_bytes(const clade_tree *tree);
 clade_tree_kv_bytes = _fn("clade_tree_kv_bytes", c_size_t, [clade_tree_p])
+# clade_status clade_tree_children(const clade_tree *tree, clade_node_id node,
+#                                  clade_node_id *ids, size_t capacity,
+#                                  size_t *n_children);
+clade_tree_children = _fn("clade_tree_children", clade_status,
+                          [clade_tree_p, clade_node_id, POINTER(clade_node_id), c_size_t,
+                           POINTER(c_size_t)])
+# clade_status clade_tree_set_kv_budget(clade_tree *tree, uint64_t bytes);
+clade_tree_set_kv_budget = _fn("clade_tree_set_kv_budget", clade_status,
+                               [clade_tree_p, c_uint64])
+# uint64_t clade_tree_kv_used(const clade_tree *tree);
+clade_tree_kv_used = _fn("clade_tree_kv_used", c_uint64, [clade_tree_p])
+
+# typedef int32_t (*clade_abort_fn)(void *user);
+clade_abort_fn = CFUNCTYPE(c_int32, c_void_p)
+# clade_status clade_tree_set_abort(clade_tree *tree, clade_abort_fn fn, void *user);
+clade_tree_set_abort = _fn("clade_tree_set_abort", clade_status,
+                           [clade_tree_p, clade_abort_fn, c_void_p])
 
 # ---- unique caches and decode steps -----------------------------------------
 
@@ -352,6 +396,27 @@ clade_cache_seq_length = _fn("clade_cache_seq_length", clade_status,
                              [clade_cache_p, clade_seq_id, POINTER(c_int32)])
 # size_t clade_cache_kv_bytes(const clade_cache *cache);
 clade_cache_kv_bytes = _fn("clade_cache_kv_bytes", c_size_t, [clade_cache_p])
+
+# clade_status clade_cache_fork(clade_cache *cache, clade_seq_id seq, clade_seq_id *out);
+clade_cache_fork = _fn("clade_cache_fork", clade_status,
+                       [clade_cache_p, clade_seq_id, POINTER(clade_seq_id)])
+# clade_status clade_cache_promote(clade_cache *cache, clade_seq_id seq,
+#                                  clade_node_id *out);
+clade_cache_promote = _fn("clade_cache_promote", clade_status,
+                          [clade_cache_p, clade_seq_id, POINTER(clade_node_id)])
+# clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq, clade_node_id node);
+clade_cache_move = _fn("clade_cache_move", clade_status,
+                       [clade_cache_p, clade_seq_id, clade_node_id])
+# clade_status clade_cache_seq_node(const clade_cache *cache, clade_seq_id seq,
+#                                   clade_node_id *node);
+clade_cache_seq_node = _fn("clade_cache_seq_node", clade_status,
+                           [clade_cache_p, clade_seq_id, POINTER(clade_node_id)])
+# clade_status clade_cache_seq_tokens(const clade_cache *cache, clade_seq_id seq,
+#                                     clade_token *tokens, size_t capacity,
+#                                     size_t *n_tokens);
+clade_cache_seq_tokens = _fn("clade_cache_seq_tokens", clade_status,
+                             [clade_cache_p, clade_seq_id, POINTER(clade_token), c_size_t,
+                              POINTER(c_size_t)])
 
 
 class clade_batch(Structure):
