@@ -11,40 +11,42 @@
 //! # Ok::<(), clade::Error>(())
 //! ```
 //!
-//! Ownership follows the C rules through lifetimes: a [`Tree`] borrows its
-//! [`Model`], a [`Cache`] borrows its [`Tree`], so neither can outlive what
-//! it was made from:
+//! Ownership: every handle owns its C object and nothing else. The C
+//! library defers freeing (sqlite's close_v2): a tree keeps its model's
+//! memory alive, a cache its tree's, a detokenizer its model's, until they
+//! are freed in turn. So a [`Tree`] does not borrow its [`Model`] nor a
+//! [`Cache`] its [`Tree`] (no lifetimes, no reference-counted parent
+//! either: C already counts), and handles may be dropped in any order:
 //!
-//! ```compile_fail,E0597
-//! let model = clade::Model::load("m.gguf").unwrap();
-//! let cache;
-//! {
-//!     let tree = clade::Tree::new(&model, clade::TreeParams::default()).unwrap();
-//!     cache = clade::Cache::new(&tree, clade::CacheParams::default()).unwrap();
-//! } // error: `tree` does not live long enough
-//! drop(cache);
+//! ```no_run
+//! let model = clade::Model::load("m.gguf")?;
+//! let tree = clade::Tree::new(&model, clade::TreeParams::default())?;
+//! let mut cache = clade::Cache::new(&tree, clade::CacheParams::default())?;
+//! drop(model); // the tree keeps the weights alive
+//! drop(tree); // the cache keeps the tree's nodes alive
+//! let s = cache.add(clade::ROOT, &[1, 2, 3], false)?;
+//! let rows = cache.decode(&[(s, &[4][..])], false)?;
+//! # Ok::<(), clade::Error>(())
 //! ```
 //!
-//! ```compile_fail,E0505
-//! let model = clade::Model::load("m.gguf").unwrap();
-//! let tree = clade::Tree::new(&model, clade::TreeParams::default()).unwrap();
-//! drop(model); // error: cannot move out of `model` because it is borrowed
-//! drop(tree);
-//! ```
-//!
-//! A tree and its caches form one unit that must not be used from two
-//! threads at once: `Tree` is `Send` but not `Sync`, and a `Cache` is
-//! neither. A `Model` is `Send + Sync`.
+//! Threads: a `Model` is `Send + Sync`. A tree and its caches are one unit
+//! whose C calls must not overlap; since a cache no longer borrows its
+//! tree, they share a lock instead, taken by every call on either, so
+//! `Tree` and `Cache` are `Send + Sync` and may be spread over threads
+//! (their calls run one at a time).
 
 pub mod sys;
 
+use std::any::Any;
+use std::cell::UnsafeCell;
 use std::ffi::{CStr, CString};
 use std::fmt;
-use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub type Token = sys::clade_token;
 pub type NodeId = sys::clade_node_id;
@@ -53,7 +55,7 @@ pub type SeqId = sys::clade_seq_id;
 /// The root of every tree.
 pub const ROOT: NodeId = 0;
 
-/// The run-time library version, e.g. "0.1.0".
+/// The run-time library version, e.g. "1.0.0".
 pub fn version() -> &'static str {
     unsafe { CStr::from_ptr(sys::clade_version_string()) }
         .to_str()
@@ -68,6 +70,10 @@ pub enum ErrorKind {
     CacheFull,
     Stopped,
     BufferSmall,
+    /// The tree's KV budget would be exceeded ([`Tree::set_kv_budget`]).
+    KvBudget,
+    /// A position would pass the model's n_ctx.
+    ContextFull,
     InvalidArg,
     NoMem,
     Io,
@@ -88,6 +94,8 @@ impl ErrorKind {
             sys::CLADE_CACHE_FULL => CacheFull,
             sys::CLADE_STOPPED => Stopped,
             sys::CLADE_BUFFER_SMALL => BufferSmall,
+            sys::CLADE_KV_BUDGET => KvBudget,
+            sys::CLADE_CONTEXT_FULL => ContextFull,
             sys::CLADE_E_INVALID_ARG => InvalidArg,
             sys::CLADE_E_NOMEM => NoMem,
             sys::CLADE_E_IO => Io,
@@ -117,8 +125,9 @@ impl Error {
         Error { kind: ErrorKind::from_status(status), status, message }
     }
     fn last(status: sys::clade_status) -> Error {
-        let msg = unsafe { CStr::from_ptr(sys::clade_last_error()) };
-        Error::new(status, msg.to_string_lossy().into_owned())
+        let msg = unsafe { CStr::from_ptr(sys::clade_last_error()) }.to_string_lossy().into_owned();
+        let msg = if msg.is_empty() { status_string(status).to_owned() } else { msg };
+        Error::new(status, msg)
     }
 }
 
@@ -159,6 +168,63 @@ fn check_fits(status: sys::clade_status) -> Result<bool> {
 fn c_text(chars: &[c_char]) -> String {
     let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+// ---- logging ---------------------------------------------------------------------------
+
+/// Severity of a log message (clade_log_level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    Debug = 0,
+    Info = 1,
+    Warn = 2,
+    Error = 3,
+}
+
+type LogFn = dyn Fn(LogLevel, &str) + Send + Sync;
+
+/// A log callback for [`set_log`].
+pub type LogCallback = Box<dyn Fn(LogLevel, &str) + Send + Sync>;
+
+// The installed callback. C is given a fixed trampoline and a NULL user
+// pointer, never a pointer to the closure, so replacing the closure while
+// another thread is inside a log call cannot free what that call uses: the
+// trampoline clones the Arc under the read lock.
+static LOG: RwLock<Option<Arc<LogFn>>> = RwLock::new(None);
+
+unsafe extern "C" fn log_trampoline(level: sys::clade_log_level, message: *const c_char, _user: *mut c_void) {
+    let f = match LOG.read() {
+        Ok(g) => g.clone(),
+        Err(e) => e.into_inner().clone(),
+    };
+    let Some(f) = f else { return };
+    let level = match level {
+        sys::CLADE_LOG_DEBUG => LogLevel::Debug,
+        sys::CLADE_LOG_INFO => LogLevel::Info,
+        sys::CLADE_LOG_WARN => LogLevel::Warn,
+        _ => LogLevel::Error,
+    };
+    let msg = if message.is_null() { "".into() } else { CStr::from_ptr(message).to_string_lossy() };
+    // A panic must not unwind into C; a log message is not worth more.
+    let _ = panic::catch_unwind(AssertUnwindSafe(|| f(level, &msg)));
+}
+
+/// Install `f` as the process-wide log callback for messages of at least
+/// `min_level` (None: no logging, the default). It is called on the thread
+/// making the clade call being logged, possibly on several at once; a
+/// panic in it is caught and dropped. As the C API asks, set it before
+/// other threads use clade (the closure itself may be swapped at any time
+/// safely; the level and on/off switch are C's).
+pub fn set_log(f: Option<LogCallback>, min_level: LogLevel) {
+    let on = f.is_some();
+    let new: Option<Arc<LogFn>> = f.map(Arc::from);
+    let old = {
+        let mut g = LOG.write().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *g, new)
+    };
+    let tramp: sys::clade_log_fn = if on { Some(log_trampoline) } else { None };
+    unsafe { sys::clade_set_log(tramp, ptr::null_mut(), min_level as c_int) };
+    drop(old); // outside the lock: its drop may do anything
 }
 
 // ---- enums ---------------------------------------------------------------------------
@@ -428,20 +494,21 @@ impl fmt::Debug for Model {
 
 /// Streaming detokenizer: push generated tokens one at a time and get the
 /// bytes that are complete (never a split UTF-8 character).
-pub struct Detokenizer<'m> {
+/// It keeps the model's memory alive (the Model may be dropped first).
+pub struct Detokenizer {
     ptr: NonNull<sys::clade_detokenizer>,
-    _model: PhantomData<&'m Model>,
 }
 
-unsafe impl Send for Detokenizer<'_> {}
+// One thread at a time (methods take &mut self): Send, not Sync.
+unsafe impl Send for Detokenizer {}
 
-impl<'m> Detokenizer<'m> {
-    pub fn new(model: &'m Model, special: bool, first_in_text: bool) -> Result<Self> {
+impl Detokenizer {
+    pub fn new(model: &Model, special: bool, first_in_text: bool) -> Result<Self> {
         let mut out = ptr::null_mut();
         check(unsafe {
             sys::clade_detokenizer_create(model.as_ptr(), special as i32, first_in_text as i32, &mut out)
         })?;
-        Ok(Detokenizer { ptr: NonNull::new(out).expect("clade_detokenizer_create gave NULL"), _model: PhantomData })
+        Ok(Detokenizer { ptr: NonNull::new(out).expect("clade_detokenizer_create gave NULL") })
     }
 
     fn take(text: *const c_char, len: usize) -> Vec<u8> {
@@ -465,7 +532,7 @@ impl<'m> Detokenizer<'m> {
     }
 }
 
-impl Drop for Detokenizer<'_> {
+impl Drop for Detokenizer {
     fn drop(&mut self) {
         unsafe { sys::clade_detokenizer_free(self.ptr.as_ptr()) }
     }
@@ -473,16 +540,26 @@ impl Drop for Detokenizer<'_> {
 
 // ---- tree ----------------------------------------------------------------------------------
 
+/// Flag of [`TreeParams::flags`]: accept positions at or past the model's
+/// n_ctx (for models whose RoPE scaling extends it); without it such a call
+/// fails with [`ErrorKind::ContextFull`].
+pub const TREE_ALLOW_LONG_CONTEXT: u32 = sys::CLADE_TREE_ALLOW_LONG_CONTEXT;
+
 #[derive(Debug, Clone)]
 pub struct TreeParams {
     pub kv_type: KvType,
     /// Tokens per forward pass in prefill; 0: the library's default.
     pub prefill_chunk: i32,
+    /// TREE_* flags.
+    pub flags: u32,
+    /// Bytes of KV the tree's nodes and all its caches may hold together;
+    /// 0: no limit. See [`Tree::set_kv_budget`].
+    pub kv_budget: u64,
 }
 
 impl Default for TreeParams {
     fn default() -> Self {
-        TreeParams { kv_type: KvType::F16, prefill_chunk: 0 }
+        TreeParams { kv_type: KvType::F16, prefill_chunk: 0, flags: 0, kv_budget: 0 }
     }
 }
 
@@ -496,34 +573,124 @@ pub struct NodeInfo {
     pub n_refs: i32,
 }
 
-/// The shared-cache tree of a model. Borrows the model. Node 0 ([`ROOT`])
-/// is the root.
-pub struct Tree<'m> {
-    ptr: NonNull<sys::clade_tree>,
-    n_vocab: usize,
-    _model: PhantomData<&'m Model>,
+/// An abort callback for [`Tree::set_abort`]: true stops the call.
+pub type AbortCallback = Box<dyn FnMut() -> bool + Send>;
+
+/// The abort callback as C sees it: `user` points at this, on the heap.
+struct AbortSlot {
+    f: AbortCallback,
+    /// A panic of `f`, caught in the trampoline, to resume after the C call.
+    panic: Option<Box<dyn Any + Send>>,
 }
 
-// A tree may move to another thread (its caches borrow it, so none can be
-// left behind), but it is not Sync: calls on a tree and its caches must not
-// overlap.
-unsafe impl Send for Tree<'_> {}
+unsafe extern "C" fn abort_trampoline(user: *mut c_void) -> i32 {
+    // SAFETY: `user` is the AbortSlot installed by Tree::set_abort; it is
+    // only touched with the tree's lock held, which the thread running this
+    // call holds (see Shared), so this is the only reference.
+    let slot = &mut *(user as *mut AbortSlot);
+    if slot.panic.is_some() {
+        return 1;
+    }
+    // No unwinding across C: catch, stop the call, resume after it.
+    match panic::catch_unwind(AssertUnwindSafe(|| (slot.f)())) {
+        Ok(stop) => stop as i32,
+        Err(p) => {
+            slot.panic = Some(p);
+            1
+        }
+    }
+}
 
-impl<'m> Tree<'m> {
-    pub fn new(model: &'m Model, params: TreeParams) -> Result<Self> {
+/// What a tree and its caches share: the lock that keeps their C calls
+/// from overlapping (the header's threading rule), and the abort callback.
+/// Held by the Tree and every Cache made from it; it goes when the last of
+/// them is dropped, that is when C has freed the tree and no call can reach
+/// the callback any more (the C tree outlives the Tree handle while caches
+/// live, and caches call the callback in decode).
+struct Shared {
+    lock: Mutex<()>,
+    /// The installed AbortSlot (Box::into_raw), or null. Read and written
+    /// only with `lock` held.
+    abort: UnsafeCell<*mut AbortSlot>,
+}
+
+// SAFETY: `abort` is only accessed under `lock`; AbortSlot's contents are Send.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared { lock: Mutex::new(()), abort: UnsafeCell::new(ptr::null_mut()) })
+    }
+
+    /// The lock. A panic while it was held (only ever in Rust code around C
+    /// calls that change nothing when they fail) leaves nothing broken, so
+    /// poisoning is ignored.
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run a C call that may invoke the abort callback, with the lock held;
+    /// a panic the callback raised is resumed here, after the call, with
+    /// the lock released.
+    fn run(&self, f: impl FnOnce() -> sys::clade_status) -> Result<()> {
+        let g = self.guard();
+        let st = f();
+        let result = if st == sys::CLADE_OK { Ok(()) } else { Err(Error::last(st)) };
+        // SAFETY: lock held.
+        let caught = unsafe {
+            let slot = *self.abort.get();
+            if slot.is_null() { None } else { (*slot).panic.take() }
+        };
+        drop(g);
+        if let Some(p) = caught {
+            panic::resume_unwind(p);
+        }
+        result
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let slot = *self.abort.get_mut();
+        if !slot.is_null() {
+            // SAFETY: made by Box::into_raw; no C object can call it now.
+            drop(unsafe { Box::from_raw(slot) });
+        }
+    }
+}
+
+/// The shared-cache tree of a model. Node 0 ([`ROOT`]) is the root. The
+/// tree keeps the model's memory alive: the Model may be dropped first.
+pub struct Tree {
+    ptr: NonNull<sys::clade_tree>,
+    n_vocab: usize,
+    shared: Arc<Shared>,
+}
+
+// Every call on the tree takes the lock shared with its caches.
+unsafe impl Send for Tree {}
+unsafe impl Sync for Tree {}
+
+impl Tree {
+    pub fn new(model: &Model, params: TreeParams) -> Result<Self> {
         let mut p = unsafe { MaybeUninit::<sys::clade_tree_params>::zeroed().assume_init() };
         unsafe { sys::clade_tree_params_init(&mut p) };
         p.kv_type = params.kv_type as i32;
         p.prefill_chunk = params.prefill_chunk;
+        p.flags = params.flags;
+        p.kv_budget = params.kv_budget;
         let mut out = ptr::null_mut();
         check(unsafe { sys::clade_tree_create(model.as_ptr(), &p, &mut out) })?;
         Ok(Tree {
             ptr: NonNull::new(out).expect("clade_tree_create gave NULL"),
             n_vocab: model.n_vocab(),
-            _model: PhantomData,
+            shared: Shared::new(),
         })
     }
 
+    /// The C handle. Calls on it must not overlap calls on this tree or its
+    /// caches.
     pub fn as_ptr(&self) -> *mut sys::clade_tree {
         self.ptr.as_ptr()
     }
@@ -532,8 +699,20 @@ impl<'m> Tree<'m> {
         self.n_vocab
     }
 
+    fn call(&self, f: impl FnOnce(*mut sys::clade_tree) -> sys::clade_status) -> Result<()> {
+        let _g = self.shared.guard();
+        check(f(self.as_ptr()))
+    }
+
+    fn call_fits(&self, f: impl FnOnce(*mut sys::clade_tree) -> sys::clade_status) -> Result<bool> {
+        let _g = self.shared.guard();
+        check_fits(f(self.as_ptr()))
+    }
+
     /// Append a node of tokens under parent; they are evaluated now. The
     /// caller holds a reference to the new node: [`Tree::release`] it.
+    /// Err with ErrorKind::Stopped when the abort callback stopped it, with
+    /// ErrorKind::KvBudget past the budget (nothing changed either way).
     pub fn append(&self, parent: NodeId, tokens: &[Token]) -> Result<NodeId> {
         self.append_impl(parent, tokens, ptr::null_mut())
     }
@@ -547,7 +726,7 @@ impl<'m> Tree<'m> {
 
     fn append_impl(&self, parent: NodeId, tokens: &[Token], logits: *mut f32) -> Result<NodeId> {
         let mut out: NodeId = 0;
-        check(unsafe {
+        self.shared.run(|| unsafe {
             sys::clade_tree_append(self.as_ptr(), parent, tokens.as_ptr(), tokens.len(), logits, &mut out)
         })?;
         Ok(out)
@@ -555,13 +734,13 @@ impl<'m> Tree<'m> {
 
     /// Drop the caller's reference to a node.
     pub fn release(&self, node: NodeId) -> Result<()> {
-        check(unsafe { sys::clade_tree_release(self.as_ptr(), node) })
+        self.call(|t| unsafe { sys::clade_tree_release(t, node) })
     }
 
     pub fn node_info(&self, node: NodeId) -> Result<NodeInfo> {
         let mut i = unsafe { MaybeUninit::<sys::clade_node_info>::zeroed().assume_init() };
         i.size = std::mem::size_of::<sys::clade_node_info>();
-        check(unsafe { sys::clade_tree_node_info(self.as_ptr(), node, &mut i) })?;
+        self.call(|t| unsafe { sys::clade_tree_node_info(t, node, &mut i) })?;
         Ok(NodeInfo {
             parent: if i.parent < 0 { None } else { Some(i.parent) },
             length: i.length,
@@ -576,7 +755,7 @@ impl<'m> Tree<'m> {
         loop {
             let mut n = 0usize;
             let p = if buf.is_empty() { ptr::null_mut() } else { buf.as_mut_ptr() };
-            if check_fits(unsafe { sys::clade_tree_node_tokens(self.as_ptr(), node, p, buf.len(), &mut n) })? {
+            if self.call_fits(|t| unsafe { sys::clade_tree_node_tokens(t, node, p, buf.len(), &mut n) })? {
                 buf.truncate(n);
                 return Ok(buf);
             }
@@ -584,15 +763,87 @@ impl<'m> Tree<'m> {
         }
     }
 
+    /// The live children of node, oldest first.
+    pub fn children(&self, node: NodeId) -> Result<Vec<NodeId>> {
+        let mut buf: Vec<NodeId> = vec![0; 8];
+        loop {
+            let mut n = 0usize;
+            let p = buf.as_mut_ptr();
+            if self.call_fits(|t| unsafe { sys::clade_tree_children(t, node, p, buf.len(), &mut n) })? {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n.max(1), 0);
+        }
+    }
+
     /// Bytes of KV held by the tree's live nodes.
     pub fn kv_bytes(&self) -> usize {
+        let _g = self.shared.guard();
         unsafe { sys::clade_tree_kv_bytes(self.as_ptr()) }
+    }
+
+    /// The KV memory budget: bytes the tree's nodes and every cache made
+    /// from it may hold together ([`Tree::kv_used`]); 0: no limit. A call
+    /// that would grow past it fails with ErrorKind::KvBudget and changes
+    /// nothing. Lowering it frees nothing.
+    pub fn set_kv_budget(&self, bytes: u64) -> Result<()> {
+        self.call(|t| unsafe { sys::clade_tree_set_kv_budget(t, bytes) })
+    }
+
+    /// Bytes of KV held by the tree's nodes and all its caches (allocated
+    /// capacity, what the budget counts).
+    pub fn kv_used(&self) -> u64 {
+        let _g = self.shared.guard();
+        unsafe { sys::clade_tree_kv_used(self.as_ptr()) }
+    }
+
+    /// Install an abort callback for the tree and its caches (None removes
+    /// it). It is called between layers of [`Tree::append`] and
+    /// [`Cache::decode`], on the thread running them; returning true stops
+    /// the call, which fails with ErrorKind::Stopped and changes nothing.
+    /// A panic in it stops the call too and is resumed by the call, once C
+    /// has returned. It must not use this tree or its caches (their lock is
+    /// held: that would deadlock). The tree keeps the closure; caches that
+    /// outlive the Tree keep using it.
+    pub fn set_abort(&self, f: Option<AbortCallback>) -> Result<()> {
+        let new = match f {
+            Some(f) => Box::into_raw(Box::new(AbortSlot { f, panic: None })),
+            None => ptr::null_mut(),
+        };
+        let tramp: sys::clade_abort_fn = if new.is_null() { None } else { Some(abort_trampoline) };
+        let g = self.shared.guard();
+        let st = unsafe { sys::clade_tree_set_abort(self.as_ptr(), tramp, new as *mut c_void) };
+        if st != sys::CLADE_OK {
+            let e = Error::last(st);
+            drop(g);
+            if !new.is_null() {
+                drop(unsafe { Box::from_raw(new) });
+            }
+            return Err(e);
+        }
+        // SAFETY: lock held; C now holds `new`, so nothing reaches the old one.
+        let old = unsafe { std::mem::replace(&mut *self.shared.abort.get(), new) };
+        drop(g);
+        if !old.is_null() {
+            drop(unsafe { Box::from_raw(old) }); // outside the lock: its drop may do anything
+        }
+        Ok(())
     }
 }
 
-impl Drop for Tree<'_> {
+impl Drop for Tree {
     fn drop(&mut self) {
+        let _g = self.shared.guard();
+        // Deferred in C: the nodes (and the abort callback, kept in Shared)
+        // stay while caches made from this tree live.
         unsafe { sys::clade_tree_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Tree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tree").field("n_vocab", &self.n_vocab).finish()
     }
 }
 
@@ -616,19 +867,23 @@ impl Default for CacheParams {
 }
 
 /// Unique caches of up to max_seqs sequences of a tree, and decode steps.
-/// Borrows the tree (and so, the model).
-pub struct Cache<'t> {
+/// The cache keeps the tree's nodes (and so the model) alive: the Tree may
+/// be dropped first.
+pub struct Cache {
     ptr: NonNull<sys::clade_cache>,
     n_vocab: usize,
     max_seqs: usize,
-    queued: Vec<usize>, // tokens queued by add(), per sequence id
-    // Borrows the tree; neither Send nor Sync (a tree and its caches are one
-    // single-threaded unit).
-    _tree: PhantomData<(&'t (), *mut ())>,
+    queued: Vec<usize>, // tokens queued by add()/fork(), per sequence id
+    shared: Arc<Shared>,
 }
 
-impl<'t> Cache<'t> {
-    pub fn new<'m: 't>(tree: &'t Tree<'m>, params: CacheParams) -> Result<Self> {
+// Every call on the cache takes the lock shared with its tree and the
+// tree's other caches.
+unsafe impl Send for Cache {}
+unsafe impl Sync for Cache {}
+
+impl Cache {
+    pub fn new(tree: &Tree, params: CacheParams) -> Result<Self> {
         let mut p = unsafe { MaybeUninit::<sys::clade_cache_params>::zeroed().assume_init() };
         unsafe { sys::clade_cache_params_init(&mut p) };
         p.max_seqs = params.max_seqs;
@@ -638,19 +893,26 @@ impl<'t> Cache<'t> {
         }
         p.attention = params.attention as i32;
         let mut out = ptr::null_mut();
-        check(unsafe { sys::clade_cache_create(tree.as_ptr(), &p, &mut out) })?;
+        tree.call(|t| unsafe { sys::clade_cache_create(t, &p, &mut out) })?;
         let max_seqs = params.max_seqs.max(0) as usize;
         Ok(Cache {
             ptr: NonNull::new(out).expect("clade_cache_create gave NULL"),
             n_vocab: tree.n_vocab(),
             max_seqs,
             queued: vec![0; max_seqs],
-            _tree: PhantomData,
+            shared: tree.shared.clone(),
         })
     }
 
+    /// The C handle. Calls on it must not overlap calls on its tree or the
+    /// tree's caches.
     pub fn as_ptr(&self) -> *mut sys::clade_cache {
         self.ptr.as_ptr()
+    }
+
+    fn call(&self, f: impl FnOnce(*mut sys::clade_cache) -> sys::clade_status) -> Result<()> {
+        let _g = self.shared.guard();
+        check(f(self.as_ptr()))
     }
 
     fn queued_mut(&mut self, seq: SeqId) -> Option<&mut usize> {
@@ -661,17 +923,17 @@ impl<'t> Cache<'t> {
         }
     }
 
+    fn queued(&self, seq: SeqId) -> usize {
+        if seq >= 0 { self.queued.get(seq as usize).copied().unwrap_or(0) } else { 0 }
+    }
+
     /// Add a sequence attached to node, with its own first tokens (queued
     /// and evaluated by the next decode). private: copy the path's KV into
-    /// the sequence (the flat baseline).
+    /// the sequence (the flat baseline). No free slot: ErrorKind::CacheFull.
     pub fn add(&mut self, node: NodeId, tokens: &[Token], private: bool) -> Result<SeqId> {
         let flags = if private { sys::CLADE_SEQ_PRIVATE } else { 0 };
         let mut out: SeqId = 0;
-        let st = unsafe { sys::clade_cache_add(self.as_ptr(), node, tokens.as_ptr(), tokens.len(), flags, &mut out) };
-        if st == sys::CLADE_CACHE_FULL {
-            return Err(Error::new(st, "cache: no room for another sequence".into()));
-        }
-        check(st)?;
+        self.call(|c| unsafe { sys::clade_cache_add(c, node, tokens.as_ptr(), tokens.len(), flags, &mut out) })?;
         if let Some(q) = self.queued_mut(out) {
             *q = tokens.len();
         }
@@ -679,7 +941,7 @@ impl<'t> Cache<'t> {
     }
 
     pub fn remove(&mut self, seq: SeqId) -> Result<()> {
-        check(unsafe { sys::clade_cache_remove(self.as_ptr(), seq) })?;
+        self.call(|c| unsafe { sys::clade_cache_remove(c, seq) })?;
         if let Some(q) = self.queued_mut(seq) {
             *q = 0;
         }
@@ -687,33 +949,88 @@ impl<'t> Cache<'t> {
     }
 
     pub fn truncate(&mut self, seq: SeqId, length: i32) -> Result<()> {
-        check(unsafe { sys::clade_cache_truncate(self.as_ptr(), seq, length) })
+        self.call(|c| unsafe { sys::clade_cache_truncate(c, seq, length) })
     }
 
     /// Unique tokens evaluated so far.
     pub fn length(&self, seq: SeqId) -> Result<i32> {
         let mut n = 0i32;
-        check(unsafe { sys::clade_cache_seq_length(self.as_ptr(), seq, &mut n) })?;
+        self.call(|c| unsafe { sys::clade_cache_seq_length(c, seq, &mut n) })?;
         Ok(n)
     }
 
     pub fn kv_bytes(&self) -> usize {
+        let _g = self.shared.guard();
         unsafe { sys::clade_cache_kv_bytes(self.as_ptr()) }
+    }
+
+    /// A new sequence under seq's node with a copy of seq's unique KV,
+    /// tokens and queued tokens (nothing is evaluated). No free slot:
+    /// ErrorKind::CacheFull.
+    pub fn fork(&mut self, seq: SeqId) -> Result<SeqId> {
+        let mut out: SeqId = 0;
+        self.call(|c| unsafe { sys::clade_cache_fork(c, seq, &mut out) })?;
+        let q = self.queued(seq);
+        if let Some(slot) = self.queued_mut(out) {
+            *slot = q;
+        }
+        Ok(out)
+    }
+
+    /// Turn seq's unique tokens into a new tree node under its node (their
+    /// KV moves, nothing is evaluated) and attach seq to it. The caller
+    /// holds a reference to the node: [`Tree::release`] it.
+    pub fn promote(&mut self, seq: SeqId) -> Result<NodeId> {
+        let mut out: NodeId = 0;
+        self.call(|c| unsafe { sys::clade_cache_promote(c, seq, &mut out) })?;
+        Ok(out)
+    }
+
+    /// Move seq under node (clade_cache_move; `move` is a Rust keyword):
+    /// node's path tokens must be a prefix of seq's history. Positions stay
+    /// the same, so the next logits are as before, to rounding.
+    pub fn move_to(&mut self, seq: SeqId, node: NodeId) -> Result<()> {
+        self.call(|c| unsafe { sys::clade_cache_move(c, seq, node) })
+    }
+
+    /// The node seq is attached to.
+    pub fn seq_node(&self, seq: SeqId) -> Result<NodeId> {
+        let mut out: NodeId = 0;
+        self.call(|c| unsafe { sys::clade_cache_seq_node(c, seq, &mut out) })?;
+        Ok(out)
+    }
+
+    /// seq's evaluated unique tokens (not the queued ones).
+    pub fn seq_tokens(&self, seq: SeqId) -> Result<Vec<Token>> {
+        let mut buf: Vec<Token> = Vec::new();
+        loop {
+            let mut n = 0usize;
+            let p = if buf.is_empty() { ptr::null_mut() } else { buf.as_mut_ptr() };
+            let st = {
+                let _g = self.shared.guard();
+                unsafe { sys::clade_cache_seq_tokens(self.as_ptr(), seq, p, buf.len(), &mut n) }
+            };
+            if check_fits(st)? {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            buf.resize(n, 0);
+        }
     }
 
     /// One decode step: each (sequence, new tokens) pair, in order. Returns
     /// the logits rows (n_vocab floats each) in that order: one per sequence
     /// that evaluates any token (queued or new), or with all_logits one per
-    /// evaluated token. No room: Err with ErrorKind::CacheFull, and nothing
-    /// changed.
+    /// evaluated token. Fails with ErrorKind::CacheFull (no room),
+    /// KvBudget, ContextFull or Stopped (the abort callback) with nothing
+    /// changed; a panic in the abort callback is resumed here.
     pub fn decode(&mut self, step: &[(SeqId, &[Token])], all_logits: bool) -> Result<Vec<Vec<f32>>> {
         let seqs: Vec<SeqId> = step.iter().map(|s| s.0).collect();
         let counts: Vec<i32> = step.iter().map(|s| s.1.len() as i32).collect();
         let tokens: Vec<Token> = step.iter().flat_map(|s| s.1.iter().copied()).collect();
         let mut rows = 0usize;
         for &(seq, toks) in step {
-            let q = if seq >= 0 { self.queued.get(seq as usize).copied().unwrap_or(0) } else { 0 };
-            let m = q + toks.len();
+            let m = self.queued(seq) + toks.len();
             rows += if all_logits { m } else { (m > 0) as usize };
         }
         let mut logits = vec![0f32; rows * self.n_vocab];
@@ -726,11 +1043,8 @@ impl<'t> Cache<'t> {
         b.all_logits = all_logits as i32;
         b.logits = logits.as_mut_ptr();
         b.logits_rows = rows;
-        let st = unsafe { sys::clade_decode(self.as_ptr(), &b) };
-        if st == sys::CLADE_CACHE_FULL {
-            return Err(Error::new(st, "decode: no room for the step's tokens".into()));
-        }
-        check(st)?;
+        let cache = self.as_ptr();
+        self.shared.run(|| unsafe { sys::clade_decode(cache, &b) })?;
         for &s in &seqs {
             if let Some(q) = self.queued_mut(s) {
                 *q = 0;
@@ -740,9 +1054,16 @@ impl<'t> Cache<'t> {
     }
 }
 
-impl Drop for Cache<'_> {
+impl Drop for Cache {
     fn drop(&mut self) {
+        let _g = self.shared.guard();
         unsafe { sys::clade_cache_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache").field("max_seqs", &self.max_seqs).finish()
     }
 }
 

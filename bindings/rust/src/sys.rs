@@ -3,17 +3,18 @@
 //! Everything here is unsafe to call; the safe layer is in lib.rs.
 #![allow(non_camel_case_types)]
 
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 
 // ---- version ---------------------------------------------------------------
 
-pub const CLADE_VERSION_MAJOR: c_int = 0;
-pub const CLADE_VERSION_MINOR: c_int = 1;
+pub const CLADE_VERSION_MAJOR: c_int = 1;
+pub const CLADE_VERSION_MINOR: c_int = 0;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "0.1.0";
-pub const CLADE_ABI_MAJOR: c_int = 0;
+pub const CLADE_VERSION_STRING: &str = "1.0.0";
+/// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
+pub const CLADE_ABI_MAJOR: c_int = 1;
 
 // ---- opaque handles --------------------------------------------------------
 
@@ -39,6 +40,8 @@ pub const CLADE_OK: clade_status = 0;
 pub const CLADE_CACHE_FULL: clade_status = 1;
 pub const CLADE_STOPPED: clade_status = 2;
 pub const CLADE_BUFFER_SMALL: clade_status = 3;
+pub const CLADE_KV_BUDGET: clade_status = 4;
+pub const CLADE_CONTEXT_FULL: clade_status = 5;
 pub const CLADE_E_INVALID_ARG: clade_status = -1;
 pub const CLADE_E_NOMEM: clade_status = -2;
 pub const CLADE_E_IO: clade_status = -3;
@@ -49,6 +52,21 @@ pub const CLADE_E_STATE: clade_status = -7;
 pub const CLADE_E_BACKEND: clade_status = -8;
 pub const CLADE_E_UTF8: clade_status = -9;
 pub const CLADE_E_INTERNAL: clade_status = -100;
+
+// ---- logging -------------------------------------------------------------------
+
+pub type clade_log_level = c_int;
+pub const CLADE_LOG_DEBUG: clade_log_level = 0;
+pub const CLADE_LOG_INFO: clade_log_level = 1;
+pub const CLADE_LOG_WARN: clade_log_level = 2;
+pub const CLADE_LOG_ERROR: clade_log_level = 3;
+
+// typedef void (*clade_log_fn)(clade_log_level level, const char *message, void *user);
+pub type clade_log_fn =
+    Option<unsafe extern "C" fn(level: clade_log_level, message: *const c_char, user: *mut c_void)>;
+
+// typedef int32_t (*clade_abort_fn)(void *user);
+pub type clade_abort_fn = Option<unsafe extern "C" fn(user: *mut c_void) -> i32>;
 
 // ---- enums -------------------------------------------------------------------
 
@@ -133,12 +151,16 @@ pub struct clade_special_tokens {
     pub add_eos: i32,
 }
 
+pub const CLADE_TREE_ALLOW_LONG_CONTEXT: u32 = 1;
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct clade_tree_params {
     pub size: usize,
     pub kv_type: clade_kv_type,
     pub prefill_chunk: i32,
+    pub flags: u32,
+    pub kv_budget: u64,
 }
 
 #[repr(C)]
@@ -201,6 +223,9 @@ extern "C" {
     pub fn clade_status_string(status: clade_status) -> *const c_char;
     // const char *clade_last_error(void);
     pub fn clade_last_error() -> *const c_char;
+
+    // void clade_set_log(clade_log_fn fn, void *user, clade_log_level min_level);
+    pub fn clade_set_log(f: clade_log_fn, user: *mut c_void, min_level: clade_log_level);
 
     // void clade_model_params_init(clade_model_params *params);
     pub fn clade_model_params_init(params: *mut clade_model_params);
@@ -330,6 +355,23 @@ extern "C" {
     ) -> clade_status;
     // size_t clade_tree_kv_bytes(const clade_tree *tree);
     pub fn clade_tree_kv_bytes(tree: *const clade_tree) -> usize;
+    // clade_status clade_tree_children(const clade_tree *tree, clade_node_id node,
+    //                                  clade_node_id *ids, size_t capacity,
+    //                                  size_t *n_children);
+    pub fn clade_tree_children(
+        tree: *const clade_tree,
+        node: clade_node_id,
+        ids: *mut clade_node_id,
+        capacity: usize,
+        n_children: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_tree_set_kv_budget(clade_tree *tree, uint64_t bytes);
+    pub fn clade_tree_set_kv_budget(tree: *mut clade_tree, bytes: u64) -> clade_status;
+    // uint64_t clade_tree_kv_used(const clade_tree *tree);
+    pub fn clade_tree_kv_used(tree: *const clade_tree) -> u64;
+    // clade_status clade_tree_set_abort(clade_tree *tree, clade_abort_fn fn, void *user);
+    pub fn clade_tree_set_abort(tree: *mut clade_tree, f: clade_abort_fn, user: *mut c_void)
+        -> clade_status;
 
     // void clade_cache_params_init(clade_cache_params *params);
     pub fn clade_cache_params_init(params: *mut clade_cache_params);
@@ -367,6 +409,31 @@ extern "C" {
     ) -> clade_status;
     // size_t clade_cache_kv_bytes(const clade_cache *cache);
     pub fn clade_cache_kv_bytes(cache: *const clade_cache) -> usize;
+
+    // clade_status clade_cache_fork(clade_cache *cache, clade_seq_id seq, clade_seq_id *out);
+    pub fn clade_cache_fork(cache: *mut clade_cache, seq: clade_seq_id, out: *mut clade_seq_id)
+        -> clade_status;
+    // clade_status clade_cache_promote(clade_cache *cache, clade_seq_id seq,
+    //                                  clade_node_id *out);
+    pub fn clade_cache_promote(cache: *mut clade_cache, seq: clade_seq_id, out: *mut clade_node_id)
+        -> clade_status;
+    // clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq, clade_node_id node);
+    pub fn clade_cache_move(cache: *mut clade_cache, seq: clade_seq_id, node: clade_node_id)
+        -> clade_status;
+    // clade_status clade_cache_seq_node(const clade_cache *cache, clade_seq_id seq,
+    //                                   clade_node_id *node);
+    pub fn clade_cache_seq_node(cache: *const clade_cache, seq: clade_seq_id, node: *mut clade_node_id)
+        -> clade_status;
+    // clade_status clade_cache_seq_tokens(const clade_cache *cache, clade_seq_id seq,
+    //                                     clade_token *tokens, size_t capacity,
+    //                                     size_t *n_tokens);
+    pub fn clade_cache_seq_tokens(
+        cache: *const clade_cache,
+        seq: clade_seq_id,
+        tokens: *mut clade_token,
+        capacity: usize,
+        n_tokens: *mut usize,
+    ) -> clade_status;
 
     // void clade_batch_init(clade_batch *batch);
     pub fn clade_batch_init(batch: *mut clade_batch);
@@ -411,7 +478,7 @@ mod layout {
         assert_eq!(size_of::<clade_model_params>(), 24);
         assert_eq!(size_of::<clade_model_info>(), 216);
         assert_eq!(size_of::<clade_special_tokens>(), 40);
-        assert_eq!(size_of::<clade_tree_params>(), 16);
+        assert_eq!(size_of::<clade_tree_params>(), 32);
         assert_eq!(size_of::<clade_node_info>(), 32);
         assert_eq!(size_of::<clade_cache_params>(), 24);
         assert_eq!(size_of::<clade_batch>(), 64);
@@ -425,6 +492,11 @@ mod layout {
             let mut p = std::mem::MaybeUninit::<clade_model_params>::zeroed().assume_init();
             clade_model_params_init(&mut p);
             assert_eq!(p.size, size_of::<clade_model_params>());
+            let mut t = std::mem::MaybeUninit::<clade_tree_params>::zeroed().assume_init();
+            t.flags = 7;
+            t.kv_budget = 7;
+            clade_tree_params_init(&mut t);
+            assert_eq!((t.size, t.flags, t.kv_budget), (size_of::<clade_tree_params>(), 0, 0));
             let mut b = std::mem::MaybeUninit::<clade_batch>::zeroed().assume_init();
             clade_batch_init(&mut b);
             assert_eq!(b.size, size_of::<clade_batch>());

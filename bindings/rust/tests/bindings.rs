@@ -8,11 +8,12 @@
 //!                     the tokenizer test is skipped without them
 //!   CLADE_LIB_DIR     where libclade.so is (build time; default ../../build)
 
-use clade::{Cache, CacheParams, ErrorKind, KvType, Model, ModelParams, Sampler, SamplerParams, Token, Tree,
-            TreeParams, ROOT};
+use clade::{Cache, CacheParams, ErrorKind, KvType, LogLevel, Model, ModelParams, Sampler, SamplerParams, SeqId,
+            Token, Tree, TreeParams, ROOT};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,13 +52,36 @@ fn random_model(name: &str, extra: &[&str]) -> PathBuf {
     path
 }
 
-fn small_model() -> Model {
+fn small_model_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    let path = PATH.get_or_init(|| match std::env::var("CLADE_TEST_MODEL") {
+    PATH.get_or_init(|| match std::env::var("CLADE_TEST_MODEL") {
         Ok(p) if !p.is_empty() => PathBuf::from(p),
         _ => random_model("small.gguf", &["--vocab", "300"]),
-    });
-    Model::load_with(path, &ModelParams { n_threads: 1, ..ModelParams::default() }).unwrap()
+    })
+}
+
+fn small_model() -> Model {
+    Model::load_with(small_model_path(), &ModelParams { n_threads: 1, ..ModelParams::default() }).unwrap()
+}
+
+/// Rows of logits equal to about `rel`, relative to the row's scale.
+fn assert_close(got: &[f32], want: &[f32], rel: f32) {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+    let worst = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= rel * scale, "logits differ by {worst} (scale {scale})");
+}
+
+fn f32_tree(m: &Model) -> Tree {
+    Tree::new(m, TreeParams { kv_type: KvType::F32, ..TreeParams::default() }).unwrap()
+}
+
+fn cache(tree: &Tree, max_seqs: i32, max_tokens: i32) -> Cache {
+    Cache::new(tree, CacheParams { max_seqs, max_tokens, ..CacheParams::default() }).unwrap()
+}
+
+fn one(c: &mut Cache, seq: SeqId, tokens: &[Token]) -> clade::Result<Vec<f32>> {
+    c.decode(&[(seq, tokens)], false).map(|mut r| r.remove(0))
 }
 
 fn argmax(row: &[f32]) -> Token {
@@ -261,4 +285,226 @@ fn tokenizer_round_trip() {
     assert_eq!(m.tokenize("", false, false).unwrap(), Vec::<Token>::new());
     let e = m.tokenize_bytes(b"ok \xff\xfe", true, false).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Utf8);
+    // a detokenizer keeps its model alive
+    let ids = m.tokenize("Hello world", false, false).unwrap();
+    let mut d = clade::Detokenizer::new(&m, false, true).unwrap();
+    drop(m);
+    let mut bytes = Vec::new();
+    for &t in &ids {
+        bytes.extend(d.push(t).unwrap());
+    }
+    bytes.extend(d.flush().unwrap());
+    assert_eq!(String::from_utf8(bytes).unwrap(), "Hello world");
+}
+
+#[test]
+fn children() {
+    let m = small_model();
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    assert!(tree.children(ROOT).unwrap().is_empty());
+    let a = tree.append(ROOT, &[1, 2]).unwrap();
+    let b = tree.append(ROOT, &[3]).unwrap();
+    let c = tree.append(a, &[4]).unwrap();
+    let many: Vec<_> = (0..12).map(|i| tree.append(b, &[i]).unwrap()).collect(); // past the first buffer
+    assert_eq!(tree.children(ROOT).unwrap(), vec![a, b]);
+    assert_eq!(tree.children(a).unwrap(), vec![c]);
+    assert_eq!(tree.children(b).unwrap(), many);
+    assert!(tree.children(c).unwrap().is_empty());
+    for n in many {
+        tree.release(n).unwrap();
+    }
+    tree.release(b).unwrap();
+    assert_eq!(tree.children(ROOT).unwrap(), vec![a]);
+    assert!(tree.children(b).is_err()); // released: not a live node
+}
+
+#[test]
+fn fork() {
+    let m = small_model();
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 4, 64);
+    let node = tree.append(ROOT, &[5, 6, 7, 8]).unwrap();
+    let s = c.add(node, &[9, 10], false).unwrap();
+    one(&mut c, s, &[11]).unwrap();
+    let f = c.fork(s).unwrap();
+    assert_ne!(f, s);
+    assert_eq!(c.seq_node(f).unwrap(), node);
+    assert_eq!(c.seq_tokens(f).unwrap(), vec![9, 10, 11]);
+    assert_eq!(c.seq_tokens(s).unwrap(), vec![9, 10, 11]);
+    let rows = c.decode(&[(s, &[12][..]), (f, &[12][..])], false).unwrap();
+    assert_close(&rows[0], &rows[1], 1e-4);
+    // a fork copies the queued tokens too
+    let q = c.add(node, &[13, 14], false).unwrap();
+    let g = c.fork(q).unwrap();
+    let rows = c.decode(&[(q, &[][..]), (g, &[][..])], false).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_close(&rows[0], &rows[1], 1e-4);
+    assert_eq!(c.seq_tokens(g).unwrap(), vec![13, 14]);
+    tree.release(node).unwrap();
+    let mut full = cache(&tree, 1, 16);
+    let t = full.add(ROOT, &[], false).unwrap();
+    assert_eq!(full.fork(t).unwrap_err().kind, ErrorKind::CacheFull);
+}
+
+#[test]
+fn promote_and_move() {
+    let m = small_model();
+    let prompt: Vec<Token> = vec![5, 17, 42, 99];
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 6, 64);
+    let node = tree.append(ROOT, &prompt).unwrap();
+    let a = c.add(node, &[21, 22], false).unwrap();
+    one(&mut c, a, &[23]).unwrap();
+    let b = c.fork(a).unwrap(); // B shares A's unique tokens, then goes on
+    one(&mut c, b, &[31, 32]).unwrap();
+    assert_eq!(c.length(b).unwrap(), 5);
+    let probe = c.fork(b).unwrap(); // B's next logits before the move
+    let want = one(&mut c, probe, &[40]).unwrap();
+
+    let unique = c.seq_tokens(a).unwrap();
+    assert_eq!(unique, vec![21, 22, 23]);
+    let p = c.promote(a).unwrap();
+    assert!(tree.children(node).unwrap().contains(&p));
+    assert_eq!(tree.node_tokens(p).unwrap(), unique);
+    let info = tree.node_info(p).unwrap();
+    assert_eq!((info.parent, info.length, info.path_length), (Some(node), 3, prompt.len() as i32));
+    assert_eq!(c.seq_node(a).unwrap(), p);
+    assert_eq!(c.length(a).unwrap(), 0);
+    assert!(c.seq_tokens(a).unwrap().is_empty());
+    // a second sequence under the new node decodes as the promoted one
+    let d = c.add(p, &[], false).unwrap();
+    let rows = c.decode(&[(a, &[50][..]), (d, &[50][..])], false).unwrap();
+    assert_close(&rows[0], &rows[1], 1e-4);
+
+    // move B under the new node: its logits stay, its unique part shrinks
+    c.move_to(b, p).unwrap();
+    assert_eq!(c.seq_node(b).unwrap(), p);
+    assert_eq!(c.length(b).unwrap(), 2);
+    assert_eq!(c.seq_tokens(b).unwrap(), vec![31, 32]);
+    let got = one(&mut c, b, &[40]).unwrap();
+    assert_close(&got, &want, 1e-4);
+    // a node that is not a prefix of the history
+    let other = tree.append(ROOT, &[1, 2, 3]).unwrap();
+    assert_eq!(c.move_to(b, other).unwrap_err().kind, ErrorKind::State);
+    for n in [other, p, node] {
+        tree.release(n).unwrap();
+    }
+}
+
+#[test]
+fn kv_budget() {
+    let m = small_model();
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let mut c = cache(&tree, 2, 64);
+    let s = c.add(ROOT, &[], false).unwrap();
+    let used = tree.kv_used();
+    tree.set_kv_budget(used.max(1)).unwrap();
+    let e = tree.append(ROOT, &[1, 2, 3]).unwrap_err();
+    assert_eq!((e.kind, e.status), (ErrorKind::KvBudget, clade::sys::CLADE_KV_BUDGET));
+    assert!(tree.children(ROOT).unwrap().is_empty());
+    let long: Vec<Token> = (1..41).collect();
+    assert_eq!(one(&mut c, s, &long).unwrap_err().kind, ErrorKind::KvBudget);
+    assert_eq!(c.length(s).unwrap(), 0);
+    assert_eq!(tree.kv_used(), used);
+    tree.set_kv_budget(0).unwrap(); // no limit: the same calls succeed
+    let node = tree.append(ROOT, &[1, 2, 3]).unwrap();
+    one(&mut c, s, &long).unwrap();
+    assert!(tree.kv_used() > used);
+    tree.release(node).unwrap();
+    // the budget as a tree parameter
+    let tight = Tree::new(&m, TreeParams { kv_budget: 1, ..TreeParams::default() }).unwrap();
+    assert_eq!(tight.append(ROOT, &[1, 2, 3]).unwrap_err().kind, ErrorKind::KvBudget);
+}
+
+#[test]
+fn abort() {
+    let m = small_model();
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let mut c = cache(&tree, 2, 64);
+    let s = c.add(ROOT, &[1, 2, 3], false).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let k = calls.clone();
+    tree.set_abort(Some(Box::new(move || {
+        k.fetch_add(1, Ordering::SeqCst);
+        true
+    })))
+    .unwrap();
+    let e = one(&mut c, s, &[4]).unwrap_err();
+    assert_eq!((e.kind, e.status), (ErrorKind::Stopped, clade::sys::CLADE_STOPPED));
+    assert!(calls.load(Ordering::SeqCst) > 0);
+    assert_eq!(c.length(s).unwrap(), 0); // nothing changed, tokens still queued
+    assert_eq!(tree.append(ROOT, &[5, 6]).unwrap_err().kind, ErrorKind::Stopped);
+    assert!(tree.children(ROOT).unwrap().is_empty());
+
+    // a panic in the callback stops the call and comes back out of it
+    tree.set_abort(Some(Box::new(|| panic!("from the abort callback")))).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| one(&mut c, s, &[4])));
+    let msg = r.unwrap_err();
+    assert_eq!(msg.downcast_ref::<&str>(), Some(&"from the abort callback"));
+    assert_eq!(c.length(s).unwrap(), 0);
+
+    let k = calls.clone();
+    let n = calls.load(Ordering::SeqCst);
+    tree.set_abort(Some(Box::new(move || {
+        k.fetch_add(1, Ordering::SeqCst);
+        false
+    })))
+    .unwrap();
+    one(&mut c, s, &[4]).unwrap();
+    assert!(calls.load(Ordering::SeqCst) > n);
+    tree.set_abort(None).unwrap();
+    assert_eq!(c.length(s).unwrap(), 4);
+    one(&mut c, s, &[5]).unwrap();
+
+    // the callback stays in effect for a cache that outlives its tree
+    tree.set_abort(Some(Box::new(|| true))).unwrap();
+    drop(tree);
+    assert_eq!(one(&mut c, s, &[6]).unwrap_err().kind, ErrorKind::Stopped);
+}
+
+#[test]
+fn log() {
+    let got: Arc<Mutex<Vec<(LogLevel, String)>>> = Arc::default();
+    let sink = got.clone();
+    clade::set_log(Some(Box::new(move |level, msg| sink.lock().unwrap().push((level, msg.to_owned())))),
+                   LogLevel::Info);
+    let m = small_model();
+    clade::set_log(None, LogLevel::Info);
+    drop(m);
+    let got = got.lock().unwrap();
+    // other tests may load models meanwhile; this one's load logged at least
+    assert!(got.iter().any(|(_, msg)| !msg.is_empty()), "no log message for a model load");
+    assert!(got.iter().all(|(level, _)| *level >= LogLevel::Info));
+}
+
+#[test]
+fn model_dropped_first() {
+    let m = small_model();
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 2, 32);
+    let s = c.add(ROOT, &[1, 2, 3], false).unwrap();
+    let want = one(&mut c, s, &[4]).unwrap();
+    c.truncate(s, 3).unwrap();
+    drop(m); // the tree and cache keep the model's memory alive
+    let node = tree.append(ROOT, &[7, 8]).unwrap();
+    assert_close(&one(&mut c, s, &[4]).unwrap(), &want, 1e-4);
+    drop(tree); // the cache keeps the tree's nodes alive
+    let s2 = c.add(node, &[9], false).unwrap();
+    assert_eq!(c.decode(&[(s, &[5][..]), (s2, &[][..])], false).unwrap().len(), 2);
+    drop(c);
+
+    // handles spread over threads, dropped in any order
+    let m = small_model();
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let mut c = cache(&tree, 1, 16);
+    drop(m);
+    let t = std::thread::spawn(move || {
+        let s = c.add(ROOT, &[1], false).unwrap();
+        one(&mut c, s, &[2]).unwrap();
+        c
+    });
+    tree.append(ROOT, &[3]).unwrap();
+    let c = t.join().unwrap();
+    drop(tree);
+    drop(c);
 }
