@@ -6,13 +6,22 @@
 // with CGO_LDFLAGS="-L/dir -Wl,-rpath,/dir".
 //
 // Handles (Model, Tree, Cache, Sampler, Detokenizer) own C objects: Close()
-// frees them, and a finalizer does so for handles left unreachable. A Tree
-// keeps its Model reachable and a Cache its Tree, so the C rule "free caches
-// before their tree, trees before their model" holds for finalizers; closing
-// a Model or Tree that still has open children is refused with StatusState.
+// frees them, and a finalizer does so for handles left unreachable. The C
+// library defers freeing (sqlite's close_v2): a Tree keeps its model's memory
+// alive, a Cache its tree's, until they are closed in turn, so handles may be
+// closed in any order (finalizers' included) and closing a Model or a Tree
+// leaves the trees and caches made from it working; only the closed handle
+// itself refuses further use.
 // A Tree and its Caches share one mutex, so they may be used from several
 // goroutines (the calls are serialised, as the C API requires).
-// Failures are returned as *Error values carrying the status and message.
+// Failures are returned as *Error values carrying the status and message;
+// the recoverable states (StatusCacheFull, StatusStopped, StatusKVBudget,
+// StatusContextFull) mean nothing changed.
+//
+// Callbacks (Tree.SetAbort, SetLog) are Go funcs called from C. C never sees
+// a Go pointer: it gets a runtime/cgo.Handle (abort) or nothing at all (log,
+// kept in a package variable), and fixed C trampolines call the exported Go
+// functions in callbacks.go.
 package clade
 
 /*
@@ -20,14 +29,34 @@ package clade
 #cgo LDFLAGS: -L${SRCDIR}/../../build -lclade -Wl,-rpath,${SRCDIR}/../../build
 #include <stdlib.h>
 #include <clade/clade.h>
+
+// Exported from callbacks.go.
+extern int32_t cladeGoAbort(uintptr_t handle);
+extern void cladeGoLog(int level, char *message);
+
+static int32_t clade_go_abort_trampoline(void *user) { return cladeGoAbort((uintptr_t)user); }
+
+// handle 0: remove the callback.
+static clade_status clade_go_set_abort(clade_tree *tree, uintptr_t handle) {
+	return clade_tree_set_abort(tree, handle ? clade_go_abort_trampoline : NULL, (void *)handle);
+}
+
+static void clade_go_log_trampoline(clade_log_level level, const char *message, void *user) {
+	(void)user;
+	cladeGoLog((int)level, (char *)message);
+}
+
+static void clade_go_set_log(int on, int min_level) {
+	clade_set_log(on ? clade_go_log_trampoline : NULL, NULL, (clade_log_level)min_level);
+}
 */
 import "C"
 
 import (
 	"fmt"
 	"runtime"
+	"runtime/cgo"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -47,6 +76,8 @@ const (
 	StatusCacheFull   = int(C.CLADE_CACHE_FULL)
 	StatusStopped     = int(C.CLADE_STOPPED)
 	StatusBufferSmall = int(C.CLADE_BUFFER_SMALL)
+	StatusKVBudget    = int(C.CLADE_KV_BUDGET)
+	StatusContextFull = int(C.CLADE_CONTEXT_FULL)
 	StatusInvalidArg  = int(C.CLADE_E_INVALID_ARG)
 	StatusNoMem       = int(C.CLADE_E_NOMEM)
 	StatusIO          = int(C.CLADE_E_IO)
@@ -80,7 +111,29 @@ const (
 	BackendCUDA = int(C.CLADE_BACKEND_CUDA)
 )
 
-// Version is the run-time library version, e.g. "0.1.0".
+// Log levels (clade_log_level).
+const (
+	LogDebug = int(C.CLADE_LOG_DEBUG)
+	LogInfo  = int(C.CLADE_LOG_INFO)
+	LogWarn  = int(C.CLADE_LOG_WARN)
+	LogError = int(C.CLADE_LOG_ERROR)
+)
+
+// TreeAllowLongContext is the TreeParams.Flags bit that accepts positions at
+// or past the model's n_ctx (without it: StatusContextFull).
+const TreeAllowLongContext = uint32(C.CLADE_TREE_ALLOW_LONG_CONTEXT)
+
+// The version of the header this package was built with; the library's
+// soname is libclade.so.ABIMajor.
+const (
+	HeaderVersionMajor  = int(C.CLADE_VERSION_MAJOR)
+	HeaderVersionMinor  = int(C.CLADE_VERSION_MINOR)
+	HeaderVersionPatch  = int(C.CLADE_VERSION_PATCH)
+	HeaderVersionNumber = int(C.CLADE_VERSION_NUMBER)
+	ABIMajor            = int(C.CLADE_ABI_MAJOR)
+)
+
+// Version is the run-time library version, e.g. "1.0.0".
 func Version() string { return C.GoString(C.clade_version_string()) }
 
 // VersionNumber is CLADE_VERSION_NUMBER of the linked library.
@@ -111,7 +164,11 @@ func call(allowSmall bool, f func() C.clade_status) (int, error) {
 	if st == StatusOK || (allowSmall && st == StatusBufferSmall) {
 		return st, nil
 	}
-	return st, &Error{Status: st, Msg: C.GoString(C.clade_last_error())}
+	msg := C.GoString(C.clade_last_error())
+	if msg == "" {
+		msg = StatusString(st)
+	}
+	return st, &Error{Status: st, Msg: msg}
 }
 
 func check(f func() C.clade_status) error {
@@ -174,7 +231,6 @@ type SpecialTokens struct {
 type Model struct {
 	p      *C.clade_model
 	nVocab int
-	open   int32 // trees and detokenizers not yet closed
 	mu     sync.Mutex
 }
 
@@ -209,16 +265,14 @@ func LoadModel(path string, params *ModelParams) (*Model, error) {
 	return m, nil
 }
 
-// Close frees the model. It fails with StatusState while trees or
-// detokenizers made from it are open. Closing twice is a no-op.
+// Close gives up the model handle. Its memory goes once the trees and
+// detokenizers made from it are closed too (they keep working until then).
+// Closing twice is a no-op.
 func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.p == nil {
 		return nil
-	}
-	if n := atomic.LoadInt32(&m.open); n > 0 {
-		return &Error{Status: StatusState, Msg: fmt.Sprintf("model has %d open trees or detokenizers", n)}
 	}
 	C.clade_model_free(m.p)
 	m.p = nil
@@ -395,11 +449,11 @@ func (m *Model) TokenToPiece(t Token, special bool) ([]byte, error) {
 
 // ---- streaming detokenizer -----------------------------------------------------
 
-// Detokenizer turns a stream of tokens into complete UTF-8 pieces.
+// Detokenizer turns a stream of tokens into complete UTF-8 pieces. It keeps
+// the model's memory alive: the Model may be closed first.
 type Detokenizer struct {
-	p     *C.clade_detokenizer
-	model *Model
-	mu    sync.Mutex
+	p  *C.clade_detokenizer
+	mu sync.Mutex
 }
 
 // NewDetokenizer makes a streaming detokenizer (see clade_detokenizer_create).
@@ -419,8 +473,7 @@ func (m *Model) NewDetokenizer(special, firstInText bool) (*Detokenizer, error) 
 	if err := check(func() C.clade_status { return C.clade_detokenizer_create(p, sp, fi, &out) }); err != nil {
 		return nil, err
 	}
-	atomic.AddInt32(&m.open, 1)
-	d := &Detokenizer{p: out, model: m}
+	d := &Detokenizer{p: out}
 	runtime.SetFinalizer(d, (*Detokenizer).Close)
 	return d, nil
 }
@@ -463,7 +516,6 @@ func (d *Detokenizer) Close() error {
 	if d.p != nil {
 		C.clade_detokenizer_free(d.p)
 		d.p = nil
-		atomic.AddInt32(&d.model.open, -1)
 		runtime.SetFinalizer(d, nil)
 	}
 	return nil
@@ -473,15 +525,18 @@ func (d *Detokenizer) Close() error {
 
 // TreeParams are clade_tree_params.
 type TreeParams struct {
-	KVType       int // KVF32, KVF16 (the default), KVBF16
-	PrefillChunk int // 0: the library's default
+	KVType       int    // KVF32, KVF16 (the default), KVBF16
+	PrefillChunk int    // 0: the library's default
+	Flags        uint32 // TreeAllowLongContext
+	KVBudget     uint64 // bytes of KV the tree and its caches may hold; 0: no limit
 }
 
 // DefaultTreeParams are the library's defaults.
 func DefaultTreeParams() TreeParams {
 	var p C.clade_tree_params
 	C.clade_tree_params_init(&p)
-	return TreeParams{KVType: int(p.kv_type), PrefillChunk: int(p.prefill_chunk)}
+	return TreeParams{KVType: int(p.kv_type), PrefillChunk: int(p.prefill_chunk), Flags: uint32(p.flags),
+		KVBudget: uint64(p.kv_budget)}
 }
 
 // NodeInfo is clade_node_info (Parent is -1 for the root).
@@ -493,12 +548,26 @@ type NodeInfo struct {
 	NRefs      int
 }
 
-// Tree is the shared-cache tree of a model. Node 0 (Root) is the root.
+// abortState is what the abort callback's cgo.Handle refers to. It is only
+// touched by the goroutine holding the tree's mutex (C calls back on the
+// goroutine that made the call).
+type abortState struct {
+	f        func() bool
+	panicked bool
+	value    interface{} // the recovered panic, re-raised after the C call
+}
+
+// Tree is the shared-cache tree of a model. Node 0 (Root) is the root. It
+// keeps the model's memory alive: the Model may be closed first.
 type Tree struct {
 	p      *C.clade_tree
-	model  *Model
 	nVocab int
 	open   int // caches not yet closed (under mu)
+	// The installed abort callback. C holds abortH as its user pointer; it is
+	// deleted when replaced, or once the tree and all its caches are closed
+	// (C keeps the tree, and caches keep calling the callback, until then).
+	abort  *abortState
+	abortH cgo.Handle
 	mu     sync.Mutex
 }
 
@@ -513,33 +582,42 @@ func (m *Model) NewTree(params *TreeParams) (*Tree, error) {
 	if params != nil {
 		p.kv_type = C.clade_kv_type(params.KVType)
 		p.prefill_chunk = C.int32_t(params.PrefillChunk)
+		p.flags = C.uint32_t(params.Flags)
+		p.kv_budget = C.uint64_t(params.KVBudget)
 	}
 	var out *C.clade_tree
 	if err := check(func() C.clade_status { return C.clade_tree_create(mp, &p, &out) }); err != nil {
 		return nil, err
 	}
-	atomic.AddInt32(&m.open, 1)
-	t := &Tree{p: out, model: m, nVocab: m.nVocab}
+	runtime.KeepAlive(m)
+	t := &Tree{p: out, nVocab: m.nVocab}
 	runtime.SetFinalizer(t, (*Tree).Close)
 	return t, nil
 }
 
-// Close frees the tree and its nodes. It fails with StatusState while caches
-// made from it are open. Closing twice is a no-op.
+// Close gives up the tree handle. Its nodes go once the caches made from it
+// are closed too (they keep working, abort callback included, until then).
+// Closing twice is a no-op.
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.p == nil {
 		return nil
 	}
-	if t.open > 0 {
-		return &Error{Status: StatusState, Msg: fmt.Sprintf("tree has %d open caches", t.open)}
-	}
 	C.clade_tree_free(t.p)
 	t.p = nil
-	atomic.AddInt32(&t.model.open, -1)
+	t.dropAbortIfDone()
 	runtime.SetFinalizer(t, nil)
 	return nil
+}
+
+// dropAbortIfDone deletes the abort handle once no C object can call it.
+// Called with mu held.
+func (t *Tree) dropAbortIfDone() {
+	if t.p == nil && t.open == 0 && t.abortH != 0 {
+		t.abortH.Delete()
+		t.abortH, t.abort = 0, nil
+	}
 }
 
 // locked runs f with the tree's mutex held and its handle checked.
@@ -552,9 +630,29 @@ func (t *Tree) locked(f func(p *C.clade_tree) error) error {
 	return f(t.p)
 }
 
+// abortable runs f, a call that may invoke the abort callback, with the
+// mutex held (f checks its own handle); a panic of the callback is raised
+// again here, after the C call and with the mutex released.
+func (t *Tree) abortable(f func() error) error {
+	t.mu.Lock()
+	err := f()
+	var value interface{}
+	panicked := false
+	if a := t.abort; a != nil && a.panicked {
+		panicked, value = true, a.value
+		a.panicked, a.value = false, nil
+	}
+	t.mu.Unlock()
+	if panicked {
+		panic(value)
+	}
+	return err
+}
+
 // Append adds a node of tokens under parent, evaluated now, and returns its
 // id. The caller holds a reference: Release it. With wantLogits, the logits
-// of the node's last token come back too.
+// of the node's last token come back too. StatusStopped: the abort callback
+// stopped it; StatusKVBudget: past the budget (nothing changed either way).
 func (t *Tree) Append(parent NodeID, tokens []Token, wantLogits bool) (NodeID, []float32, error) {
 	var logits []float32
 	var lp *C.float
@@ -563,9 +661,12 @@ func (t *Tree) Append(parent NodeID, tokens []Token, wantLogits bool) (NodeID, [
 		lp = (*C.float)(unsafe.Pointer(&logits[0]))
 	}
 	var out C.clade_node_id
-	err := t.locked(func(p *C.clade_tree) error {
+	err := t.abortable(func() error {
+		if t.p == nil {
+			return closedErr("tree")
+		}
 		return check(func() C.clade_status {
-			return C.clade_tree_append(p, C.clade_node_id(parent), tokPtr(tokens), C.size_t(len(tokens)), lp, &out)
+			return C.clade_tree_append(t.p, C.clade_node_id(parent), tokPtr(tokens), C.size_t(len(tokens)), lp, &out)
 		})
 	})
 	if err != nil {
@@ -618,11 +719,82 @@ func (t *Tree) NodeTokens(node NodeID) ([]Token, error) {
 	}
 }
 
+// Children lists the live children of a node, oldest first.
+func (t *Tree) Children(node NodeID) ([]NodeID, error) {
+	buf := make([]NodeID, 8)
+	for {
+		var n C.size_t
+		var st int
+		err := t.locked(func(p *C.clade_tree) error {
+			var err error
+			st, err = call(true, func() C.clade_status {
+				return C.clade_tree_children(p, C.clade_node_id(node), (*C.clade_node_id)(unsafe.Pointer(&buf[0])),
+					C.size_t(len(buf)), &n)
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			return buf[:n], nil
+		}
+		buf = make([]NodeID, max1(int(n)))
+	}
+}
+
 // KVBytes is the KV memory held by the tree's live nodes.
 func (t *Tree) KVBytes() int {
 	var n C.size_t
 	_ = t.locked(func(p *C.clade_tree) error { n = C.clade_tree_kv_bytes(p); return nil })
 	return int(n)
+}
+
+// SetKVBudget sets the bytes of KV the tree's nodes and all its caches may
+// hold together (KVUsed); 0: no limit. A call that would grow past it fails
+// with StatusKVBudget and changes nothing. Lowering it frees nothing.
+func (t *Tree) SetKVBudget(bytes uint64) error {
+	return t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_set_kv_budget(p, C.uint64_t(bytes)) })
+	})
+}
+
+// KVUsed is the KV memory held by the tree's nodes and all its caches
+// (allocated capacity: what the budget counts).
+func (t *Tree) KVUsed() uint64 {
+	var n C.uint64_t
+	_ = t.locked(func(p *C.clade_tree) error { n = C.clade_tree_kv_used(p); return nil })
+	return uint64(n)
+}
+
+// SetAbort installs f as the abort callback of the tree and its caches (nil
+// removes it). It is called between layers of Append and Cache.Decode, on
+// their goroutine; returning true stops the call, which fails with
+// StatusStopped and changes nothing. A panic in f stops the call too and is
+// raised again by it. f must not use this tree or its caches (their mutex
+// is held). The callback keeps whatever f refers to reachable until it is
+// replaced or the tree and its caches are all closed.
+func (t *Tree) SetAbort(f func() bool) error {
+	return t.locked(func(p *C.clade_tree) error {
+		var st *abortState
+		var h cgo.Handle
+		if f != nil {
+			st = &abortState{f: f}
+			h = cgo.NewHandle(st)
+		}
+		err := check(func() C.clade_status { return C.clade_go_set_abort(p, C.uintptr_t(h)) })
+		if err != nil {
+			if h != 0 {
+				h.Delete()
+			}
+			return err
+		}
+		if t.abortH != 0 {
+			t.abortH.Delete() // C no longer holds it
+		}
+		t.abort, t.abortH = st, h
+		return nil
+	})
 }
 
 // ---- cache ---------------------------------------------------------------------
@@ -644,10 +816,11 @@ func DefaultCacheParams() CacheParams {
 }
 
 // Cache holds the unique caches of a tree's sequences and runs decode steps.
+// It keeps the tree's nodes alive: the Tree may be closed first.
 type Cache struct {
 	p      *C.clade_cache
-	tree   *Tree
-	queued map[SeqID]int // tokens queued by Add, evaluated by the next Decode
+	tree   *Tree         // for its mutex and abort callback, never its handle
+	queued map[SeqID]int // tokens queued by Add and Fork, evaluated by the next Decode
 }
 
 // NewCache creates a cache; params may be nil for the defaults.
@@ -687,6 +860,7 @@ func (c *Cache) Close() error {
 		C.clade_cache_free(c.p)
 		c.p = nil
 		c.tree.open--
+		c.tree.dropAbortIfDone()
 		runtime.SetFinalizer(c, nil)
 	}
 	return nil
@@ -711,13 +885,9 @@ func (c *Cache) Add(node NodeID, tokens []Token, private bool) (SeqID, error) {
 	}
 	var out C.clade_seq_id
 	err := c.locked(func(p *C.clade_cache) error {
-		st, err := call(false, func() C.clade_status {
+		return check(func() C.clade_status {
 			return C.clade_cache_add(p, C.clade_node_id(node), tokPtr(tokens), C.size_t(len(tokens)), flags, &out)
 		})
-		if st == StatusCacheFull {
-			return &Error{Status: st, Msg: "cache: no room for another sequence"}
-		}
-		return err
 	})
 	if err != nil {
 		return 0, err
@@ -760,6 +930,73 @@ func (c *Cache) KVBytes() int {
 	return int(n)
 }
 
+// Fork makes a new sequence under seq's node with a copy of seq's unique KV,
+// tokens and queued tokens (nothing is evaluated). No free slot: *Error with
+// StatusCacheFull.
+func (c *Cache) Fork(seq SeqID) (SeqID, error) {
+	var out C.clade_seq_id
+	err := c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_fork(p, C.clade_seq_id(seq), &out) })
+	})
+	if err != nil {
+		return 0, err
+	}
+	c.queued[SeqID(out)] = c.queued[seq]
+	return SeqID(out), nil
+}
+
+// Promote turns seq's unique tokens into a new tree node under its node
+// (their KV moves, nothing is evaluated) and attaches seq to it. The caller
+// holds a reference to the node: Release it on the tree.
+func (c *Cache) Promote(seq SeqID) (NodeID, error) {
+	var out C.clade_node_id
+	err := c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_promote(p, C.clade_seq_id(seq), &out) })
+	})
+	return NodeID(out), err
+}
+
+// Move attaches seq to node, whose path tokens must be a prefix of seq's
+// history (else StatusState). Positions stay the same, so the next logits
+// are as before, to rounding.
+func (c *Cache) Move(seq SeqID, node NodeID) error {
+	return c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_move(p, C.clade_seq_id(seq), C.clade_node_id(node)) })
+	})
+}
+
+// SeqNode is the node seq is attached to.
+func (c *Cache) SeqNode(seq SeqID) (NodeID, error) {
+	var out C.clade_node_id
+	err := c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_seq_node(p, C.clade_seq_id(seq), &out) })
+	})
+	return NodeID(out), err
+}
+
+// SeqTokens copies seq's evaluated unique tokens (not the queued ones).
+func (c *Cache) SeqTokens(seq SeqID) ([]Token, error) {
+	var buf []Token
+	for {
+		var n C.size_t
+		var st int
+		err := c.locked(func(p *C.clade_cache) error {
+			var err error
+			st, err = call(true, func() C.clade_status {
+				return C.clade_cache_seq_tokens(p, C.clade_seq_id(seq), tokPtr(buf), C.size_t(len(buf)), &n)
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st == StatusOK {
+			return buf[:n], nil
+		}
+		buf = make([]Token, int(n))
+	}
+}
+
 // Step is one sequence's part of a decode step.
 type Step struct {
 	Seq    SeqID
@@ -768,8 +1005,9 @@ type Step struct {
 
 // Decode runs one step. It returns the logits rows in the order of steps:
 // one per sequence that evaluates any token (queued or new), or with
-// allLogits one per evaluated token. No room: *Error with StatusCacheFull,
-// and nothing changed.
+// allLogits one per evaluated token. *Error with StatusCacheFull (no room),
+// StatusKVBudget, StatusContextFull or StatusStopped (the abort callback):
+// nothing changed. A panic in the abort callback is raised again here.
 func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
 	nv := c.tree.nVocab
 	nTok, rows := 0, 0
@@ -819,12 +1057,11 @@ func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
 	}
 	b.logits = &logits[0]
 	b.logits_rows = C.size_t(rows)
-	err := c.locked(func(p *C.clade_cache) error {
-		st, err := call(false, func() C.clade_status { return C.clade_decode(p, b) })
-		if st == StatusCacheFull {
-			return &Error{Status: st, Msg: "decode: no room for the step's tokens"}
+	err := c.tree.abortable(func() error {
+		if c.p == nil {
+			return closedErr("cache")
 		}
-		return err
+		return check(func() C.clade_status { return C.clade_decode(c.p, b) })
 	})
 	if err != nil {
 		return nil, err
@@ -841,6 +1078,10 @@ func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
 	}
 	return out, nil
 }
+
+// setLog switches C's log callback (SetLog, in callbacks.go, which may not
+// call the preamble's functions itself).
+func setLog(on C.int, minLevel int) { C.clade_go_set_log(on, C.int(minLevel)) }
 
 // ---- sampler -------------------------------------------------------------------
 

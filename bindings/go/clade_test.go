@@ -12,11 +12,13 @@ package clade
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -140,8 +142,10 @@ func equal(a, b []Token) bool {
 
 func TestVersionAndInfo(t *testing.T) {
 	defer catch(t)
-	if Version() != "0.1.0" || VersionNumber() != 100 {
-		t.Fatalf("version %s %d", Version(), VersionNumber())
+	want := fmt.Sprintf("%d.%d.%d", HeaderVersionMajor, HeaderVersionMinor, HeaderVersionPatch)
+	if Version() != want || VersionNumber() != HeaderVersionNumber || ABIMajor != HeaderVersionMajor {
+		t.Fatalf("version %s %d, header %s %d (ABI %d)", Version(), VersionNumber(), want, HeaderVersionNumber,
+			ABIMajor)
 	}
 	m := smallModel(t)
 	i := must(m.Info())
@@ -329,12 +333,19 @@ func TestTruncateRemoveCacheFull(t *testing.T) {
 	ok(t, c.Remove(s))
 	_, err = c.Length(s)
 	wantStatus(t, err, StatusState)
-	// a tree with an open cache refuses to close; a closed handle errs
-	wantStatus(t, tree.Close(), StatusState)
-	wantStatus(t, m.Close(), StatusState)
-	ok(t, c.Close())
+	// any closing order is fine; a closed handle errs, the others go on
 	ok(t, tree.Close())
+	ok(t, m.Close())
 	_, _, err = tree.Append(Root, []Token{1}, false)
+	wantStatus(t, err, StatusState)
+	_, err = m.Info()
+	wantStatus(t, err, StatusState)
+	s = must(c.Add(Root, []Token{1}, false))
+	if rows := must(c.Decode([]Step{{s, []Token{2}}}, false)); len(rows) != 1 {
+		t.Fatal(len(rows))
+	}
+	ok(t, c.Close())
+	_, err = c.Length(s)
 	wantStatus(t, err, StatusState)
 }
 
@@ -379,11 +390,343 @@ func TestFinalizers(t *testing.T) {
 		tree := must(m.NewTree(nil))
 		c := must(tree.NewCache(nil))
 		must(c.Add(Root, []Token{1, 2}, false))
-		_ = c // dropped without Close: the finalizers free cache, then tree
+		ok(t, tree.SetAbort(func() bool { return false }))
+		_ = c // dropped without Close: the finalizers free them, in any order
 	}
 	for i := 0; i < 5; i++ {
 		runtime.GC()
 	}
+}
+
+// assertClose: rows of logits equal to about rel, relative to the row's scale.
+func assertClose(t *testing.T, got, want []float32, rel float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("rows of %d and %d logits", len(got), len(want))
+	}
+	var scale, worst float32 = 1, 0
+	for i := range want {
+		if a := abs(want[i]); a > scale {
+			scale = a
+		}
+		if d := abs(got[i] - want[i]); d > worst {
+			worst = d
+		}
+	}
+	if worst > rel*scale {
+		t.Fatalf("logits differ by %g (scale %g)", worst, scale)
+	}
+}
+
+func one(c *Cache, seq SeqID, tokens ...Token) ([]float32, error) {
+	rows, err := c.Decode([]Step{{seq, tokens}}, false)
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+func equalNodes(a, b []NodeID) bool { return equal(a, b) }
+
+func TestChildren(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	if ch := must(tree.Children(Root)); len(ch) != 0 {
+		t.Fatal(ch)
+	}
+	a, _, err := tree.Append(Root, []Token{1, 2}, false)
+	ok(t, err)
+	b, _, err := tree.Append(Root, []Token{3}, false)
+	ok(t, err)
+	c, _, err := tree.Append(a, []Token{4}, false)
+	ok(t, err)
+	var many []NodeID // past the first buffer
+	for i := 0; i < 12; i++ {
+		n, _, err := tree.Append(b, []Token{Token(i)}, false)
+		ok(t, err)
+		many = append(many, n)
+	}
+	if ch := must(tree.Children(Root)); !equalNodes(ch, []NodeID{a, b}) {
+		t.Fatalf("root children %v, want %v", ch, []NodeID{a, b})
+	}
+	if ch := must(tree.Children(a)); !equalNodes(ch, []NodeID{c}) {
+		t.Fatal(ch)
+	}
+	if ch := must(tree.Children(b)); !equalNodes(ch, many) {
+		t.Fatalf("%v, want %v", ch, many)
+	}
+	if ch := must(tree.Children(c)); len(ch) != 0 {
+		t.Fatal(ch)
+	}
+	for _, n := range many {
+		ok(t, tree.Release(n))
+	}
+	ok(t, tree.Release(b))
+	if ch := must(tree.Children(Root)); !equalNodes(ch, []NodeID{a}) {
+		t.Fatal(ch)
+	}
+	if _, err := tree.Children(b); err == nil {
+		t.Fatal("children of a released node")
+	}
+}
+
+func TestFork(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(&TreeParams{KVType: KVF32}))
+	defer tree.Close()
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = 4, 64
+	c := must(tree.NewCache(&cp))
+	defer c.Close()
+	node, _, err := tree.Append(Root, []Token{5, 6, 7, 8}, false)
+	ok(t, err)
+	s := must(c.Add(node, []Token{9, 10}, false))
+	must(one(c, s, 11))
+	f := must(c.Fork(s))
+	if f == s || must(c.SeqNode(f)) != node {
+		t.Fatalf("fork %d of %d under %d", f, s, must(c.SeqNode(f)))
+	}
+	if !equal(must(c.SeqTokens(f)), []Token{9, 10, 11}) || !equal(must(c.SeqTokens(s)), []Token{9, 10, 11}) {
+		t.Fatal(must(c.SeqTokens(f)), must(c.SeqTokens(s)))
+	}
+	rows := must(c.Decode([]Step{{s, []Token{12}}, {f, []Token{12}}}, false))
+	assertClose(t, rows[0], rows[1], 1e-4)
+	// a fork copies the queued tokens too
+	q := must(c.Add(node, []Token{13, 14}, false))
+	g := must(c.Fork(q))
+	rows = must(c.Decode([]Step{{q, nil}, {g, nil}}, false))
+	if len(rows) != 2 {
+		t.Fatal(len(rows))
+	}
+	assertClose(t, rows[0], rows[1], 1e-4)
+	if !equal(must(c.SeqTokens(g)), []Token{13, 14}) {
+		t.Fatal(must(c.SeqTokens(g)))
+	}
+	ok(t, tree.Release(node))
+	cp.MaxSeqs = 1
+	full := must(tree.NewCache(&cp))
+	defer full.Close()
+	_, err = full.Fork(must(full.Add(Root, nil, false)))
+	wantStatus(t, err, StatusCacheFull)
+}
+
+func TestPromoteAndMove(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	prompt := []Token{5, 17, 42, 99}
+	tree := must(m.NewTree(&TreeParams{KVType: KVF32}))
+	defer tree.Close()
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = 6, 64
+	c := must(tree.NewCache(&cp))
+	defer c.Close()
+	node, _, err := tree.Append(Root, prompt, false)
+	ok(t, err)
+	a := must(c.Add(node, []Token{21, 22}, false))
+	must(one(c, a, 23))
+	b := must(c.Fork(a)) // B shares A's unique tokens, then goes on
+	must(one(c, b, 31, 32))
+	if l := must(c.Length(b)); l != 5 {
+		t.Fatal(l)
+	}
+	probe := must(c.Fork(b)) // B's next logits before the move
+	want := must(one(c, probe, 40))
+
+	unique := must(c.SeqTokens(a))
+	if !equal(unique, []Token{21, 22, 23}) {
+		t.Fatal(unique)
+	}
+	p := must(c.Promote(a))
+	found := false
+	for _, ch := range must(tree.Children(node)) {
+		found = found || ch == p
+	}
+	if !found {
+		t.Fatalf("node %d not among the children of %d", p, node)
+	}
+	if !equal(must(tree.NodeTokens(p)), unique) {
+		t.Fatal(must(tree.NodeTokens(p)))
+	}
+	info := must(tree.NodeInfo(p))
+	if info.Parent != node || info.Length != 3 || info.PathLength != len(prompt) {
+		t.Fatalf("%+v", info)
+	}
+	if must(c.SeqNode(a)) != p || must(c.Length(a)) != 0 || len(must(c.SeqTokens(a))) != 0 {
+		t.Fatal("promoted sequence")
+	}
+	// a second sequence under the new node decodes as the promoted one
+	d := must(c.Add(p, nil, false))
+	rows := must(c.Decode([]Step{{a, []Token{50}}, {d, []Token{50}}}, false))
+	assertClose(t, rows[0], rows[1], 1e-4)
+
+	// move B under the new node: its logits stay, its unique part shrinks
+	ok(t, c.Move(b, p))
+	if must(c.SeqNode(b)) != p || must(c.Length(b)) != 2 || !equal(must(c.SeqTokens(b)), []Token{31, 32}) {
+		t.Fatal("moved sequence")
+	}
+	assertClose(t, must(one(c, b, 40)), want, 1e-4)
+	// a node that is not a prefix of the history
+	other, _, err := tree.Append(Root, []Token{1, 2, 3}, false)
+	ok(t, err)
+	wantStatus(t, c.Move(b, other), StatusState)
+	for _, n := range []NodeID{other, p, node} {
+		ok(t, tree.Release(n))
+	}
+}
+
+func TestKVBudget(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = 2, 64
+	c := must(tree.NewCache(&cp))
+	defer c.Close()
+	s := must(c.Add(Root, nil, false))
+	used := tree.KVUsed()
+	budget := used
+	if budget == 0 {
+		budget = 1
+	}
+	ok(t, tree.SetKVBudget(budget))
+	_, _, err := tree.Append(Root, []Token{1, 2, 3}, false)
+	wantStatus(t, err, StatusKVBudget)
+	if ch := must(tree.Children(Root)); len(ch) != 0 {
+		t.Fatal(ch)
+	}
+	var long []Token
+	for i := 1; i <= 40; i++ {
+		long = append(long, Token(i))
+	}
+	_, err = one(c, s, long...)
+	wantStatus(t, err, StatusKVBudget)
+	if l := must(c.Length(s)); l != 0 || tree.KVUsed() != used {
+		t.Fatalf("length %d, used %d (was %d)", l, tree.KVUsed(), used)
+	}
+	ok(t, tree.SetKVBudget(0)) // no limit: the same calls succeed
+	node, _, err := tree.Append(Root, []Token{1, 2, 3}, false)
+	ok(t, err)
+	must(one(c, s, long...))
+	if tree.KVUsed() <= used {
+		t.Fatal(tree.KVUsed(), used)
+	}
+	ok(t, tree.Release(node))
+	// the budget as a tree parameter
+	tight := must(m.NewTree(&TreeParams{KVType: KVF16, KVBudget: 1}))
+	defer tight.Close()
+	_, _, err = tight.Append(Root, []Token{1, 2, 3}, false)
+	wantStatus(t, err, StatusKVBudget)
+}
+
+func TestAbort(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	c := must(tree.NewCache(nil))
+	defer c.Close()
+	s := must(c.Add(Root, []Token{1, 2, 3}, false))
+	calls := 0
+	ok(t, tree.SetAbort(func() bool { calls++; return true }))
+	_, err := one(c, s, 4)
+	wantStatus(t, err, StatusStopped)
+	if calls == 0 {
+		t.Fatal("the abort callback was not called")
+	}
+	if l := must(c.Length(s)); l != 0 { // nothing changed, tokens still queued
+		t.Fatal(l)
+	}
+	_, _, err = tree.Append(Root, []Token{5, 6}, false)
+	wantStatus(t, err, StatusStopped)
+	if ch := must(tree.Children(Root)); len(ch) != 0 {
+		t.Fatal(ch)
+	}
+
+	// a panic in the callback stops the call and comes back out of it
+	ok(t, tree.SetAbort(func() bool { panic("from the abort callback") }))
+	func() {
+		defer func() {
+			if r := recover(); r != "from the abort callback" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		one(c, s, 4)
+		t.Fatal("no panic")
+	}()
+	if l := must(c.Length(s)); l != 0 {
+		t.Fatal(l)
+	}
+
+	n := calls
+	ok(t, tree.SetAbort(func() bool { calls++; return false }))
+	must(one(c, s, 4))
+	if calls <= n {
+		t.Fatal("the abort callback was not called")
+	}
+	ok(t, tree.SetAbort(nil))
+	if l := must(c.Length(s)); l != 4 {
+		t.Fatal(l)
+	}
+	must(one(c, s, 5))
+
+	// the callback stays in effect for a cache that outlives its tree
+	ok(t, tree.SetAbort(func() bool { return true }))
+	ok(t, tree.Close())
+	_, err = one(c, s, 6)
+	wantStatus(t, err, StatusStopped)
+}
+
+func TestLog(t *testing.T) {
+	defer catch(t)
+	var mu sync.Mutex
+	var got []string
+	SetLog(func(level int, msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if level < LogInfo {
+			t.Errorf("a message below the level: %d %q", level, msg)
+		}
+		got = append(got, msg)
+	}, LogInfo)
+	m := smallModel(t)
+	SetLog(nil, LogInfo)
+	ok(t, m.Close())
+	mu.Lock()
+	n := len(got)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no log message for a model load")
+	}
+	smallModel(t).Close()
+	if len(got) != n {
+		t.Fatal("logged while off")
+	}
+}
+
+func TestModelClosedFirst(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(&TreeParams{KVType: KVF32}))
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = 2, 32
+	c := must(tree.NewCache(&cp))
+	s := must(c.Add(Root, []Token{1, 2, 3}, false))
+	want := must(one(c, s, 4))
+	ok(t, c.Truncate(s, 3))
+	ok(t, m.Close()) // the tree and cache keep the model's memory alive
+	node, _, err := tree.Append(Root, []Token{7, 8}, false)
+	ok(t, err)
+	assertClose(t, must(one(c, s, 4)), want, 1e-4)
+	ok(t, tree.Close()) // the cache keeps the tree's nodes alive
+	s2 := must(c.Add(node, []Token{9}, false))
+	if rows := must(c.Decode([]Step{{s, []Token{5}}, {s2, nil}}, false)); len(rows) != 2 {
+		t.Fatal(len(rows))
+	}
+	ok(t, c.Close())
 }
 
 func TestTokenizerRoundTrip(t *testing.T) {
@@ -420,4 +763,17 @@ func TestTokenizerRoundTrip(t *testing.T) {
 	}
 	_, err = m.Tokenize("ok \xff\xfe", true, false)
 	wantStatus(t, err, StatusUTF8)
+	// a detokenizer keeps its model alive
+	ids := must(m.Tokenize("Hello world", false, false))
+	d := must(m.NewDetokenizer(false, true))
+	ok(t, m.Close())
+	var buf []byte
+	for _, id := range ids {
+		buf = append(buf, must(d.Push(id))...)
+	}
+	buf = append(buf, must(d.Flush())...)
+	ok(t, d.Close())
+	if string(buf) != "Hello world" {
+		t.Fatalf("after the model's Close: %q", buf)
+	}
 }
