@@ -130,19 +130,29 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
     if (s.n_tokens == 0) continue;
     for (int d = 0; d < s.n_spans; d++) {
       const PassSpan& sp = spans[(size_t)(s.span0 + d)];
-      if (sp.len > 0) uses_.push_back({sp.kv, (int32_t)i, d, 0});
+      if (sp.len > 0) uses_.push_back({sp.kv, (int32_t)i, d, 0, 0});
     }
   }
+  // (std::sort: stable_sort would allocate a buffer every pass.)
   std::sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) {
     return a.key != b.key ? std::less<const KVStore*>()(a.key, b.key) : a.seq < b.seq;
   });
-  for (size_t a = 0; a < uses_.size();) {  // first: the span's first user
+  for (size_t a = 0; a < uses_.size();) {  // the span's first user, and its depth there
     size_t b = a;
     while (b < uses_.size() && uses_[b].key == uses_[a].key) b++;
-    for (size_t i = a; i < b; i++) uses_[i].first = uses_[a].seq;
+    for (size_t i = a; i < b; i++) {
+      uses_[i].first = uses_[a].seq;
+      uses_[i].first_depth = uses_[a].depth;
+    }
     a = b;
   }
-  std::stable_sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) { return a.first < b.first; });
+  // Spans in order of first appearance (sequence, then depth), each span's
+  // users in sequence order.
+  std::sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) {
+    if (a.first != b.first) return a.first < b.first;
+    if (a.first_depth != b.first_depth) return a.first_depth < b.first_depth;
+    return a.seq < b.seq;
+  });
   const size_t elem = kv_type_size(shared_type);
   for (size_t a = 0; a < uses_.size();) {
     size_t b = a;

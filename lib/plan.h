@@ -103,7 +103,8 @@ class AttnPlan {
   };
   struct Use {  // sequence seq has span key at depth
     const KVStore* key;
-    int32_t seq, depth, first;
+    int32_t seq, depth;
+    int32_t first, first_depth;  // where the span first appears in the pass
   };
   void add_problem(const KVStore* store, clade_kv_type type, int h, int32_t len, bool causal);
   void add_rows(const PassSeq& s, int h, bool causal);
