@@ -1,0 +1,606 @@
+/*
+ * clade: high-throughput inference of Llama-family models for many
+ * sequences that share prefixes.
+ *
+ * The whole public API. Plain C99; every symbol is prefixed clade_ / CLADE_.
+ *
+ * Conventions
+ * - Every call that can fail returns a clade_status: 0 is success, negative
+ *   values are errors (their numbers are fixed forever), positive values are
+ *   recoverable states (a cache is full, a generation was stopped).
+ * - On failure, clade_last_error() gives a message for the calling thread.
+ * - Handles come back through out-parameters; *_free functions accept NULL.
+ * - Parameter structs start with their own size and are filled by their
+ *   *_init function before the caller changes fields; structs the library
+ *   fills (clade_model_info, clade_special_tokens, clade_node_info) start
+ *   with their size too, set by the caller (sizeof the struct). Such
+ *   structs grow in later 1.x releases only by fields added at their end,
+ *   whose defaults keep the old behaviour, and never shrink:
+ *   - An older caller with a newer library: any size from the struct's
+ *     size in clade 1.0 up is accepted. Fields past the caller's size take
+ *     their defaults (as *_init sets them); a filled struct is written only
+ *     as far as the caller's size reaches, and its size field is kept. The
+ *     *_init symbol an older binary was linked to fills only its older size
+ *     (a grown struct's *_init gets a new symbol version).
+ *   - A newer caller with an older library: bytes past the struct the
+ *     library knows are ignored when they are all zero (the new fields at
+ *     their defaults); any nonzero byte there is CLADE_E_UNSUPPORTED, naming
+ *     the struct, so a caller asking for something the library lacks is
+ *     told. A filled struct gets the fields the library knows; the bytes
+ *     past them are left as the caller had them (zero them first, or check
+ *     clade_version_number()).
+ *   - A size below the 1.0 size is CLADE_E_INVALID_ARG.
+ * - Threads: a clade_model is immutable once loaded and may be used from any
+ *   number of threads at once. A clade_tree and the caches made from it:
+ *   clade_decode on two different caches of one tree may run at the same
+ *   time (each cache has its own workspaces; the tree's nodes are read-only
+ *   then); every other call on the tree or one of its caches must not
+ *   overlap any call on the same tree or its caches (use one thread, or a
+ *   lock). Two trees of the same model may be used from two threads at once.
+ *   A clade_sampler may be used by one thread at a time. Functions without
+ *   a handle (version, status strings, the param inits) are always safe.
+ * - No C++ exception ever crosses this boundary.
+ */
+#ifndef CLADE_CLADE_H
+#define CLADE_CLADE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- visibility ------------------------------------------------------- */
+
+#if defined(_WIN32)
+#  if defined(CLADE_BUILDING)
+#    define CLADE_API __declspec(dllexport)
+#  else
+#    define CLADE_API
+#  endif
+#elif defined(__GNUC__)
+#  define CLADE_API __attribute__((visibility("default")))
+#else
+#  define CLADE_API
+#endif
+
+/* ---- version ---------------------------------------------------------- */
+
+#define CLADE_VERSION_MAJOR 1
+#define CLADE_VERSION_MINOR 0
+#define CLADE_VERSION_PATCH 0
+#define CLADE_VERSION_NUMBER \
+  (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
+#define CLADE_VERSION_STRING "1.0.0"
+/* The shared library's soname carries this number. */
+#define CLADE_ABI_MAJOR 1
+
+/* Run-time version of the library actually linked (CLADE_VERSION_NUMBER). */
+CLADE_API int clade_version_number(void);
+/* Static string, e.g. "1.0.0". */
+CLADE_API const char *clade_version_string(void);
+
+/* ---- opaque handles --------------------------------------------------- */
+
+typedef struct clade_model clade_model;     /* weights, config, tokenizer */
+typedef struct clade_tree clade_tree;       /* shared-cache tree of a model */
+typedef struct clade_cache clade_cache;     /* unique caches of sequences */
+typedef struct clade_sampler clade_sampler; /* sampling settings + state */
+/* clade_detokenizer (streaming text) is declared with the tokenizer. */
+
+/* A node of a clade_tree. The root is 0. */
+typedef int32_t clade_node_id;
+/* A sequence of a clade_cache. */
+typedef int32_t clade_seq_id;
+typedef int32_t clade_token;
+
+/* ---- status codes ----------------------------------------------------- */
+
+typedef enum clade_status {
+  CLADE_OK = 0,
+  /* recoverable states */
+  CLADE_CACHE_FULL = 1,   /* no room for the step's tokens; nothing changed */
+  CLADE_STOPPED = 2,      /* a callback asked to stop */
+  CLADE_BUFFER_SMALL = 3, /* output buffer too small; the count needed is
+                             reported and nothing else changed */
+  CLADE_KV_BUDGET = 4,    /* the tree's KV memory budget would be exceeded
+                             (clade_tree_set_kv_budget); nothing changed */
+  CLADE_CONTEXT_FULL = 5, /* a position would pass the model's context
+                             length (n_ctx); nothing changed */
+  /* errors */
+  CLADE_E_INVALID_ARG = -1, /* a NULL handle, wrong size, bad value */
+  CLADE_E_NOMEM = -2,       /* an allocation failed */
+  CLADE_E_IO = -3,          /* a file could not be opened, read or written */
+  CLADE_E_FORMAT = -4,      /* a file is not valid GGUF, or is corrupt */
+  CLADE_E_UNSUPPORTED = -5, /* valid, but not supported (architecture,
+                               tensor type, backend) */
+  CLADE_E_TOKEN = -6,       /* a token id outside the vocabulary */
+  CLADE_E_STATE = -7,       /* the call does not fit the handle's state (an
+                               unknown sequence, a released node) */
+  CLADE_E_BACKEND = -8,     /* the compute backend failed or is absent */
+  CLADE_E_UTF8 = -9,        /* text is not valid UTF-8 */
+  CLADE_E_INTERNAL = -100   /* a bug in clade */
+} clade_status;
+
+/* Static English name of a status; never NULL. */
+CLADE_API const char *clade_status_string(clade_status status);
+/* Message of the last failure on the calling thread ("" if none). The
+   pointer stays valid until the next clade call on this thread. */
+CLADE_API const char *clade_last_error(void);
+
+/* ---- logging ---------------------------------------------------------- */
+
+typedef enum clade_log_level {
+  CLADE_LOG_DEBUG = 0,
+  CLADE_LOG_INFO = 1,
+  CLADE_LOG_WARN = 2,
+  CLADE_LOG_ERROR = 3
+} clade_log_level;
+
+/* Receives clade's messages of at least the level given to clade_set_log,
+   on the thread that made the call being logged (possibly several at
+   once). message is NUL-terminated, without a newline, valid during the
+   call only. */
+typedef void (*clade_log_fn)(clade_log_level level, const char *message,
+                             void *user);
+/* Install a log callback for the whole process (fn NULL: no logging, the
+   default). Set it before other threads call clade; safe to call again
+   when no other clade call is running. */
+CLADE_API void clade_set_log(clade_log_fn fn, void *user,
+                             clade_log_level min_level);
+
+/* ---- enums ------------------------------------------------------------ */
+
+typedef enum clade_backend {
+  CLADE_BACKEND_CPU = 0,
+  CLADE_BACKEND_CUDA = 1
+} clade_backend;
+
+/* Element type of stored keys and values. */
+typedef enum clade_kv_type {
+  CLADE_KV_DEFAULT = -1, /* in clade_cache_params: the tree's type */
+  CLADE_KV_F32 = 0,
+  CLADE_KV_F16 = 1,
+  CLADE_KV_BF16 = 2
+} clade_kv_type;
+
+/* Weight types (GGML numbering). */
+typedef enum clade_weight_type {
+  CLADE_WEIGHT_F32 = 0,
+  CLADE_WEIGHT_F16 = 1,
+  CLADE_WEIGHT_Q4_0 = 2,
+  CLADE_WEIGHT_Q8_0 = 8,
+  CLADE_WEIGHT_BF16 = 30
+} clade_weight_type;
+
+typedef enum clade_rope_scaling {
+  CLADE_ROPE_SCALING_NONE = 0,
+  CLADE_ROPE_SCALING_LINEAR = 1,
+  CLADE_ROPE_SCALING_LLAMA3 = 2
+} clade_rope_scaling;
+
+/* How a step attends to tree nodes shared by several sequences. */
+typedef enum clade_attention {
+  CLADE_ATTENTION_AUTO = 0,   /* per node, by the cost model */
+  CLADE_ATTENTION_SHARED = 1, /* always batched over the node's rows */
+  CLADE_ATTENTION_FLAT = 2,   /* each sequence reads each node itself */
+  CLADE_ATTENTION_NONE = 3    /* skip attention (a speed ceiling; the
+                                 results are meaningless) */
+} clade_attention;
+
+/* ---- model ------------------------------------------------------------ */
+
+typedef struct clade_model_params {
+  size_t size;           /* sizeof(clade_model_params) */
+  clade_backend backend; /* default CPU */
+  int32_t n_threads;     /* 0: all cores */
+  int32_t vocab_only;    /* load the tokenizer only (no tensors needed) */
+  int32_t use_mmap;      /* default 1: map the file; 0: read it into memory
+                            the model owns (huge pages where allowed; the
+                            whole file stays resident while the model lives;
+                            vocab_only models always map) */
+} clade_model_params;
+
+CLADE_API void clade_model_params_init(clade_model_params *params);
+
+/* Load a GGUF file (v2 or v3). On success *out owns the model; free it with
+   clade_model_free. Architectures: "llama", "qwen2". params may be NULL
+   for the defaults. */
+CLADE_API clade_status clade_model_load(const char *path,
+                                        const clade_model_params *params,
+                                        clade_model **out);
+/* Freeing is deferred (sqlite's close_v2): the handle is given up at once
+   and must not be used again, but the model's memory is released only when
+   the last tree and detokenizer made from it are freed too. Handles may
+   therefore be freed in any order (a garbage collector's order included)
+   and nothing leaks once all are freed. Accepts NULL. */
+CLADE_API void clade_model_free(clade_model *model);
+
+typedef struct clade_model_info {
+  size_t size; /* sizeof(clade_model_info), set by the caller */
+  char architecture[32];
+  char name[96];
+  int32_t n_layers;
+  int32_t n_embd;
+  int32_t n_heads;
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int32_t n_ff;
+  int32_t n_vocab;
+  int32_t n_ctx;
+  float rope_freq_base;
+  float rope_freq_scale;   /* 1 / linear factor */
+  clade_rope_scaling rope_scaling;
+  float norm_eps;
+  clade_weight_type weight_type; /* type of the largest matrices */
+  int32_t has_qkv_bias;
+  int32_t tied_output;
+  int32_t vocab_only;
+  uint64_t n_params;
+  uint64_t weight_bytes; /* bytes of tensor data */
+} clade_model_info;
+
+/* Fill *info (info->size must be set). Thread-safe. */
+CLADE_API clade_status clade_model_describe(const clade_model *model,
+                                            clade_model_info *info);
+
+/* ---- tokenizer (on the model; thread-safe) ---------------------------- */
+
+/* Flags for clade_tokenize. */
+#define CLADE_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the model asks */
+#define CLADE_TOKENIZE_PARSE_SPECIAL 2u /* match control, user-defined
+                                           and unknown token texts in the
+                                           input (at character boundaries;
+                                           a text that is not valid UTF-8
+                                           never matches) */
+
+/* Encode text[0..len) into tokens[0..capacity). *n_tokens receives the
+   count. When capacity is too small, returns CLADE_BUFFER_SMALL with
+   *n_tokens set to the count needed and tokens untouched (as snprintf).
+   Text must be valid UTF-8: anything else is CLADE_E_UTF8, naming the byte
+   offset. tokens may be NULL when capacity is 0. */
+CLADE_API clade_status clade_tokenize(const clade_model *model,
+                                      const char *text, size_t len,
+                                      uint32_t flags, clade_token *tokens,
+                                      size_t capacity, size_t *n_tokens);
+
+/* Decode tokens into buf[0..capacity) (not NUL-terminated; *n_bytes gets
+   the length). CLADE_BUFFER_SMALL as above. special: render control tokens
+   as their text (otherwise they render as nothing). */
+CLADE_API clade_status clade_detokenize(const clade_model *model,
+                                        const clade_token *tokens,
+                                        size_t n_tokens, int32_t special,
+                                        char *buf, size_t capacity,
+                                        size_t *n_bytes);
+
+/* The bytes of one token, as clade_detokenize would emit them in the
+   middle of a text. */
+CLADE_API clade_status clade_token_to_piece(const clade_model *model,
+                                            clade_token token,
+                                            int32_t special, char *buf,
+                                            size_t capacity, size_t *n_bytes);
+
+typedef struct clade_special_tokens {
+  size_t size; /* sizeof(clade_special_tokens), set by the caller */
+  clade_token bos, eos, eot, pad, unk; /* -1 where the model has none */
+  int32_t add_bos, add_eos;
+} clade_special_tokens;
+
+CLADE_API clade_status clade_model_special_tokens(const clade_model *model,
+                                                  clade_special_tokens *out);
+/* 1 if the token ends a generation (EOS, EOT, ...), else 0. */
+CLADE_API int32_t clade_token_is_eog(const clade_model *model,
+                                     clade_token token);
+
+/* Streaming detokenizer: feed generated tokens one at a time and get the
+   bytes that are complete: it never splits a UTF-8 character. With
+   first_in_text set, the SentencePiece leading space of the first token is
+   dropped (as clade_detokenize does); leave it 0 when continuing a prompt.
+   Keeps the model alive (see clade_model_free). One thread at a time. */
+typedef struct clade_detokenizer clade_detokenizer;
+
+CLADE_API clade_status clade_detokenizer_create(const clade_model *model,
+                                                int32_t special,
+                                                int32_t first_in_text,
+                                                clade_detokenizer **out);
+/* *text / *len: the newly complete bytes (not NUL-terminated), owned by the
+   detokenizer and valid until its next call. */
+CLADE_API clade_status clade_detokenizer_push(clade_detokenizer *detok,
+                                              clade_token token,
+                                              const char **text, size_t *len);
+/* Whatever is left (an incomplete character at the end of a generation). */
+CLADE_API clade_status clade_detokenizer_flush(clade_detokenizer *detok,
+                                               const char **text, size_t *len);
+CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
+
+/* ---- shared-cache tree ------------------------------------------------ */
+
+/* Flags for clade_tree_params.flags. */
+#define CLADE_TREE_ALLOW_LONG_CONTEXT 1u /* accept positions at or past the
+                                            model's n_ctx (for models whose
+                                            RoPE scaling extends it); without
+                                            it such a call is
+                                            CLADE_CONTEXT_FULL */
+
+typedef struct clade_tree_params {
+  size_t size;            /* sizeof(clade_tree_params) */
+  clade_kv_type kv_type;  /* default F16 */
+  int32_t prefill_chunk;  /* tokens per forward pass in prefill; 0: 1024 */
+  uint32_t flags;         /* CLADE_TREE_* flags; default 0 */
+  uint64_t kv_budget;     /* bytes of KV the tree's nodes and all its caches
+                             may hold together; 0 (default): no limit */
+} clade_tree_params;
+
+CLADE_API void clade_tree_params_init(clade_tree_params *params);
+
+/* Create an empty tree (just the root, node 0, of length 0). The tree
+   keeps the model alive (see clade_model_free). */
+CLADE_API clade_status clade_tree_create(clade_model *model,
+                                         const clade_tree_params *params,
+                                         clade_tree **out);
+/* Deferred, as clade_model_free: the handle must not be used again; the
+   tree's nodes are released when the last cache made from it is freed
+   too (at once when none is alive). Accepts NULL. */
+CLADE_API void clade_tree_free(clade_tree *tree);
+
+/* Append a node of n_tokens tokens under parent. Its tokens are evaluated
+   now (prefill in passes of prefill_chunk tokens, attending to the whole
+   path above it) and its KV is kept, read-only. The caller holds one reference to the new node (release it
+   with clade_tree_release); sequences and child nodes hold their own.
+   If logits is not NULL it receives the n_vocab logits of the node's last
+   token (the distribution of the token after it). n_tokens may be 0. */
+CLADE_API clade_status clade_tree_append(clade_tree *tree,
+                                         clade_node_id parent,
+                                         const clade_token *tokens,
+                                         size_t n_tokens, float *logits,
+                                         clade_node_id *out);
+
+/* Drop the caller's reference. The node's memory is freed once no child,
+   sequence or caller holds it. Releasing the root or a node already
+   released by the caller is CLADE_E_STATE. */
+CLADE_API clade_status clade_tree_release(clade_tree *tree,
+                                          clade_node_id node);
+
+typedef struct clade_node_info {
+  size_t size;            /* sizeof(clade_node_info), set by the caller */
+  clade_node_id parent;   /* -1 for the root */
+  int32_t length;         /* tokens in the node */
+  int32_t path_length;    /* tokens above it: its first token's position */
+  int32_t n_children;
+  int32_t n_refs;         /* children + sequences + caller (the root
+                             also counts the tree's own reference) */
+} clade_node_info;
+
+CLADE_API clade_status clade_tree_node_info(const clade_tree *tree,
+                                            clade_node_id node,
+                                            clade_node_info *info);
+/* Copy the node's tokens; CLADE_BUFFER_SMALL with *n_tokens = length when
+   capacity is too small. */
+CLADE_API clade_status clade_tree_node_tokens(const clade_tree *tree,
+                                              clade_node_id node,
+                                              clade_token *tokens,
+                                              size_t capacity,
+                                              size_t *n_tokens);
+/* Bytes of KV held by all live nodes of the tree. */
+CLADE_API size_t clade_tree_kv_bytes(const clade_tree *tree);
+
+/* The live children of node, oldest first, into ids[0..capacity);
+   *n_children receives their count. CLADE_BUFFER_SMALL (ids untouched)
+   when capacity is too small. ids may be NULL when capacity is 0. */
+CLADE_API clade_status clade_tree_children(const clade_tree *tree,
+                                           clade_node_id node,
+                                           clade_node_id *ids,
+                                           size_t capacity,
+                                           size_t *n_children);
+
+/* KV memory budget: the bytes the tree's nodes and every cache made from
+   it may hold together (clade_tree_kv_used). A call that would allocate
+   past it (an append, an add, a decode step that grows a sequence, a
+   fork, a promote or a move) returns CLADE_KV_BUDGET and changes nothing.
+   0: no limit. Lowering it below what is held frees nothing; it only
+   refuses further growth. */
+CLADE_API clade_status clade_tree_set_kv_budget(clade_tree *tree,
+                                                uint64_t bytes);
+/* Bytes of KV held by the tree's nodes and all its caches (what the
+   budget counts: allocated capacity, not only stored tokens). */
+CLADE_API uint64_t clade_tree_kv_used(const clade_tree *tree);
+
+/* Abort callback: long calls on the tree and its caches (clade_tree_append,
+   clade_decode) call it between layers of each forward pass, on the thread
+   running the call. A nonzero return stops the call: it returns
+   CLADE_STOPPED and changes nothing (no node is added, no sequence grows).
+   fn NULL removes it. user is passed back unchanged. The callback must not
+   call clade functions on the same tree or its caches. */
+typedef int32_t (*clade_abort_fn)(void *user);
+CLADE_API clade_status clade_tree_set_abort(clade_tree *tree,
+                                            clade_abort_fn fn, void *user);
+
+/* ---- unique caches and decode steps ----------------------------------- */
+
+typedef struct clade_cache_params {
+  size_t size;              /* sizeof(clade_cache_params) */
+  int32_t max_seqs;         /* live sequences at most; default 64 */
+  int32_t max_tokens;       /* unique tokens per sequence; default 1024 */
+  clade_kv_type kv_type;    /* default CLADE_KV_DEFAULT: the tree's */
+  clade_attention attention;/* default AUTO */
+} clade_cache_params;
+
+CLADE_API void clade_cache_params_init(clade_cache_params *params);
+
+/* Create unique caches for up to max_seqs sequences of the tree. Memory is
+   allocated as sequences grow (in steps of an eighth, at least 16 tokens),
+   up to max_tokens each. The cache keeps the tree alive (see
+   clade_tree_free);
+   a tree and its caches are used by one thread at a time. */
+CLADE_API clade_status clade_cache_create(clade_tree *tree,
+                                          const clade_cache_params *params,
+                                          clade_cache **out);
+/* Releases every sequence's node reference. Accepts NULL. */
+CLADE_API void clade_cache_free(clade_cache *cache);
+
+/* Flags for clade_cache_add. */
+#define CLADE_SEQ_PRIVATE 1u /* copy the node path's KV into the sequence's
+                                own cache (the flat baseline: nothing is
+                                shared); the path comes on top of its
+                                max_tokens unique tokens; the cache's
+                                kv_type must be the tree's */
+
+/* Add a sequence attached to node (the sequence holds a reference to it).
+   tokens[0..n_tokens) are its own first tokens: they are queued and
+   evaluated by the next step, before that step's tokens. Returns
+   CLADE_CACHE_FULL (nothing added) when every slot is taken or n_tokens
+   exceeds max_tokens. */
+CLADE_API clade_status clade_cache_add(clade_cache *cache, clade_node_id node,
+                                       const clade_token *tokens,
+                                       size_t n_tokens, uint32_t flags,
+                                       clade_seq_id *out);
+/* Remove a sequence and release its node. */
+CLADE_API clade_status clade_cache_remove(clade_cache *cache,
+                                          clade_seq_id seq);
+/* Cut a sequence's unique tokens back to length (<= its length); this is
+   how rejected drafts are rolled back. */
+CLADE_API clade_status clade_cache_truncate(clade_cache *cache,
+                                            clade_seq_id seq, int32_t length);
+/* Unique tokens evaluated so far (not counting queued ones). */
+CLADE_API clade_status clade_cache_seq_length(const clade_cache *cache,
+                                              clade_seq_id seq,
+                                              int32_t *length);
+/* Bytes of KV allocated by the cache. */
+CLADE_API size_t clade_cache_kv_bytes(const clade_cache *cache);
+
+/* Operations for tree search (beam search, MCTS, best-of-n with shared
+   steps). Each is atomic: on any status other than CLADE_OK nothing
+   changed. */
+
+/* Fork: a new sequence under the same node as seq, with a copy of seq's
+   unique KV, tokens and queued tokens (costs one copy of the unique KV,
+   nothing is evaluated). CLADE_CACHE_FULL when no slot is free. */
+CLADE_API clade_status clade_cache_fork(clade_cache *cache, clade_seq_id seq,
+                                        clade_seq_id *out);
+/* Promote: turn seq's unique tokens into a new tree node under its node
+   (their KV moves into the node, nothing is evaluated), and attach seq to
+   the new node with no unique tokens left. Other sequences (of any cache
+   of the tree) can then attach to it or move under it and share it. The
+   caller holds one reference to the new node, as after clade_tree_append.
+   The sequence must have no queued tokens, must not be private, and its
+   cache's KV type must be the tree's (CLADE_E_STATE otherwise). A
+   sequence with no unique tokens gives an empty node. */
+CLADE_API clade_status clade_cache_promote(clade_cache *cache,
+                                           clade_seq_id seq,
+                                           clade_node_id *out);
+/* Move seq under node: node's path tokens (root to node) must be a prefix
+   of seq's whole history (its path tokens, then its unique tokens), else
+   CLADE_E_STATE. Unique tokens that node now covers are dropped from seq's
+   cache; path tokens above seq's old node that node does not cover are
+   copied into it (moving up). The positions of every token stay the same,
+   so the next step's logits are as before, to rounding. The sequence must
+   have no queued tokens and must not be private. CLADE_CACHE_FULL when the
+   unique tokens would pass max_tokens. */
+CLADE_API clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq,
+                                        clade_node_id node);
+/* The node seq is attached to. */
+CLADE_API clade_status clade_cache_seq_node(const clade_cache *cache,
+                                            clade_seq_id seq,
+                                            clade_node_id *node);
+/* Copy seq's evaluated unique tokens (not the queued ones);
+   CLADE_BUFFER_SMALL with *n_tokens = the count when capacity is too
+   small. */
+CLADE_API clade_status clade_cache_seq_tokens(const clade_cache *cache,
+                                              clade_seq_id seq,
+                                              clade_token *tokens,
+                                              size_t capacity,
+                                              size_t *n_tokens);
+
+/* One decode step. For each i < n_seqs, sequence seq_ids[i] brings
+   n_tokens[i] >= 0 new tokens (taken in order from tokens); its queued
+   tokens, if any, come first. Their positions continue the sequence:
+   path length + unique length. logits receives n_vocab floats per row,
+   one row per sequence (the distribution after its last token; a sequence
+   with no tokens at all gives no row) unless all_logits is set, in which
+   case one row per evaluated token, in order. logits_rows is the capacity
+   in rows (too few: CLADE_BUFFER_SMALL, nothing changed). If there is no
+   room for a sequence's tokens, returns CLADE_CACHE_FULL and changes
+   nothing; on an error nothing is changed either. logits may be NULL.
+   Each sequence's step attends to every tree node on its path and to its
+   own tokens; nodes shared by several sequences of the step are attended
+   once for all of them when the cost model says that pays (the cache's
+   attention setting). The batch's arrays are only read during the call. */
+typedef struct clade_batch {
+  size_t size;              /* sizeof(clade_batch) */
+  size_t n_seqs;
+  const clade_seq_id *seq_ids;
+  const int32_t *n_tokens;
+  const clade_token *tokens;
+  int32_t all_logits;
+  float *logits;
+  size_t logits_rows;
+} clade_batch;
+
+CLADE_API void clade_batch_init(clade_batch *batch);
+CLADE_API clade_status clade_decode(clade_cache *cache,
+                                    const clade_batch *batch);
+
+/* ---- sampler ---------------------------------------------------------- */
+
+typedef struct clade_sampler_params {
+  size_t size;        /* sizeof(clade_sampler_params) */
+  float temperature;  /* 0: greedy (default 0.8) */
+  int32_t top_k;      /* 0: off (default 40) */
+  float top_p;        /* 1: off (default 0.95) */
+  float min_p;        /* 0: off (default 0.05) */
+  float repeat_penalty; /* 1: off */
+  uint64_t seed;
+} clade_sampler_params;
+
+CLADE_API void clade_sampler_params_init(clade_sampler_params *params);
+CLADE_API clade_status clade_sampler_create(const clade_sampler_params *p,
+                                            clade_sampler **out);
+CLADE_API void clade_sampler_free(clade_sampler *sampler);
+
+/* Sample a token from n_vocab logits for stream `stream` (each stream has
+   its own random state, derived from the seed and the stream number, so
+   results do not depend on the order sequences are sampled in; the sampler
+   keeps a few dozen bytes of state per stream it has seen, until
+   clade_sampler_forget or clade_sampler_free).
+   history (may be NULL) feeds the repetition penalty; a history token
+   outside [0, n_vocab) is CLADE_E_TOKEN. */
+CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
+                                    const float *logits, int32_t n_vocab,
+                                    const clade_token *history,
+                                    size_t n_history, clade_token *out);
+/* Forget stream's random state (a stream that has ended) and release its
+   memory; a later clade_sample on that stream number starts as with a new
+   sampler. A stream never sampled is fine. */
+CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
+                                            uint64_t stream);
+
+/* ---- experimental ----------------------------------------------------- */
+/* Calls still moving, outside the ABI promise (zstd's way): they may change
+   or go in any release. Declared only when CLADE_EXPERIMENTAL is defined
+   before including this header; their symbols are exported under the
+   version node CLADE_EXPERIMENTAL, never CLADE_1. */
+#ifdef CLADE_EXPERIMENTAL
+
+/* Counters of a cache since its creation. */
+typedef struct clade_cache_stats {
+  size_t size;              /* sizeof(clade_cache_stats), set by the caller */
+  uint64_t steps;           /* clade_decode calls that evaluated tokens */
+  uint64_t passes;          /* forward passes they ran */
+  uint64_t plans;           /* attention plans built (one per pass) */
+  uint64_t workspace_grows; /* times a step's workspaces had to grow */
+  int32_t last_shared;      /* spans of the last pass attended once for all
+                               their rows, and */
+  int32_t last_flat;        /* spans each sequence read itself */
+} clade_cache_stats;
+
+CLADE_API clade_status clade_cache_get_stats(const clade_cache *cache,
+                                             clade_cache_stats *stats);
+
+#endif /* CLADE_EXPERIMENTAL */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLADE_CLADE_H */

@@ -1,0 +1,33 @@
+// Linked into the ABI test's "future" library only (tests/abi/meson.build):
+// what a 1.x release that grows the structs ships for their *_init
+// functions. Binaries built against clade 1.0 are bound to the CLADE_1
+// version of each *_init; here that version fills exactly the 1.0 size (the
+// grown struct's defaults, cut), so it never writes past an old caller's
+// struct. The default version, CLADE_FUTURE, fills the grown struct, for
+// callers built against the grown header.
+//
+// This library is compiled with -Dclade_X_init=clade_X_init_current for
+// each *_init, so lib/api.cpp's definitions come out under that name and
+// both exported versions are defined here (glibc's way: every definition
+// of a versioned name carries its version explicitly).
+#define CLADE_EXPERIMENTAL
+#include "clade/clade.h"
+
+#include "abi.h"
+
+// `init` expands to the library's clade_X_init_current; #init and init##
+// keep the public name.
+#define CLADE_INIT_VERSIONS(T, init)                                                   \
+  extern "C" CLADE_API __attribute__((symver(#init "@CLADE_1"))) void init##_1_0(T* p) { \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &init);                 \
+  }                                                                                    \
+  extern "C" CLADE_API __attribute__((symver(#init "@@CLADE_FUTURE"))) void            \
+      init##_future(T* p) {                                                            \
+    init(p);                                                                           \
+  }
+
+CLADE_INIT_VERSIONS(clade_model_params, clade_model_params_init)
+CLADE_INIT_VERSIONS(clade_tree_params, clade_tree_params_init)
+CLADE_INIT_VERSIONS(clade_cache_params, clade_cache_params_init)
+CLADE_INIT_VERSIONS(clade_batch, clade_batch_init)
+CLADE_INIT_VERSIONS(clade_sampler_params, clade_sampler_params_init)
