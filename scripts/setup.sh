@@ -10,6 +10,7 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v g++ >/dev/null || need+=(g++)
 pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
+command -v abidiff >/dev/null || need+=(abigail-tools)  # the abidiff test
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi
