@@ -89,9 +89,17 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
   for (const PassSeq& s : seqs)
     for (int t = 0; t < s.n_tokens; t++) pos[(size_t)(s.tok0 + t)] = s.pos0 + t;
   if (mode == CLADE_ATTENTION_NONE) return;
+  choose_tails(shared_type, fuse_own);
+  order_uses();
+  add_span_problems(kv_heads, head_dim, mode, shared_type, cost);
+  add_own_problems(kv_heads);
+  group_by_type(shared_type);
+  make_merge_list();
+}
 
-  // Per sequence: the depth of the span whose problems take its own span
-  // as a tail, or -1 (its own problems then).
+// Per sequence: the depth of the span whose problems take its own span as
+// a tail (its deepest non-empty span), or -1 (its own problems then).
+void AttnPlan::choose_tails(clade_kv_type shared_type, bool fuse_own) {
   tail_depth_.assign(seqs.size(), -1);
   for (size_t i = 0; i < seqs.size() && fuse_own; i++) {
     const PassSeq& s = seqs[i];
@@ -102,28 +110,13 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
         break;
       }
   }
-  // Rows of sequence `seq` (using its span at `depth`) in the problem being
-  // built, with its own span as a tail when this span is the one taking it.
-  auto add_seq_rows = [&](int32_t seq, int32_t depth, int h) {
-    const PassSeq& s = seqs[(size_t)seq];
-    const bool tail = tail_depth_[(size_t)seq] == depth;
-    const int32_t row0 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
-    add_rows(s, h, tail);
-    if (tail) {
-      AttnTail t;
-      t.kv = s.own->head(0, h);
-      t.layer_stride = s.own->layer_stride();
-      t.cap = s.own->capacity();
-      t.row0 = row0;
-      t.row1 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
-      tails.push_back(t);
-      layout_.back().n_tails++;
-      n_tails++;
-    }
-  };
+}
 
-  // Shared spans: the users of each (sequence, depth), grouped by span in
-  // order of first appearance, each span's users in sequence order.
+// The users (sequence, depth) of every shared span, grouped by span in
+// order of first appearance (sequence, then depth), each span's users in
+// sequence order. (std::sort twice: stable_sort would allocate a buffer
+// every pass.)
+void AttnPlan::order_uses() {
   uses_.clear();
   for (size_t i = 0; i < seqs.size(); i++) {
     const PassSeq& s = seqs[i];
@@ -133,11 +126,10 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
       if (sp.len > 0) uses_.push_back({sp.kv, (int32_t)i, d, 0, 0});
     }
   }
-  // (std::sort: stable_sort would allocate a buffer every pass.)
   std::sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) {
     return a.key != b.key ? std::less<const KVStore*>()(a.key, b.key) : a.seq < b.seq;
   });
-  for (size_t a = 0; a < uses_.size();) {  // the span's first user, and its depth there
+  for (size_t a = 0; a < uses_.size();) {
     size_t b = a;
     while (b < uses_.size() && uses_[b].key == uses_[a].key) b++;
     for (size_t i = a; i < b; i++) {
@@ -146,13 +138,36 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
     }
     a = b;
   }
-  // Spans in order of first appearance (sequence, then depth), each span's
-  // users in sequence order.
   std::sort(uses_.begin(), uses_.end(), [](const Use& a, const Use& b) {
     if (a.first != b.first) return a.first < b.first;
     if (a.first_depth != b.first_depth) return a.first_depth < b.first_depth;
     return a.seq < b.seq;
   });
+}
+
+// Rows of sequence `seq` (using its span at `depth`) in the problem being
+// built, with its own span as a tail when this span is the one taking it.
+void AttnPlan::add_seq_rows(int32_t seq, int32_t depth, int h) {
+  const PassSeq& s = seqs[(size_t)seq];
+  const bool tail = tail_depth_[(size_t)seq] == depth;
+  const int32_t row0 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
+  add_rows(s, h, tail);
+  if (!tail) return;
+  AttnTail t;
+  t.kv = s.own->head(0, h);
+  t.layer_stride = s.own->layer_stride();
+  t.cap = s.own->capacity();
+  t.row0 = row0;
+  t.row1 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
+  tails.push_back(t);
+  layout_.back().n_tails++;
+  n_tails++;
+}
+
+// Each shared span: shared (one problem per KV head for all its users) or
+// flat (one per user and KV head), as the mode or the cost model says.
+void AttnPlan::add_span_problems(int kv_heads, int head_dim, clade_attention mode, clade_kv_type shared_type,
+                                 const AttnCost& cost) {
   const size_t elem = kv_type_size(shared_type);
   for (size_t a = 0; a < uses_.size();) {
     size_t b = a;
@@ -183,7 +198,10 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
     }
     a = b;
   }
-  // Own spans that are not tails: causal problems of their own.
+}
+
+// Own spans that are not tails: causal problems of their own.
+void AttnPlan::add_own_problems(int kv_heads) {
   for (size_t i = 0; i < seqs.size(); i++) {
     const PassSeq& s = seqs[i];
     if (s.n_tokens == 0 || tail_depth_[i] >= 0) continue;
@@ -193,10 +211,12 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
       end_problem();
     }
   }
+}
 
-  // Group the problems by KV element type (the tree's first), keeping their
-  // order within a type: one backend set, one parallel region per layer,
-  // per type (usually one).
+// Group the problems by KV element type (the tree's first), keeping their
+// order within a type: one backend set, one parallel region per layer,
+// per type (usually one).
+void AttnPlan::group_by_type(clade_kv_type shared_type) {
   sorted_.clear();
   sorted_layout_.clear();
   const clade_kv_type order[] = {shared_type, CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16};
@@ -213,8 +233,11 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
   }
   problems.swap(sorted_);
   layout_.swap(sorted_layout_);
+}
 
-  // Merge list: each partial row to its output row, in plan order.
+// Merge list: each partial row to its output row, in plan order (a
+// counting sort by output row).
+void AttnPlan::make_merge_list() {
   count_.assign((size_t)n_out_rows + 1, 0);
   for (int32_t r : rows) count_[(size_t)r + 1]++;
   part_begin.assign((size_t)n_out_rows + 1, 0);

@@ -106,8 +106,17 @@ class AttnPlan {
     int32_t seq, depth;
     int32_t first, first_depth;  // where the span first appears in the pass
   };
+  // The parts of build(), in order.
+  void choose_tails(clade_kv_type shared_type, bool fuse_own);
+  void order_uses();
+  void add_span_problems(int kv_heads, int head_dim, clade_attention mode, clade_kv_type shared_type,
+                         const AttnCost& cost);
+  void add_own_problems(int kv_heads);
+  void group_by_type(clade_kv_type shared_type);
+  void make_merge_list();
   void add_problem(const KVStore* store, clade_kv_type type, int h, int32_t len, bool causal);
   void add_rows(const PassSeq& s, int h, bool causal);
+  void add_seq_rows(int32_t seq, int32_t depth, int h);
   void end_problem();
   std::vector<Layout> layout_, sorted_layout_;
   std::vector<AttnProblem> sorted_;

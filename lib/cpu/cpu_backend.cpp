@@ -133,6 +133,8 @@ class CpuBackend final : public Backend {
   }
   // next_k: the keys the thread will likely read after this item (the
   // next unclaimed item's first block), fetched during the last block.
+  void cut_problem(struct CpuAttnWork& w, const AttnProblem& p, TensorType kt, double item_work, size_t* part_floats,
+                   size_t* part_rows) const;
   // layer: the KV of problem p (and its tails) is layer's.
   void attend_item(int tid, const float* q, int hd, float scale, TensorType kt, const AttnProblem& p, int layer,
                    int r0, int r1, int c0, int c1, bool tails, float* o, double* lse, FnRef<const void*()> next_k);
@@ -539,47 +541,52 @@ void CpuBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale
     for (size_t i = 0; i < sets[si].n_problems; i++) {
       const AttnProblem& p = sets[si].problems[i];
       if (p.n_rows <= 0) continue;
-      if (p.len <= 0 && p.n_tails == 0) {  // nothing to see
-        w.empty.push_back(&p);
-        continue;
-      }
-      int split = 1, item_rows = kAttnItemRows, chunk = 0;
-      if (p.len > 0) {
-        const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
-        split = (int)std::ceil((double)p.len * rows_per_item / item_work);
-        split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
-        if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
-          // Many rows: cut them instead of the keys (no partials to merge;
-          // the items read the same keys, the later ones mostly from cache).
-          const int parts = std::min(split, rows_per_item / kAttnRowSplitMin);
-          item_rows = (rows_per_item + parts - 1) / parts;
-          split = 1;
-        }
-        // Chunks of whole key blocks (items start at a block boundary, see
-        // kv_k_row); the last chunk may be shorter.
-        chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
-        split = (p.len + chunk - 1) / chunk;
-      }
-      // One chunk: the problem's outputs; several: partials per problem,
-      // o [split][n_rows][head_dim], lse [split][n_rows].
-      if (split > 1) w.splits.push_back({&p, split, part_floats, part_rows});
-      for (int r0 = 0; r0 < p.n_rows; r0 += item_rows) {
-        const int r1 = std::min(p.n_rows, r0 + item_rows);
-        for (int c = 0; c < split; c++) {
-          const int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
-          const size_t o_at = split == 1 ? (size_t)r0 * head_dim : part_floats + ((size_t)c * p.n_rows + r0) * head_dim;
-          const size_t l_at = split == 1 ? (size_t)r0 : part_rows + (size_t)c * p.n_rows + r0;
-          w.items.push_back({&p, kt, r0, r1, c0, c1, c == split - 1, o_at, l_at, split > 1});
-        }
-      }
-      if (split > 1) {
-        part_floats += (size_t)split * p.n_rows * head_dim;
-        part_rows += (size_t)split * p.n_rows;
-      }
+      if (p.len <= 0 && p.n_tails == 0) w.empty.push_back(&p);  // nothing to see
+      else cut_problem(w, p, kt, item_work, &part_floats, &part_rows);
     }
   }
   w.fit(w.part, part_floats);
   w.fit(w.part_lse, part_rows);
+}
+
+// Problem p's items (rows and key chunks of about item_work each); key
+// splits take their partial rows at *part_floats / *part_rows.
+void CpuBackend::cut_problem(CpuAttnWork& w, const AttnProblem& p, TensorType kt, double item_work,
+                             size_t* part_floats, size_t* part_rows) const {
+  const int head_dim = w.head_dim;
+  int split = 1, item_rows = kAttnItemRows, chunk = 0;
+  if (p.len > 0) {
+    const int rows_per_item = std::min(p.n_rows, kAttnItemRows);
+    split = (int)std::ceil((double)p.len * rows_per_item / item_work);
+    split = std::max(1, std::min(split, (p.len + kAttnMinChunk - 1) / kAttnMinChunk));
+    if (split > 1 && rows_per_item >= 2 * kAttnRowSplitMin) {
+      // Many rows: cut them instead of the keys (no partials to merge; the
+      // items read the same keys, the later ones mostly from cache).
+      const int parts = std::min(split, rows_per_item / kAttnRowSplitMin);
+      item_rows = (rows_per_item + parts - 1) / parts;
+      split = 1;
+    }
+    // Chunks of whole key blocks (items start at a block boundary, see
+    // kv_k_row); the last chunk may be shorter.
+    chunk = ((p.len + split - 1) / split + kAttnBlock - 1) / kAttnBlock * kAttnBlock;
+    split = (p.len + chunk - 1) / chunk;
+  }
+  // One chunk: the problem's outputs; several: partials per problem,
+  // o [split][n_rows][head_dim], lse [split][n_rows].
+  if (split > 1) w.splits.push_back({&p, split, *part_floats, *part_rows});
+  for (int r0 = 0; r0 < p.n_rows; r0 += item_rows) {
+    const int r1 = std::min(p.n_rows, r0 + item_rows);
+    for (int c = 0; c < split; c++) {
+      const int c0 = c * chunk, c1 = std::max(0, std::min(p.len, c0 + chunk));
+      const size_t o_at = split == 1 ? (size_t)r0 * head_dim : *part_floats + ((size_t)c * p.n_rows + r0) * head_dim;
+      const size_t l_at = split == 1 ? (size_t)r0 : *part_rows + (size_t)c * p.n_rows + r0;
+      w.items.push_back({&p, kt, r0, r1, c0, c1, c == split - 1, o_at, l_at, split > 1});
+    }
+  }
+  if (split > 1) {
+    *part_floats += (size_t)split * p.n_rows * head_dim;
+    *part_rows += (size_t)split * p.n_rows;
+  }
 }
 
 void CpuBackend::attention_run(AttnWork& work, int layer, const float* q) {
