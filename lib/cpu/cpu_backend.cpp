@@ -1,12 +1,16 @@
 // The CPU backend: one thread pool owns the cores; every product runs in
 // the pool's own kernels (lib/cpu/kernels.cpp: register-blocked weight
 // products that widen half, bf16 and quantized weights, and the attention
-// kernels), so the library links no BLAS.
+// kernels), so the library links no BLAS. Operations run one at a time
+// (mu_), so passes of several caches or trees may call in from several
+// threads. Attention is prepared once per pass (attention_prepare cuts the
+// plan's problems into work items, kept in the caller's CpuAttnWork) and
+// run per layer (attention_run), allocating nothing once the work's
+// buffers have grown.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -16,7 +20,6 @@
 #include "../pages.h"
 #include "kernels.h"
 #include "threadpool.h"
-
 
 namespace clade {
 
