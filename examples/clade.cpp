@@ -67,6 +67,9 @@ const char* kUsage =
     "  bench decode -m FILE --batch B[,B..] --prefix P[,P..] [--suffix S] [--gen G]\n"
     "           [--mode shared,flat,noattn] [--threads T] [--rounds R] [--min-seconds S] [--machine]\n"
     "           [--kv f16|bf16|f32] [--backend cpu|cuda] [--no-mmap] [--csv]\n"
+    "  bench prefill -m FILE --prompts N --lengths fixed:N|uniform:A:B|lognormal:MEDIAN:MAX|file:PATH\n"
+    "           [--mode packed,padded,serial] [--parent-tokens P] [--batch B] [--chunk C] [--threads T]\n"
+    "           [--seed S] [--rounds R] [--no-mmap] [--csv]\n"
     "  bench machine [--threads T] [--csv]\n"
     "  --no-mmap: read the model file into memory of its own (huge pages where the kernel allows;\n"
     "             faster decode steps) instead of mapping it\n";

@@ -43,5 +43,6 @@ void check(clade_status st, const char* what);
 
 int cmd_model_random(Args& a);
 int cmd_bench(Args& a);
+int cmd_bench_prefill(Args& a);  // cli_prefill.cpp
 
 }  // namespace cli

@@ -1,4 +1,4 @@
-// `clade bench decode` and `clade bench machine`.
+// `clade bench decode` and `clade bench machine` (`bench prefill`: cli_prefill.cpp).
 #include <cblas.h>
 #include <unistd.h>
 
@@ -438,7 +438,8 @@ int cmd_bench(Args& a) {
   std::string sub = a.done() ? "" : a.next("bench");
   if (sub == "decode") return bench_decode(a);
   if (sub == "machine") return bench_machine(a);
-  Args::die("bench decode|machine");
+  if (sub == "prefill") return cmd_bench_prefill(a);
+  Args::die("bench decode|prefill|machine");
 }
 
 }  // namespace cli

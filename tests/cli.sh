@@ -2,8 +2,9 @@
 # The clade CLI end to end on a tiny random model: a prompt tree decoded with
 # shared and with flat attention gives the same greedy tokens; the JSON names
 # each leaf's prompt; `--backend cuda` gives the same tokens or, without a
-# device, a clean error; `bench decode` writes its documented CSV; bad input is a
-# clean error (exit 1 with a message), never a crash.
+# device, a clean error; `bench decode` and `bench prefill` write their
+# documented CSV; bad input is a clean error (exit 1 with a message, or for a
+# bad option exit 2 with one line naming the flag), never a crash.
 # usage: cli.sh PATH_TO_CLADE
 set -uo pipefail
 cli=$1
@@ -85,6 +86,50 @@ while IFS=, read -r mode _ _ _ _ _ _ _ _ rounds _ bw peak _ rbw rpeak sbw; do
     tr ';' '\n' <<< "$list" | awk '!($1 > 0) { exit 1 }' || fail "--machine $mode: non-positive reading in $list"
   done
 done < <(tail -n +2 <<< "$csv")
+
+# bench prefill: its header, one row per requested mode in the order given,
+# the prompts' own token count, positive figures.
+pf_header="mode,prompts,total_tokens,parent_tokens,chunk,threads,seconds,tokens_per_s,peak_bytes"
+pf_rows() {  # pf_rows CSV MODES PROMPTS TOTAL PARENT CHUNK
+  [ "$(head -1 <<< "$1")" == "$pf_header" ] || fail "bench prefill header: $(head -1 <<< "$1")"
+  [ "$(tail -n +2 <<< "$1" | cut -d, -f1 | paste -sd,)" == "$2" ] || fail "bench prefill: rows for $2 expected: $1"
+  while IFS=, read -r mode prompts total parent chunk threads secs tps peak; do
+    [ "$prompts,$parent,$chunk,$threads" == "$3,$5,$6,2" ] || fail "bench prefill $mode row: $prompts,$parent,$chunk,$threads"
+    [ -z "$4" ] || [ "$total" == "$4" ] || fail "bench prefill $mode: total_tokens $total, want $4"
+    awk -v t="$total" -v s="$secs" -v r="$tps" -v p="$peak" 'BEGIN { exit !(t > 0 && s > 0 && r > 0 && p > 0) }' ||
+      fail "bench prefill $mode: non-positive figure: $total,$secs,$tps,$peak"
+  done < <(tail -n +2 <<< "$1")
+}
+pf() { "$cli" bench prefill -m "$dir/m.gguf" --threads 2 --rounds 2 --csv "$@" 2> /dev/null; }
+csv=$(pf --prompts 5 --lengths uniform:1:20 --parent-tokens 8 --batch 2 --chunk 16 --mode packed,padded,serial) ||
+  fail "bench prefill"
+pf_rows "$csv" packed,padded,serial 5 "" 8 16
+csv=$(pf --prompts 7 --lengths lognormal:6:40 --mode serial,packed --seed 3) || fail "bench prefill lognormal"
+pf_rows "$csv" serial,packed 7 "" 0 1024
+again=$(pf --prompts 7 --lengths lognormal:6:40 --mode packed --seed 3) || fail "bench prefill lognormal again"
+[ "$(tail -1 <<< "$again" | cut -d, -f3)" == "$(tail -1 <<< "$csv" | cut -d, -f3)" ] ||
+  fail "bench prefill: the same --seed drew other lengths: $csv / $again"
+printf '3\n7\n\n5\n' > "$dir/lengths.txt"
+csv=$(pf --lengths "file:$dir/lengths.txt" --mode padded --batch 3) || fail "bench prefill file:"
+pf_rows "$csv" padded 3 15 0 1024
+csv=$(pf --prompts 4 --lengths fixed:6 --mode packed --chunk 4) || fail "bench prefill fixed"
+pf_rows "$csv" packed 4 24 0 4
+# A bad option: exit 2 and one line naming the flag.
+expect_flag_error() {
+  local flag=$1
+  shift
+  out=$("$cli" bench prefill "$@" 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "bench prefill $*: exit $rc (want 2): $out"
+  [ "$(wc -l <<< "$out")" -eq 1 ] && grep -q -- "$flag" <<< "$out" || fail "bench prefill $*: message without $flag: $out"
+}
+for bad in lognormal:5 uniform:9:3 fixed:0 fixed:x normal:4 "file:$dir/none.txt"; do
+  expect_flag_error --lengths -m "$dir/m.gguf" --prompts 2 --lengths "$bad"
+done
+expect_flag_error --mode -m "$dir/m.gguf" --prompts 2 --lengths fixed:4 --mode packed,bogus
+expect_flag_error --prompts -m "$dir/m.gguf" --prompts 0 --lengths fixed:4
+expect_flag_error --batch -m "$dir/m.gguf" --prompts 2 --lengths fixed:4 --batch -1
+expect_flag_error -m --prompts 2 --lengths fixed:4
 
 # Bad input: a token outside the vocabulary, a missing file, a corrupt file.
 expect_error() {
