@@ -298,30 +298,46 @@ int run_generate(const GenOptions& o) {
   std::vector<float> logits((size_t)n_seqs * info.n_vocab);
   std::vector<clade_node_id> made;
   if (!o.flat) {
-    // shared: one node per distinct prefix of parts
-    std::vector<std::pair<std::vector<std::vector<clade_token>>, clade_node_id>> known;
+    // shared: one node per distinct prefix of parts (a new one for every
+    // leaf), all evaluated by one batch append; a child of a new node names
+    // it as CLADE_ITEM_NODE(its item).
+    std::vector<std::pair<std::vector<std::vector<clade_token>>, size_t>> known;  // prefix -> item
+    std::vector<clade_append_item> items;
+    std::vector<size_t> leaf_item(leaves.size());
     for (size_t li = 0; li < leaves.size(); li++) {
       clade_node_id parent = 0;
       std::vector<std::vector<clade_token>> prefix;
       for (size_t d = 0; d < leaves[li].parts.size(); d++) {
         prefix.push_back(leaves[li].parts[d]);
-        clade_node_id id = -1;
+        long item = -1;
         for (auto& k : known)
-          if (k.first == prefix) id = k.second;
+          if (k.first == prefix) item = (long)k.second;
         bool last = d + 1 == leaves[li].parts.size();
-        if (id < 0 || last) {
-          std::vector<float> lg(last ? (size_t)info.n_vocab : 0);
+        if (item < 0 || last) {
           const auto& toks = leaves[li].parts[d];
           if (last && toks.empty()) Args::die("a leaf prompt level is empty");
-          check(clade_tree_append(tree, parent, toks.data(), toks.size(), last ? lg.data() : nullptr, &id), "append");
-          made.push_back(id);
-          known.push_back({prefix, id});
-          if (last) first_logits[li] = lg;
+          clade_append_item it;
+          clade_append_item_init(&it);
+          it.parent = parent;
+          it.tokens = toks.data();
+          it.n_tokens = toks.size();
+          if (last) {
+            first_logits[li].resize((size_t)info.n_vocab);
+            it.logits = first_logits[li].data();
+            leaf_item[li] = items.size();
+          }
+          item = (long)items.size();
+          items.push_back(it);
+          known.push_back({prefix, (size_t)item});
         }
-        parent = id;
+        parent = CLADE_ITEM_NODE(item);
       }
-      for (int s = 0; s < o.samples; s++) check(clade_cache_add(cache, parent, nullptr, 0, 0, &seq[li * o.samples + s]), "add");
     }
+    check(clade_tree_append_batch(tree, items.data(), items.size()), "append");
+    for (const clade_append_item& it : items) made.push_back(it.node);
+    for (size_t li = 0; li < leaves.size(); li++)
+      for (int s = 0; s < o.samples; s++)
+        check(clade_cache_add(cache, items[leaf_item[li]].node, nullptr, 0, 0, &seq[li * o.samples + s]), "add");
   } else {
     // flat: every sequence evaluates its whole prompt in its own cache
     std::vector<clade_seq_id> ids;
