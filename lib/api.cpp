@@ -405,6 +405,69 @@ clade_status clade_tree_append(clade_tree* tree, clade_node_id parent, const cla
   });
 }
 
+void clade_append_item_init(clade_append_item* item) {
+  if (!item) return;
+  std::memset(item, 0, sizeof *item);
+  item->size = sizeof *item;
+  item->parent = 0;
+  item->node = -1;
+  item->seq = -1;
+}
+
+clade_status clade_tree_append_batch(clade_tree* tree, clade_append_item* items, size_t n_items) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    CLADE_CHECK_ARG(items || n_items == 0, "items is NULL");
+    if (n_items == 0) return CLADE_OK;
+    // Every item has the first one's size: the array's stride.
+    const size_t stride = clade::abi::checked_size(items);
+    CLADE_CHECK_ARG(n_items <= (size_t)1 << 24, "n_items out of range");
+    auto item_at = [&](size_t i) {
+      return reinterpret_cast<clade_append_item*>(reinterpret_cast<unsigned char*>(items) + i * stride);
+    };
+    std::vector<clade::BatchItem> batch(n_items);
+    for (size_t i = 0; i < n_items; i++) {
+      clade_append_item* in = item_at(i);
+      if (in->size != stride)
+        return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].size is " + std::to_string(in->size) +
+                                                  ", items[0].size is " + std::to_string(stride) +
+                                                  ": every item of a call has the same size");
+      clade_append_item it;
+      clade_append_item_init(&it);
+      clade::abi::read_in(in, &it);
+      clade::BatchItem& b = batch[i];
+      if (it.parent <= CLADE_ITEM_NODE(0)) {
+        const int64_t j = -2 - (int64_t)it.parent;
+        if (j >= (int64_t)i)
+          return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].parent names item " +
+                                                    std::to_string(j) + ", which is not an earlier item");
+        b.parent_item = (int32_t)j;
+      } else {
+        try {
+          b.parent_node = tree->t->get(it.parent);
+        } catch (const clade::Error& e) {
+          return set_error(e.status(), "items[" + std::to_string(i) + "].parent: " + e.what());
+        }
+      }
+      CLADE_CHECK_ARG(it.tokens || it.n_tokens == 0, "items[" + std::to_string(i) + "].tokens is NULL");
+      b.tokens = it.tokens;
+      b.n = it.n_tokens;
+      if (it.cache) {
+        if (it.cache->tree != tree)
+          return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].cache is a cache of another tree");
+        b.cache = it.cache->c.get();
+      }
+      b.logits = it.logits;
+    }
+    tree->t->append_batch(batch);
+    for (size_t i = 0; i < n_items; i++) {
+      item_at(i)->node = batch[i].node;
+      item_at(i)->seq = batch[i].seq;
+    }
+    return CLADE_OK;
+  });
+}
+
 clade_status clade_tree_release(clade_tree* tree, clade_node_id node) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(tree, "tree is NULL");
@@ -682,6 +745,22 @@ clade_status clade_cache_seq_tokens(const clade_cache* cache, clade_seq_id seq, 
 }
 
 /* ---- experimental ---- */
+
+clade_status clade_tree_get_stats(const clade_tree* tree, clade_tree_stats* stats) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    clade::abi::check_out(stats);
+    const clade::Forward& f = tree->t->forward();
+    clade_tree_stats full;
+    std::memset(&full, 0, sizeof full);
+    full.size = sizeof full;
+    full.passes = f.passes;
+    full.tokens = tree->t->tokens_evaluated;
+    full.workspace_bytes = f.workspace_bytes();
+    clade::abi::write_out(stats, full);
+    return CLADE_OK;
+  });
+}
 
 clade_status clade_cache_get_stats(const clade_cache* cache, clade_cache_stats* stats) {
   return guard([&]() -> clade_status {

@@ -100,6 +100,32 @@ size_t Cache::kv_bytes() const {
 }
 
 clade_node_id Cache::node_of(clade_seq_id id) const { return get(id).node->id; }
+
+int32_t Cache::free_slots() const {
+  int32_t n = 0;
+  for (const Seq& s : seqs_) n += !s.live;
+  return n;
+}
+
+std::unique_ptr<KVStore> Cache::new_seq_store(int32_t n) {
+  std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
+  const int32_t cap = std::min(max_tokens, std::max(16, (n + n / 8 + 15) / 16 * 16));
+  kv->reserve(std::max(cap, n));
+  return kv;
+}
+
+clade_seq_id Cache::adopt_seq(Node* node, std::unique_ptr<KVStore> kv, std::vector<int32_t>& tokens) noexcept {
+  Seq* slot = free_slot();
+  Seq& s = *slot;
+  s.live = true;
+  s.node = node;
+  s.kv = std::move(kv);
+  s.base = 0;
+  s.tokens.swap(tokens);
+  s.queued.clear();
+  tree.ref(node);
+  return (clade_seq_id)(slot - seqs_.data());
+}
 const std::vector<int32_t>& Cache::tokens_of(clade_seq_id id) const { return get(id).tokens; }
 
 // ---- tree search ----

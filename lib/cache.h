@@ -45,6 +45,12 @@ class Cache {
   clade_node_id promote(clade_seq_id id);
   clade_status move(clade_seq_id id, clade_node_id node);
   clade_node_id node_of(clade_seq_id id) const;
+  // For a batch append: free slots, a store for n first tokens (its
+  // growth policy), and a new sequence made of what the batch evaluated
+  // (never throws when a slot is free).
+  int32_t free_slots() const;
+  std::unique_ptr<KVStore> new_seq_store(int32_t n);
+  clade_seq_id adopt_seq(Node* node, std::unique_ptr<KVStore> kv, std::vector<int32_t>& tokens) noexcept;
   const std::vector<int32_t>& tokens_of(clade_seq_id id) const;
 
   Tree& tree;

@@ -22,6 +22,14 @@ Forward::~Forward() {
     if (b->p) be_.release(b->p);
 }
 
+size_t Forward::workspace_bytes() const {
+  size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes();
+  for (const Buf* x : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &pos_, &tok_, &rows_, &limits_,
+                       &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
+    b += x->cap;
+  return b;
+}
+
 void Forward::ensure(Buf& b, size_t bytes) {
   if (bytes <= b.cap) return;
   size_t cap = std::max(bytes, b.cap * 3 / 2);

@@ -38,6 +38,10 @@ class Forward {
   void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
            size_t n_logits, float* out, const AbortHook& abort);
 
+  // Bytes of this Forward's workspaces now: its buffers in backend memory
+  // and the plan's host arrays (what a pass's size bounds; not the KV).
+  size_t workspace_bytes() const;
+
   AttnPlan plan;
   uint64_t passes = 0;  // passes run
   uint64_t grows = 0;   // times a workspace had to grow

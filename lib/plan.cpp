@@ -45,6 +45,16 @@ int64_t AttnPlan::n_tokens() const {
   return n;
 }
 
+size_t AttnPlan::host_bytes() const {
+  return seqs.capacity() * sizeof(PassSeq) + spans.capacity() * sizeof(PassSpan) +
+         (problems.capacity() + sorted_.capacity()) * sizeof(AttnProblem) + tails.capacity() * sizeof(AttnTail) +
+         sets.capacity() * sizeof(AttnSet) +
+         (rows.capacity() + limits.capacity() + part_begin.capacity() + part_rows.capacity() + pos.capacity() +
+          tail_depth_.capacity() + count_.capacity()) * sizeof(int32_t) +
+         (layout_.capacity() + sorted_layout_.capacity()) * sizeof(Layout) + uses_.capacity() * sizeof(Use) +
+         rps_.capacity() * sizeof(int64_t);
+}
+
 // Rows of sequence s's tokens for KV head h (causal: with their limits into
 // the sequence's own span).
 void AttnPlan::add_rows(const PassSeq& s, int h, bool causal) {

@@ -64,6 +64,7 @@ class AttnPlan {
   PassSeq& add_seq();  // then add_span() for its spans, root first
   void add_span(const KVStore* kv, int32_t len);
   int64_t n_tokens() const;
+  size_t host_bytes() const;  // capacity of every array the plan keeps
 
   // mode: CLADE_ATTENTION_AUTO / SHARED / FLAT (NONE builds nothing).
   // fuse_own: own spans become tails where they can (see the top).

@@ -89,6 +89,7 @@ clade_node_id Tree::append(clade_node_id parent_id, const int32_t* tokens, size_
     const int32_t want = n_pass - 1;
     fwd_.run(tokens + c0, CLADE_ATTENTION_AUTO, kv_type, &want, last && logits ? 1 : 0, logits, abort);
     kv->length = (int32_t)(c0 + (size_t)n_pass);
+    tokens_evaluated += (uint64_t)n_pass;
   }
   clade_node_id id = adopt(parent, std::vector<int32_t>(tokens, tokens + n), std::move(kv));
   if (log_enabled(CLADE_LOG_DEBUG))
@@ -98,23 +99,30 @@ clade_node_id Tree::append(clade_node_id parent_id, const int32_t* tokens, size_
 }
 
 clade_node_id Tree::adopt(Node* parent, std::vector<int32_t> tokens, std::unique_ptr<KVStore> kv) {
+  std::unique_ptr<Node> node = make_node(parent, std::move(tokens), std::move(kv));
+  parent->children.reserve(parent->children.size() + 1);
+  nodes_.reserve(nodes_.size() + 1);
+  return attach(parent, std::move(node));
+}
+
+std::unique_ptr<Node> Tree::make_node(Node* parent, std::vector<int32_t> tokens, std::unique_ptr<KVStore> kv) const {
   std::unique_ptr<Node> node(new Node());
-  node->id = (clade_node_id)nodes_.size();
   node->parent = parent;
   node->length = (int32_t)tokens.size();
   node->path_length = parent->end();
   node->tokens = std::move(tokens);
   node->kv = std::move(kv);
-  parent->children.reserve(parent->children.size() + 1);
-  nodes_.reserve(nodes_.size() + 1);
-  // (nothing below throws)
+  return node;
+}
+
+clade_node_id Tree::attach(Node* parent, std::unique_ptr<Node> node) noexcept {
+  node->id = (clade_node_id)nodes_.size();
   node->refs = 1;
   node->caller_ref = true;
   ref(parent);
   parent->children.push_back(node->id);
-  clade_node_id id = node->id;
   nodes_.push_back(std::move(node));
-  return id;
+  return nodes_.back()->id;
 }
 
 void Tree::release(clade_node_id id) {

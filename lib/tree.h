@@ -15,6 +15,22 @@
 
 namespace clade {
 
+class Cache;
+struct Node;
+
+// One item of a batch append (lib/prefill.cpp): a new node under an
+// existing node or an earlier item's node, or a new sequence of a cache.
+struct BatchItem {
+  Node* parent_node = nullptr;  // the parent, when it exists already
+  int32_t parent_item = -1;     // else the earlier item whose node it is
+  const int32_t* tokens = nullptr;
+  size_t n = 0;
+  Cache* cache = nullptr;       // null: a node item
+  float* logits = nullptr;
+  clade_node_id node = -1;      // out
+  clade_seq_id seq = -1;        // out
+};
+
 struct Node {
   clade_node_id id = 0;
   Node* parent = nullptr;
@@ -43,9 +59,16 @@ class Tree {
 
   Node* get(clade_node_id id) const;  // throws CLADE_E_STATE
   clade_node_id append(clade_node_id parent, const int32_t* tokens, size_t n, float* logits);
+  // Every item evaluated in packed passes, then all added at once; on a
+  // throw nothing was added (lib/prefill.cpp).
+  void append_batch(std::vector<BatchItem>& items);
   // A node under parent holding tokens and their already evaluated KV
   // (from a promoted sequence); the caller gets a reference, as append.
   clade_node_id adopt(Node* parent, std::vector<int32_t> tokens, std::unique_ptr<KVStore> kv);
+  // adopt in two steps: the node (may throw), then its place in the tree,
+  // which never throws once nodes_ and parent->children have room.
+  std::unique_ptr<Node> make_node(Node* parent, std::vector<int32_t> tokens, std::unique_ptr<KVStore> kv) const;
+  clade_node_id attach(Node* parent, std::unique_ptr<Node> node) noexcept;
   void release(clade_node_id id);
   void ref(Node* n) { n->refs++; }
   void unref(Node* n);
@@ -59,6 +82,8 @@ class Tree {
   static void add_path(const Node* node, AttnPlan& plan);
   // The tokens of the path root .. node.
   static void path_tokens(const Node* node, std::vector<int32_t>& out);
+  const Forward& forward() const { return fwd_; }
+  uint64_t tokens_evaluated = 0;  // by appends
 
  private:
   Forward fwd_;  // the appends' passes

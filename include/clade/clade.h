@@ -356,6 +356,61 @@ CLADE_API clade_status clade_tree_append(clade_tree *tree,
                                          size_t n_tokens, float *logits,
                                          clade_node_id *out);
 
+/* ---- batch append (prepacked prefill) ---- */
+
+/* In a batch append, an item's parent may be the node made by an earlier
+   item i of the same call: CLADE_ITEM_NODE(i). */
+#define CLADE_ITEM_NODE(i) ((clade_node_id)(-2 - (int32_t)(i)))
+
+/* One item of clade_tree_append_batch: a new tree node, or a new sequence
+   of a cache with its first own tokens. */
+typedef struct clade_append_item {
+  size_t size;              /* sizeof(clade_append_item), by
+                               clade_append_item_init; every item of a call
+                               has the same size (the array's stride) */
+  clade_node_id parent;     /* an existing node, or CLADE_ITEM_NODE(i) for
+                               a node item i before this one; default 0 */
+  const clade_token *tokens;
+  size_t n_tokens;
+  clade_cache *cache;       /* NULL (default): the item is a new tree node.
+                               Else a cache of this tree: the item is a new
+                               sequence of it under parent, its tokens the
+                               sequence's first own tokens, evaluated now */
+  float *logits;            /* NULL, or n_vocab floats: the logits of the
+                               item's last token (to sample the first new
+                               token); needs n_tokens > 0 */
+  clade_node_id node;       /* out: a node item's node (the caller holds a
+                               reference, as after clade_tree_append); -1
+                               for a sequence item */
+  clade_seq_id seq;         /* out: a sequence item's sequence; -1 for a
+                               node item */
+} clade_append_item;
+
+CLADE_API void clade_append_item_init(clade_append_item *item);
+
+/* Evaluate many prompts at once: every item's tokens, attending to the
+   path above it, in forward passes of at most prefill_chunk tokens (C)
+   filled by first-fit decreasing, never padded: the weight products run
+   once per pass over all its tokens, items under the same parent read the
+   parent's KV once for all their rows (the shared-node path of
+   clade_decode), and an item longer than C is split over consecutive
+   passes. An item whose parent is an earlier item goes into a pass after
+   that item's last one. The caller never sees passes; the KV and logits
+   are those of appending the items one at a time, to rounding.
+   Atomic: on any status other than CLADE_OK (a bad parent, a token outside
+   the vocabulary, a path past the context, CLADE_CACHE_FULL, the KV
+   budget, an abort, no memory) no node and no sequence was added and
+   every handle is as before.
+   Memory: besides the items' KV, the call's activations and scratch are
+   bounded by C tokens, whatever the number and lengths of the items:
+   about C x (4 x (3 n_embd + 2 n_heads head_dim + 2 kv_heads head_dim +
+   2 n_ff) + 12 n_heads x depth) bytes, where depth is the deepest path's
+   number of nodes, plus 4 n_vocab bytes per item with logits in one pass
+   (at most C of them). n_items may be 0. */
+CLADE_API clade_status clade_tree_append_batch(clade_tree *tree,
+                                               clade_append_item *items,
+                                               size_t n_items);
+
 /* Drop the caller's reference. The node's memory is freed once no child,
    sequence or caller holds it. Releasing the root or a node already
    released by the caller is CLADE_E_STATE. */
@@ -596,6 +651,19 @@ typedef struct clade_cache_stats {
 
 CLADE_API clade_status clade_cache_get_stats(const clade_cache *cache,
                                              clade_cache_stats *stats);
+
+/* Counters of a tree's own passes (appends) since its creation. */
+typedef struct clade_tree_stats {
+  size_t size;              /* sizeof(clade_tree_stats), set by the caller */
+  uint64_t passes;          /* forward passes of appends */
+  uint64_t tokens;          /* tokens they evaluated */
+  uint64_t workspace_bytes; /* bytes of the tree's pass workspaces now
+                               (activations, plan arrays, logits; grown to
+                               the largest pass so far, never shrunk) */
+} clade_tree_stats;
+
+CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
+                                            clade_tree_stats *stats);
 
 #endif /* CLADE_EXPERIMENTAL */
 
