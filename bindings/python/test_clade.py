@@ -11,6 +11,7 @@ Environment:
                      next to the checkout); the tokenizer test is skipped without it
 """
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -272,6 +273,158 @@ class ModelTest(unittest.TestCase):
             self.assertEqual(tree.children(0), [a])
             with self.assertRaises(clade.CladeError):
                 tree.children(b)  # released: not a live node
+
+    def _all_nodes(self, tree):
+        """Every live node below the root, found through children listings."""
+        out, todo = [], [clade.Tree.ROOT]
+        while todo:
+            kids = tree.children(todo.pop())
+            out += kids
+            todo += kids
+        return sorted(out)
+
+    # A at the root; B and C under A (ItemNode(0)); two sequences of a cache
+    # under B (ItemNode(1)); every item with logits
+    BATCH_A = [5, 17, 42, 99, 3, 250, 11]
+    BATCH_B = [64, 7, 123]
+    BATCH_C = [8, 1]
+    BATCH_S = [[21, 150, 9], [299]]
+
+    def test_append_batch(self):
+        m = self.model
+        A, B, C, S = self.BATCH_A, self.BATCH_B, self.BATCH_C, self.BATCH_S
+        with clade.Tree(m, kv_type=clade.KV_F32) as tree, \
+                clade.Cache(tree, max_seqs=4, max_tokens=64) as cache:
+            # the three spellings of an item
+            got = tree.append_batch([
+                clade.AppendItem(clade.Tree.ROOT, A, want_logits=True),
+                {"parent": clade.ItemNode(0), "tokens": B, "want_logits": True},
+                (clade.ItemNode(0), C, None, True),
+                (clade.ItemNode(1), S[0], cache, True),
+                clade.AppendItem(clade.ItemNode(1), S[1], cache=cache, want_logits=True),
+            ])
+            self.assertEqual(len(got), 5)
+            na, nb, nc = (r.node for r in got[:3])
+            for r in got[:3]:
+                self.assertIsNone(r.seq)
+                self.assertGreater(r.node, 0)
+            self.assertEqual(len({na, nb, nc}), 3)
+            for n, toks, parent, path in ((na, A, 0, 0), (nb, B, na, len(A)),
+                                          (nc, C, na, len(A))):
+                self.assertEqual(tree.node_tokens(n), toks)
+                i = tree.node_info(n)
+                self.assertEqual((i["parent"], i["length"], i["path_length"]),
+                                 (parent, len(toks), path))
+            self.assertEqual(tree.children(na), [nb, nc])
+            self.assertEqual(self._all_nodes(tree), sorted([na, nb, nc]))
+            s0, s1 = got[3].seq, got[4].seq
+            for r in got[3:]:
+                self.assertIsNone(r.node)
+                self.assertIsNotNone(r.seq)
+            self.assertNotEqual(s0, s1)
+            for s, toks in ((s0, S[0]), (s1, S[1])):
+                self.assertEqual(cache.seq_node(s), nb)
+                self.assertEqual(cache.seq_tokens(s), toks)  # evaluated, not queued
+                self.assertEqual(cache.length(s), len(toks))
+            for r in got:
+                self.assertEqual(len(r.logits), m.n_vocab)
+
+            # the same, one item at a time with the single-item calls
+            with clade.Tree(m, kv_type=clade.KV_F32) as t1, \
+                    clade.Cache(t1, max_seqs=4, max_tokens=64) as c1:
+                a, la = t1.append(0, A, want_logits=True)
+                b, lb = t1.append(a, B, want_logits=True)
+                c, lc = t1.append(a, C, want_logits=True)
+                want, seqs1 = [la, lb, lc], []
+                for toks in S:
+                    q = c1.add(b, toks)
+                    (row,) = c1.decode({q: []})
+                    want.append(row)
+                    seqs1.append(q)
+                for k, (r, w) in enumerate(zip(got, want)):
+                    with self.subTest(item=k):
+                        assert_close(self, r.logits, w)
+                # the batch's sequences go on as the one-at-a-time ones
+                x = cache.decode({s0: [33], s1: [44]})
+                y = c1.decode({seqs1[0]: [33], seqs1[1]: [44]})
+                for r, w in zip(x, y):
+                    assert_close(self, r, w)
+            for n in (na, nb, nc):
+                tree.release(n)
+
+    def test_append_batch_atomic(self):
+        m = self.model
+        bad = m.n_vocab  # one past the vocabulary
+        with clade.Tree(m, kv_type=clade.KV_F32) as tree, \
+                clade.Cache(tree, max_seqs=4, max_tokens=64) as cache:
+            keep = tree.append(0, [1, 2, 3])
+            before, used = self._all_nodes(tree), tree.kv_used()
+            # a bad token in the last item: nothing added, by any item
+            for last in ((clade.ItemNode(1), [4, bad], cache, True),
+                         (clade.ItemNode(0), [bad], None, False)):
+                with self.subTest(last=last):
+                    with self.assertRaises(clade.CladeError) as e:
+                        tree.append_batch([
+                            (keep, self.BATCH_A, None, True),
+                            (clade.ItemNode(0), self.BATCH_B),
+                            (clade.ItemNode(1), [7, 8], cache, True),
+                            last,
+                        ])
+                    self.assertEqual(e.exception.status, _lib.CLADE_E_TOKEN)
+                    self.assertTrue(e.exception.message)
+                    self.assertEqual(self._all_nodes(tree), before)
+                    self.assertEqual(tree.kv_used(), used)
+                    self.assertEqual(tree.node_info(keep)["n_children"], 0)
+            # a parent that is no earlier item, or not a node item
+            for items in ([(clade.ItemNode(0), [1])],
+                          [(keep, [1]), (clade.ItemNode(5), [2])],
+                          [(keep, [1], cache), (clade.ItemNode(0), [2])]):
+                with self.subTest(items=items):
+                    n_before = self._all_nodes(tree)
+                    with self.assertRaises(clade.CladeError):
+                        tree.append_batch(items)
+                    self.assertEqual(self._all_nodes(tree), n_before)
+            # a cache of another tree is refused (the C side checks)
+            with clade.Tree(m) as other, clade.Cache(other) as foreign:
+                with self.assertRaises(clade.CladeError):
+                    tree.append_batch([(keep, [1], foreign)])
+                self.assertEqual(foreign.kv_bytes, 0)
+            # the cache has no sequence from the failed calls: all its slots
+            # are free
+            got = tree.append_batch([(keep, [9], cache)] * 4)
+            self.assertEqual(len(set(r.seq for r in got)), 4)
+            with self.assertRaises(clade.CacheFull):
+                cache.add(keep, [1])
+            # and one more is CacheFull, with nothing added
+            n_before = self._all_nodes(tree)
+            with self.assertRaises(clade.CacheFull):
+                tree.append_batch([(keep, [1]), (clade.ItemNode(0), [2], cache)])
+            self.assertEqual(self._all_nodes(tree), n_before)
+            # bad items in Python itself
+            with self.assertRaises(TypeError):
+                tree.append_batch([(keep,)])
+            with self.assertRaises(TypeError):
+                tree.append_batch([{"parent": keep, "tokens": [1], "colour": 1}])
+            with self.assertRaises(ValueError):
+                clade.ItemNode(-1)
+            tree.release(keep)
+
+    def test_append_batch_empty(self):
+        # the ctypes struct has the library's layout size, and its defaults
+        it = _lib.clade_append_item()
+        _lib.clade_append_item_init(it)
+        self.assertEqual(it.size, ctypes.sizeof(_lib.clade_append_item))
+        self.assertEqual((it.parent, it.n_tokens, it.node, it.seq), (0, 0, -1, -1))
+        self.assertEqual(_lib.CLADE_ITEM_NODE(3), -5)
+        with clade.Tree(self.model) as tree:
+            self.assertEqual(tree.append_batch([]), [])
+            self.assertEqual(tree.append_batch(iter(())), [])
+            self.assertEqual(self._all_nodes(tree), [])
+            # items without logits, an empty node item among them
+            got = tree.append_batch([(0, []), (clade.ItemNode(0), [1, 2])])
+            self.assertEqual([r.logits for r in got], [None, None])
+            self.assertEqual(tree.node_info(got[1].node)["parent"], got[0].node)
+            self.assertEqual(tree.node_info(got[0].node)["length"], 0)
 
     def test_fork(self):
         with clade.Tree(self.model, kv_type=clade.KV_F32) as tree, \

@@ -25,6 +25,7 @@ by it; one raised by a log callback is ignored.
 """
 
 import atexit
+import collections
 import ctypes
 
 from . import _lib
@@ -32,6 +33,7 @@ from . import _lib
 __all__ = [
     "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
     "Model", "Tree", "Cache", "Sampler", "Detokenizer", "generate",
+    "AppendItem", "AppendResult", "ItemNode",
     "version", "status_string", "set_log",
     "KV_F32", "KV_F16", "KV_BF16",
     "ATTENTION_AUTO", "ATTENTION_SHARED", "ATTENTION_FLAT", "ATTENTION_NONE",
@@ -328,6 +330,83 @@ class Detokenizer(_Handle):
         return self._text(p, n)
 
 
+class ItemNode:
+    """The parent of a Tree.append_batch item that is the node made by an
+    earlier item of the same call: ItemNode(i) for items[i] (a node item)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        index = int(index)
+        if index < 0:
+            raise ValueError("ItemNode: the item index must be >= 0, got %d" % index)
+        self.index = index
+
+    def __repr__(self):
+        return "ItemNode(%d)" % self.index
+
+    def __eq__(self, other):
+        return isinstance(other, ItemNode) and other.index == self.index
+
+    def __hash__(self):
+        return hash(("ItemNode", self.index))
+
+
+class AppendItem:
+    """One item of Tree.append_batch.
+
+    parent: an existing node id, or ItemNode(i) for the node of an earlier
+    item i. tokens: the item's tokens. cache: None for a new tree node,
+    else a Cache of the same tree: the item is a new sequence of it under
+    parent, with tokens as its first own tokens, evaluated by the call.
+    want_logits: also return the logits of the item's last token (needs
+    tokens)."""
+
+    __slots__ = ("parent", "tokens", "cache", "want_logits")
+
+    def __init__(self, parent, tokens, cache=None, want_logits=False):
+        self.parent = parent
+        self.tokens = tokens
+        self.cache = cache
+        self.want_logits = want_logits
+
+    def __repr__(self):
+        return "AppendItem(parent=%r, tokens=%r, cache=%r, want_logits=%r)" % (
+            self.parent, self.tokens, self.cache, self.want_logits)
+
+
+# What Tree.append_batch gives per item: node (a node item's new node, else
+# None), seq (a sequence item's new sequence, else None) and logits (a list
+# of n_vocab floats with want_logits, else None).
+AppendResult = collections.namedtuple("AppendResult", ["node", "seq", "logits"])
+
+
+def _append_item(x, i):
+    if isinstance(x, AppendItem):
+        return x
+    if isinstance(x, dict):
+        try:
+            return AppendItem(**x)
+        except TypeError as e:
+            raise TypeError("append_batch item %d: %s" % (i, e)) from None
+    if isinstance(x, (tuple, list)):
+        if not 2 <= len(x) <= 4:
+            raise TypeError("append_batch item %d: a tuple is (parent, tokens[, cache[, "
+                            "want_logits]]), got %d fields" % (i, len(x)))
+        return AppendItem(*x)
+    raise TypeError("append_batch item %d: an AppendItem, a dict or a tuple, not %s"
+                    % (i, type(x).__name__))
+
+
+def _parent_id(parent, i):
+    if isinstance(parent, ItemNode):
+        return _lib.CLADE_ITEM_NODE(parent.index)
+    if isinstance(parent, bool) or not isinstance(parent, int):
+        raise TypeError("append_batch item %d: parent is a node id or an ItemNode, not %s"
+                        % (i, type(parent).__name__))
+    return parent
+
+
 class Tree(_Handle):
     """The shared-cache tree of a model. Node 0 is the root.
 
@@ -381,6 +460,65 @@ class Tree(_Handle):
 
     def release(self, node):
         _check(_lib.clade_tree_release(self._get(), node))
+
+    def append_batch(self, items):
+        """Evaluate many items (new nodes and new sequences with their first
+        tokens) at once, in packed forward passes: clade_tree_append_batch.
+
+        Each item is an AppendItem, a dict of its fields, or a tuple
+        (parent, tokens[, cache[, want_logits]]); parent is a node id or
+        ItemNode(i), the node of an earlier node item i. Returns one
+        AppendResult(node, seq, logits) per item, in order. The caller holds
+        a reference to each new node (release() it); a new sequence's
+        tokens are already evaluated (its next decode needs new tokens).
+
+        Atomic: on any failure (CladeError, or CacheFull, KVBudgetExceeded,
+        ContextFull, Stopped) no node and no sequence was added. The logits
+        and KV are those of appending the items one at a time, to rounding.
+        """
+        if _lib.clade_tree_append_batch is None:
+            raise CladeError(_lib.CLADE_E_UNSUPPORTED,
+                             "the clade library loaded (%s) has no clade_tree_append_batch"
+                             % version())
+        items = [_append_item(x, i) for i, x in enumerate(items)]
+        h = self._get()
+        n = len(items)
+        arr = (_lib.clade_append_item * max(n, 1))()
+        keep = []    # the token arrays, alive until the call returns
+        logits = []  # per item: a ctypes float array or None
+        for i, it in enumerate(items):
+            c = arr[i]
+            _lib.clade_append_item_init(ctypes.byref(c))
+            c.size = ctypes.sizeof(_lib.clade_append_item)  # the array's stride
+            c.parent = _parent_id(it.parent, i)
+            toks, count = _tokens(it.tokens)
+            keep.append(toks)
+            c.tokens = toks
+            c.n_tokens = count
+            if it.cache is not None:
+                if not isinstance(it.cache, Cache):
+                    raise TypeError("append_batch item %d: cache is a clade.Cache or None, not %s"
+                                    % (i, type(it.cache).__name__))
+                c.cache = it.cache._get()
+            row = (ctypes.c_float * self._n_vocab)() if it.want_logits else None
+            logits.append(row)
+            if row is not None:
+                c.logits = row
+        self._abort_exc[0] = None
+        st = _lib.clade_tree_append_batch(h, arr, n)
+        if st != _lib.CLADE_OK:
+            self._raise_stopped(st)
+        out = []
+        for i, it in enumerate(items):
+            c = arr[i]
+            row = list(logits[i]) if logits[i] is not None else None
+            if it.cache is not None:
+                it.cache._queued[c.seq] = 0  # evaluated by this call
+                out.append(AppendResult(None, c.seq, row))
+            else:
+                out.append(AppendResult(c.node, None, row))
+        return out
+
 
     def node_info(self, node):
         i = _lib.clade_node_info()

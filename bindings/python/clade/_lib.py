@@ -57,6 +57,15 @@ def _fn(name, restype, argtypes):
     return f
 
 
+def _fn_opt(name, restype, argtypes):
+    """As _fn, for a function newer than clade 1.0.0: None when the library
+    loaded lacks it (the Pythonic layer then raises CLADE_E_UNSUPPORTED)."""
+    try:
+        return _fn(name, restype, argtypes)
+    except AttributeError:
+        return None
+
+
 # int clade_version_number(void);
 clade_version_number = _fn("clade_version_number", c_int, [])
 # const char *clade_version_string(void);
@@ -312,6 +321,34 @@ clade_tree_append = _fn("clade_tree_append", clade_status,
                          POINTER(c_float), POINTER(clade_node_id)])
 # clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
 clade_tree_release = _fn("clade_tree_release", clade_status, [clade_tree_p, clade_node_id])
+
+# ---- batch append (prepacked prefill) ----
+
+
+# #define CLADE_ITEM_NODE(i) ((clade_node_id)(-2 - (int32_t)(i)))
+def CLADE_ITEM_NODE(i):
+    return -2 - int(i)
+
+
+class clade_append_item(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("parent", clade_node_id),
+        ("tokens", POINTER(clade_token)),
+        ("n_tokens", c_size_t),
+        ("cache", clade_cache_p),
+        ("logits", POINTER(c_float)),
+        ("node", clade_node_id),
+        ("seq", clade_seq_id),
+    ]
+
+
+# void clade_append_item_init(clade_append_item *item);
+clade_append_item_init = _fn_opt("clade_append_item_init", None, [POINTER(clade_append_item)])
+# clade_status clade_tree_append_batch(clade_tree *tree, clade_append_item *items,
+#                                      size_t n_items);
+clade_tree_append_batch = _fn_opt("clade_tree_append_batch", clade_status,
+                                  [clade_tree_p, POINTER(clade_append_item), c_size_t])
 
 
 class clade_node_info(Structure):
