@@ -601,6 +601,94 @@ unsafe extern "C" fn abort_trampoline(user: *mut c_void) -> i32 {
     }
 }
 
+/// The parent of an [`AppendItem`]: an existing node, or the node made by
+/// the earlier item of the same [`Tree::append_batch`] call at this index
+/// (CLADE_ITEM_NODE). A [`NodeId`] converts into `Parent::Node`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Parent {
+    Node(NodeId),
+    Item(usize),
+}
+
+impl From<NodeId> for Parent {
+    fn from(n: NodeId) -> Parent {
+        Parent::Node(n)
+    }
+}
+
+/// One item of [`Tree::append_batch`], built as
+/// `AppendItem::node(parent, &tokens)` (a new tree node) or
+/// `AppendItem::seq(&cache, parent, &tokens)` (a new sequence of the cache
+/// under parent, its tokens evaluated by the call), then
+/// `.with_logits()` for the logits of its last token. `parent` is a
+/// [`NodeId`] or a [`Parent`]: `Parent::Item(i)` is the node of the earlier
+/// node item i.
+#[derive(Clone, Copy)]
+pub struct AppendItem<'a> {
+    parent: Parent,
+    tokens: &'a [Token],
+    cache: Option<&'a Cache>,
+    want_logits: bool,
+}
+
+impl<'a> AppendItem<'a> {
+    /// A new tree node of `tokens` under `parent`.
+    pub fn node(parent: impl Into<Parent>, tokens: &'a [Token]) -> Self {
+        AppendItem { parent: parent.into(), tokens, cache: None, want_logits: false }
+    }
+
+    /// A new sequence of `cache` (a cache of the tree the batch goes to)
+    /// under `parent`, with `tokens` as its first own tokens.
+    pub fn seq(cache: &'a Cache, parent: impl Into<Parent>, tokens: &'a [Token]) -> Self {
+        AppendItem { parent: parent.into(), tokens, cache: Some(cache), want_logits: false }
+    }
+
+    /// Also return the logits of the item's last token (needs tokens).
+    pub fn with_logits(mut self) -> Self {
+        self.want_logits = true;
+        self
+    }
+
+    /// Set whether the logits of the item's last token come back.
+    pub fn logits(mut self, want: bool) -> Self {
+        self.want_logits = want;
+        self
+    }
+
+    pub fn parent(&self) -> Parent {
+        self.parent
+    }
+
+    pub fn tokens(&self) -> &'a [Token] {
+        self.tokens
+    }
+
+    pub fn is_seq(&self) -> bool {
+        self.cache.is_some()
+    }
+}
+
+impl fmt::Debug for AppendItem<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AppendItem")
+            .field("parent", &self.parent)
+            .field("tokens", &self.tokens)
+            .field("seq", &self.cache.is_some())
+            .field("want_logits", &self.want_logits)
+            .finish()
+    }
+}
+
+/// What [`Tree::append_batch`] gives for one item: the new node of a node
+/// item or the new sequence of a sequence item (the other is None), and
+/// the logits of its last token when asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendResult {
+    pub node: Option<NodeId>,
+    pub seq: Option<SeqId>,
+    pub logits: Option<Vec<f32>>,
+}
+
 /// What a tree and its caches share: the lock that keeps their C calls
 /// from overlapping (the header's threading rule), and the abort callback.
 /// Held by the Tree and every Cache made from it; it goes when the last of
@@ -730,6 +818,69 @@ impl Tree {
             sys::clade_tree_append(self.as_ptr(), parent, tokens.as_ptr(), tokens.len(), logits, &mut out)
         })?;
         Ok(out)
+    }
+
+    /// Evaluate many items at once (clade_tree_append_batch): new nodes, and
+    /// new sequences of this tree's caches with their first own tokens, in
+    /// forward passes packed over all the items. Returns one
+    /// [`AppendResult`] per item, in order. The caller holds a reference to
+    /// each new node ([`Tree::release`] it); a new sequence's tokens are
+    /// evaluated by this call, not queued. The logits and KV are those of
+    /// appending the items one at a time, to rounding.
+    ///
+    /// Atomic: on any error (a bad parent, a token outside the vocabulary,
+    /// ErrorKind::CacheFull, KvBudget, ContextFull, Stopped) no node and no
+    /// sequence was added. An item whose cache belongs to another tree is
+    /// ErrorKind::InvalidArg (checked here, since only this tree's lock is
+    /// held, and again by C). A panic in the abort callback is resumed here.
+    pub fn append_batch(&self, items: &[AppendItem<'_>]) -> Result<Vec<AppendResult>> {
+        let mut rows: Vec<Option<Vec<f32>>> =
+            items.iter().map(|it| if it.want_logits { Some(vec![0f32; self.n_vocab]) } else { None }).collect();
+        let mut raw: Vec<sys::clade_append_item> = Vec::with_capacity(items.len());
+        for (i, (it, row)) in items.iter().zip(rows.iter_mut()).enumerate() {
+            let mut c = MaybeUninit::<sys::clade_append_item>::zeroed();
+            let mut c = unsafe {
+                sys::clade_append_item_init(c.as_mut_ptr());
+                c.assume_init()
+            };
+            c.size = std::mem::size_of::<sys::clade_append_item>(); // the array's stride
+            c.parent = match it.parent {
+                Parent::Node(n) => n,
+                Parent::Item(k) => i32::try_from(k).ok().and_then(|k| (-2i32).checked_sub(k)).ok_or_else(|| {
+                    Error::new(sys::CLADE_E_INVALID_ARG, format!("append_batch item {i}: item index {k} out of range"))
+                })?,
+            };
+            c.tokens = it.tokens.as_ptr();
+            c.n_tokens = it.tokens.len();
+            if let Some(cache) = it.cache {
+                if !Arc::ptr_eq(&cache.shared, &self.shared) {
+                    return Err(Error::new(sys::CLADE_E_INVALID_ARG,
+                                          format!("append_batch item {i}: the cache belongs to another tree")));
+                }
+                c.cache = cache.as_ptr();
+            }
+            if let Some(r) = row {
+                c.logits = r.as_mut_ptr();
+            }
+            raw.push(c);
+        }
+        let n = raw.len();
+        let p = raw.as_mut_ptr();
+        self.shared.run(|| unsafe { sys::clade_tree_append_batch(self.as_ptr(), p, n) })?;
+        // A new sequence's slot in its Cache's queue count is 0 already: a
+        // slot is zeroed when its sequence goes, and this one queued nothing.
+        Ok(raw
+            .iter()
+            .zip(items)
+            .zip(rows)
+            .map(|((c, it), logits)| {
+                if it.cache.is_some() {
+                    AppendResult { node: None, seq: Some(c.seq), logits }
+                } else {
+                    AppendResult { node: Some(c.node), seq: None, logits }
+                }
+            })
+            .collect())
     }
 
     /// Drop the caller's reference to a node.

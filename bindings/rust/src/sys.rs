@@ -184,6 +184,28 @@ pub struct clade_cache_params {
     pub attention: clade_attention,
 }
 
+// ---- batch append (prepacked prefill) ----
+
+/// `#define CLADE_ITEM_NODE(i) ((clade_node_id)(-2 - (int32_t)(i)))`: in a
+/// batch append, the parent that is the node of an earlier item i.
+#[allow(non_snake_case)]
+pub const fn CLADE_ITEM_NODE(i: i32) -> clade_node_id {
+    -2 - i
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_append_item {
+    pub size: usize,
+    pub parent: clade_node_id,
+    pub tokens: *const clade_token,
+    pub n_tokens: usize,
+    pub cache: *mut clade_cache,
+    pub logits: *mut f32,
+    pub node: clade_node_id,
+    pub seq: clade_seq_id,
+}
+
 pub const CLADE_SEQ_PRIVATE: u32 = 1;
 
 #[repr(C)]
@@ -333,6 +355,15 @@ extern "C" {
         n_tokens: usize,
         logits: *mut f32,
         out: *mut clade_node_id,
+    ) -> clade_status;
+    // void clade_append_item_init(clade_append_item *item);
+    pub fn clade_append_item_init(item: *mut clade_append_item);
+    // clade_status clade_tree_append_batch(clade_tree *tree, clade_append_item *items,
+    //                                      size_t n_items);
+    pub fn clade_tree_append_batch(
+        tree: *mut clade_tree,
+        items: *mut clade_append_item,
+        n_items: usize,
     ) -> clade_status;
     // clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
     pub fn clade_tree_release(tree: *mut clade_tree, node: clade_node_id) -> clade_status;

@@ -508,3 +508,177 @@ fn model_dropped_first() {
     drop(tree);
     drop(c);
 }
+
+// ---- batch append --------------------------------------------------------------------
+
+/// Every live node below the root, found through children listings.
+fn all_nodes(tree: &Tree) -> Vec<clade::NodeId> {
+    let (mut out, mut todo) = (Vec::new(), vec![ROOT]);
+    while let Some(n) = todo.pop() {
+        let kids = tree.children(n).unwrap();
+        out.extend_from_slice(&kids);
+        todo.extend_from_slice(&kids);
+    }
+    out.sort();
+    out
+}
+
+// A at the root; B and C under A (item 0); two sequences of a cache under B
+// (item 1); every item with logits.
+const BATCH_A: [Token; 7] = [5, 17, 42, 99, 3, 250, 11];
+const BATCH_B: [Token; 3] = [64, 7, 123];
+const BATCH_C: [Token; 2] = [8, 1];
+const BATCH_S0: [Token; 3] = [21, 150, 9];
+const BATCH_S1: [Token; 1] = [299];
+
+#[test]
+fn append_batch() {
+    use clade::{AppendItem, Parent};
+    let m = small_model();
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 4, 64);
+    let got = tree
+        .append_batch(&[
+            AppendItem::node(ROOT, &BATCH_A).with_logits(),
+            AppendItem::node(Parent::Item(0), &BATCH_B).with_logits(),
+            AppendItem::node(Parent::Item(0), &BATCH_C).logits(true),
+            AppendItem::seq(&c, Parent::Item(1), &BATCH_S0).with_logits(),
+            AppendItem::seq(&c, Parent::Item(1), &BATCH_S1).with_logits(),
+        ])
+        .unwrap();
+    assert_eq!(got.len(), 5);
+    let nodes: Vec<_> = got[..3].iter().map(|r| r.node.expect("a node item gives a node")).collect();
+    let (na, nb, nc) = (nodes[0], nodes[1], nodes[2]);
+    assert!(got[..3].iter().all(|r| r.seq.is_none()));
+    assert!(na > 0 && nb > 0 && nc > 0 && na != nb && nb != nc && na != nc);
+    for (n, toks, parent, path) in [(na, &BATCH_A[..], ROOT, 0), (nb, &BATCH_B[..], na, 7), (nc, &BATCH_C[..], na, 7)] {
+        assert_eq!(tree.node_tokens(n).unwrap(), toks);
+        let i = tree.node_info(n).unwrap();
+        assert_eq!((i.parent, i.length, i.path_length), (Some(parent), toks.len() as i32, path));
+    }
+    assert_eq!(tree.children(na).unwrap(), vec![nb, nc]);
+    let mut sorted = nodes.clone();
+    sorted.sort();
+    assert_eq!(all_nodes(&tree), sorted);
+    let (s0, s1) = (got[3].seq.unwrap(), got[4].seq.unwrap());
+    assert!(got[3..].iter().all(|r| r.node.is_none()));
+    assert_ne!(s0, s1);
+    for (s, toks) in [(s0, &BATCH_S0[..]), (s1, &BATCH_S1[..])] {
+        assert_eq!(c.seq_node(s).unwrap(), nb);
+        assert_eq!(c.seq_tokens(s).unwrap(), toks); // evaluated, not queued
+        assert_eq!(c.length(s).unwrap(), toks.len() as i32);
+    }
+    assert!(got.iter().all(|r| r.logits.as_ref().map(|l| l.len()) == Some(300)));
+
+    // the same, one item at a time with the single-item calls
+    let t1 = f32_tree(&m);
+    let mut c1 = cache(&t1, 4, 64);
+    let (a, la) = t1.append_logits(ROOT, &BATCH_A).unwrap();
+    let (b, lb) = t1.append_logits(a, &BATCH_B).unwrap();
+    let (_, lc) = t1.append_logits(a, &BATCH_C).unwrap();
+    let mut want = vec![la, lb, lc];
+    let mut seqs1 = Vec::new();
+    for toks in [&BATCH_S0[..], &BATCH_S1[..]] {
+        let q = c1.add(b, toks, false).unwrap();
+        want.push(one(&mut c1, q, &[]).unwrap());
+        seqs1.push(q);
+    }
+    for (r, w) in got.iter().zip(&want) {
+        assert_close(r.logits.as_ref().unwrap(), w, 1e-4);
+    }
+    // the batch's sequences go on as the one-at-a-time ones (a decode with
+    // no new tokens gives no row: nothing is queued)
+    let x = c.decode(&[(s0, &[33][..]), (s1, &[44][..])], false).unwrap();
+    let y = c1.decode(&[(seqs1[0], &[33][..]), (seqs1[1], &[44][..])], false).unwrap();
+    assert_eq!(x.len(), 2);
+    for (r, w) in x.iter().zip(&y) {
+        assert_close(r, w, 1e-4);
+    }
+    for n in nodes {
+        tree.release(n).unwrap();
+    }
+}
+
+#[test]
+fn append_batch_atomic() {
+    use clade::{AppendItem, Parent};
+    let m = small_model();
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 4, 64);
+    let keep = tree.append(ROOT, &[1, 2, 3]).unwrap();
+    let (before, used) = (all_nodes(&tree), tree.kv_used());
+    let bad = m.n_vocab() as Token;
+    let bad_seq = [4, bad];
+    let bad_node = [bad];
+    let lasts = [
+        AppendItem::seq(&c, Parent::Item(1), &bad_seq).with_logits(),
+        AppendItem::node(Parent::Item(0), &bad_node),
+    ];
+    for last in lasts {
+        let e = tree
+            .append_batch(&[
+                AppendItem::node(keep, &BATCH_A).with_logits(),
+                AppendItem::node(Parent::Item(0), &BATCH_B),
+                AppendItem::seq(&c, Parent::Item(1), &[7, 8]).with_logits(),
+                last,
+            ])
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Token, "{e}");
+        assert!(!e.message.is_empty());
+        assert_eq!(all_nodes(&tree), before, "nothing added");
+        assert_eq!(tree.kv_used(), used);
+        assert_eq!(tree.node_info(keep).unwrap().n_children, 0);
+    }
+    // parents that are no earlier node item
+    for items in [
+        vec![AppendItem::node(Parent::Item(0), &[1])],
+        vec![AppendItem::node(keep, &[1]), AppendItem::node(Parent::Item(5), &[2])],
+        vec![AppendItem::seq(&c, keep, &[1]), AppendItem::node(Parent::Item(0), &[2])],
+        vec![AppendItem::node(Parent::Item(usize::MAX), &[2])],
+    ] {
+        assert!(tree.append_batch(&items).is_err(), "{items:?}");
+        assert_eq!(all_nodes(&tree), before);
+    }
+    // a cache of another tree
+    let other = f32_tree(&m);
+    let foreign = cache(&other, 2, 16);
+    let e = tree.append_batch(&[AppendItem::seq(&foreign, keep, &[1])]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArg);
+    assert_eq!(foreign.kv_bytes(), 0);
+    // the failed calls added no sequence: all four slots are free
+    let four: Vec<_> = (0..4).map(|_| AppendItem::seq(&c, keep, &[9])).collect();
+    let got = tree.append_batch(&four).unwrap();
+    let mut seqs: Vec<_> = got.iter().map(|r| r.seq.unwrap()).collect();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 4);
+    assert_eq!(c.add(keep, &[1], false).unwrap_err().kind, ErrorKind::CacheFull);
+    let e = tree.append_batch(&[AppendItem::node(keep, &[1]), AppendItem::seq(&c, Parent::Item(0), &[2])]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::CacheFull);
+    assert_eq!(all_nodes(&tree), before);
+    tree.release(keep).unwrap();
+}
+
+#[test]
+fn append_batch_empty() {
+    use clade::{AppendItem, Parent};
+    let m = small_model();
+    // the repr(C) struct has the library's layout size, and its defaults
+    let mut it = std::mem::MaybeUninit::<clade::sys::clade_append_item>::zeroed();
+    let it = unsafe {
+        clade::sys::clade_append_item_init(it.as_mut_ptr());
+        it.assume_init()
+    };
+    assert_eq!(it.size, std::mem::size_of::<clade::sys::clade_append_item>());
+    assert_eq!((it.parent, it.n_tokens, it.node, it.seq), (0, 0, -1, -1));
+    assert_eq!(clade::sys::CLADE_ITEM_NODE(3), -5);
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    assert!(tree.append_batch(&[]).unwrap().is_empty());
+    assert!(all_nodes(&tree).is_empty());
+    // items without logits, an empty node item among them
+    let got = tree.append_batch(&[AppendItem::node(ROOT, &[]), AppendItem::node(Parent::Item(0), &[1, 2])]).unwrap();
+    assert!(got.iter().all(|r| r.logits.is_none() && r.seq.is_none()));
+    let (n0, n1) = (got[0].node.unwrap(), got[1].node.unwrap());
+    assert_eq!(tree.node_info(n1).unwrap().parent, Some(n0));
+    assert_eq!(tree.node_info(n0).unwrap().length, 0);
+}
