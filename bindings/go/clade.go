@@ -797,6 +797,140 @@ func (t *Tree) SetAbort(f func() bool) error {
 	})
 }
 
+// ---- batch append ----------------------------------------------------------------
+
+// ItemNode is the parent that is the node made by the earlier item i (>= 0)
+// of the same AppendBatch call: CLADE_ITEM_NODE(i).
+func ItemNode(i int) NodeID { return NodeID(-2 - int32(i)) }
+
+// AppendItem is one item of Tree.AppendBatch: a new tree node (Cache nil), or
+// a new sequence of Cache under Parent with Tokens as its first own tokens,
+// evaluated by the call. Parent is an existing node or ItemNode(i) for an
+// earlier node item i. WantLogits: the logits of the item's last token come
+// back (needs Tokens).
+type AppendItem struct {
+	Parent     NodeID
+	Tokens     []Token
+	Cache      *Cache
+	WantLogits bool
+}
+
+// AppendResult is what AppendBatch gives for one item: the new node of a
+// node item (Seq is -1) or the new sequence of a sequence item (Node is -1),
+// and its logits (nil unless WantLogits).
+type AppendResult struct {
+	Node   NodeID
+	Seq    SeqID
+	Logits []float32
+}
+
+// AppendBatch evaluates many items at once (clade_tree_append_batch): new
+// nodes, and new sequences of this tree's caches with their first tokens, in
+// forward passes packed over all the items. It returns one AppendResult per
+// item, in order. The caller holds a reference to each new node (Release
+// it); a new sequence's tokens are evaluated, not queued. The logits and KV
+// are those of appending the items one at a time, to rounding.
+//
+// Atomic: on any error (a bad parent, a token outside the vocabulary,
+// StatusCacheFull, StatusKVBudget, StatusContextFull, StatusStopped) no node
+// and no sequence was added. A cache of another tree is StatusInvalidArg
+// (checked here, since only this tree's mutex is held, and again by C). A
+// panic in the abort callback is raised again here.
+func (t *Tree) AppendBatch(items []AppendItem) ([]AppendResult, error) {
+	n := len(items)
+	nv := t.nVocab
+	nTok, nRows := 0, 0
+	for i, it := range items {
+		nTok += len(it.Tokens)
+		if it.WantLogits {
+			nRows++
+		}
+		if it.Cache != nil && it.Cache.tree != t {
+			return nil, &Error{Status: StatusInvalidArg,
+				Msg: fmt.Sprintf("AppendBatch item %d: the cache belongs to another tree", i)}
+		}
+	}
+	// The items hold pointers, so they and everything they point to live in
+	// C memory (cgo: no Go pointer to Go pointers); Go 1.19 has no Pinner.
+	alloc := func(n int, elem uintptr) (unsafe.Pointer, int) {
+		if n == 0 {
+			n = 1
+		}
+		return C.malloc(C.size_t(uintptr(n) * elem)), n
+	}
+	stride := unsafe.Sizeof(C.clade_append_item{})
+	pa, na := alloc(n, stride)
+	pt, nt := alloc(nTok, unsafe.Sizeof(C.clade_token(0)))
+	pl, nl := alloc(nRows*nv, unsafe.Sizeof(C.float(0)))
+	defer C.free(pa)
+	defer C.free(pt)
+	defer C.free(pl)
+	if pa == nil || pt == nil || pl == nil {
+		return nil, &Error{Status: StatusNoMem, Msg: "AppendBatch: out of memory"}
+	}
+	arr := unsafe.Slice((*C.clade_append_item)(pa), na)
+	toks := unsafe.Slice((*C.clade_token)(pt), nt)
+	logits := unsafe.Slice((*C.float)(pl), nl)
+	row := make([]int, n) // the item's logits row, or -1
+	k, r := 0, 0
+	for i, it := range items {
+		c := &arr[i]
+		C.clade_append_item_init(c)
+		c.size = C.size_t(stride) // the array's stride
+		c.parent = C.clade_node_id(it.Parent)
+		if len(it.Tokens) > 0 {
+			c.tokens = &toks[k]
+			for _, tok := range it.Tokens {
+				toks[k] = C.clade_token(tok)
+				k++
+			}
+		}
+		c.n_tokens = C.size_t(len(it.Tokens))
+		row[i] = -1
+		if it.WantLogits {
+			row[i] = r
+			c.logits = &logits[r*nv]
+			r++
+		}
+	}
+	err := t.abortable(func() error {
+		if t.p == nil {
+			return closedErr("tree")
+		}
+		// The caches' handles, read under the mutex they share with t.
+		for i, it := range items {
+			if it.Cache != nil {
+				if it.Cache.p == nil {
+					return &Error{Status: StatusState, Msg: fmt.Sprintf("AppendBatch item %d: cache is closed", i)}
+				}
+				arr[i].cache = it.Cache.p
+			}
+		}
+		return check(func() C.clade_status { return C.clade_tree_append_batch(t.p, &arr[0], C.size_t(n)) })
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AppendResult, n)
+	for i, it := range items {
+		out[i] = AppendResult{Node: NodeID(arr[i].node), Seq: SeqID(arr[i].seq)}
+		if it.Cache != nil {
+			out[i].Node = -1
+			it.Cache.queued[out[i].Seq] = 0 // evaluated by this call
+		} else {
+			out[i].Seq = -1
+		}
+		if row[i] >= 0 {
+			l := make([]float32, nv)
+			for j := range l {
+				l[j] = float32(logits[row[i]*nv+j])
+			}
+			out[i].Logits = l
+		}
+	}
+	return out, nil
+}
+
 // ---- cache ---------------------------------------------------------------------
 
 // CacheParams are clade_cache_params.

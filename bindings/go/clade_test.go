@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -775,5 +776,258 @@ func TestTokenizerRoundTrip(t *testing.T) {
 	ok(t, d.Close())
 	if string(buf) != "Hello world" {
 		t.Fatalf("after the model's Close: %q", buf)
+	}
+}
+
+// ---- batch append ----------------------------------------------------------------
+
+// allNodes lists every live node below the root, through Children.
+func allNodes(t *testing.T, tree *Tree) []NodeID {
+	t.Helper()
+	var out []NodeID
+	todo := []NodeID{Root}
+	for len(todo) > 0 {
+		n := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		kids := must(tree.Children(n))
+		out = append(out, kids...)
+		todo = append(todo, kids...)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// A at the root; B and C under A (item 0); two sequences of a cache under B
+// (item 1); every item with logits.
+var (
+	batchA  = []Token{5, 17, 42, 99, 3, 250, 11}
+	batchB  = []Token{64, 7, 123}
+	batchC  = []Token{8, 1}
+	batchS0 = []Token{21, 150, 9}
+	batchS1 = []Token{299}
+)
+
+func f32Tree(t *testing.T, m *Model) *Tree {
+	t.Helper()
+	tree := must(m.NewTree(&TreeParams{KVType: KVF32}))
+	t.Cleanup(func() { tree.Close() })
+	return tree
+}
+
+func newCache(t *testing.T, tree *Tree, maxSeqs, maxTokens int) *Cache {
+	t.Helper()
+	p := DefaultCacheParams()
+	p.MaxSeqs, p.MaxTokens = maxSeqs, maxTokens
+	c := must(tree.NewCache(&p))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestAppendBatch(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := f32Tree(t, m)
+	c := newCache(t, tree, 4, 64)
+	got := must(tree.AppendBatch([]AppendItem{
+		{Parent: Root, Tokens: batchA, WantLogits: true},
+		{Parent: ItemNode(0), Tokens: batchB, WantLogits: true},
+		{Parent: ItemNode(0), Tokens: batchC, WantLogits: true},
+		{Parent: ItemNode(1), Tokens: batchS0, Cache: c, WantLogits: true},
+		{Parent: ItemNode(1), Tokens: batchS1, Cache: c, WantLogits: true},
+	}))
+	if len(got) != 5 {
+		t.Fatalf("%d results", len(got))
+	}
+	na, nb, nc := got[0].Node, got[1].Node, got[2].Node
+	for _, r := range got[:3] {
+		if r.Node <= 0 || r.Seq != -1 {
+			t.Fatalf("node item gave %+v", r)
+		}
+	}
+	if na == nb || nb == nc || na == nc {
+		t.Fatal(na, nb, nc)
+	}
+	for _, x := range []struct {
+		n, parent NodeID
+		toks      []Token
+		path      int
+	}{{na, Root, batchA, 0}, {nb, na, batchB, len(batchA)}, {nc, na, batchC, len(batchA)}} {
+		if toks := must(tree.NodeTokens(x.n)); !equal(toks, x.toks) {
+			t.Fatalf("node %d tokens %v, want %v", x.n, toks, x.toks)
+		}
+		i := must(tree.NodeInfo(x.n))
+		if i.Parent != x.parent || i.Length != len(x.toks) || i.PathLength != x.path {
+			t.Fatalf("node %d: %+v", x.n, i)
+		}
+	}
+	if ch := must(tree.Children(na)); !equalNodes(ch, []NodeID{nb, nc}) {
+		t.Fatal(ch)
+	}
+	want3 := []NodeID{na, nb, nc}
+	sort.Slice(want3, func(i, j int) bool { return want3[i] < want3[j] })
+	if all := allNodes(t, tree); !equalNodes(all, want3) {
+		t.Fatalf("nodes %v, want %v", all, want3)
+	}
+	s0, s1 := got[3].Seq, got[4].Seq
+	for _, r := range got[3:] {
+		if r.Node != -1 || r.Seq < 0 {
+			t.Fatalf("sequence item gave %+v", r)
+		}
+	}
+	if s0 == s1 {
+		t.Fatal(s0)
+	}
+	for _, x := range []struct {
+		s    SeqID
+		toks []Token
+	}{{s0, batchS0}, {s1, batchS1}} {
+		if n := must(c.SeqNode(x.s)); n != nb {
+			t.Fatalf("seq %d under %d, want %d", x.s, n, nb)
+		}
+		if toks := must(c.SeqTokens(x.s)); !equal(toks, x.toks) { // evaluated, not queued
+			t.Fatalf("seq %d tokens %v", x.s, toks)
+		}
+	}
+	for _, r := range got {
+		if len(r.Logits) != 300 {
+			t.Fatalf("%d logits", len(r.Logits))
+		}
+	}
+
+	// the same, one item at a time with the single-item calls
+	t1 := f32Tree(t, m)
+	c1 := newCache(t, t1, 4, 64)
+	a, la := must2(t1.Append(Root, batchA, true))
+	b, lb := must2(t1.Append(a, batchB, true))
+	_, lc := must2(t1.Append(a, batchC, true))
+	want := [][]float32{la, lb, lc}
+	var seqs1 []SeqID
+	for _, toks := range [][]Token{batchS0, batchS1} {
+		q := must(c1.Add(b, toks, false))
+		want = append(want, must(one(c1, q)))
+		seqs1 = append(seqs1, q)
+	}
+	for i := range got {
+		assertClose(t, got[i].Logits, want[i], 1e-4)
+	}
+	// the batch's sequences go on as the one-at-a-time ones
+	x := must(c.Decode([]Step{{s0, []Token{33}}, {s1, []Token{44}}}, false))
+	y := must(c1.Decode([]Step{{seqs1[0], []Token{33}}, {seqs1[1], []Token{44}}}, false))
+	if len(x) != 2 {
+		t.Fatalf("%d rows", len(x))
+	}
+	for i := range x {
+		assertClose(t, x[i], y[i], 1e-4)
+	}
+	for _, n := range []NodeID{na, nb, nc} {
+		ok(t, tree.Release(n))
+	}
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}
+
+func TestAppendBatchAtomic(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := f32Tree(t, m)
+	c := newCache(t, tree, 4, 64)
+	keep, _ := must2(tree.Append(Root, []Token{1, 2, 3}, false))
+	before, used := allNodes(t, tree), tree.KVUsed()
+	bad := Token(m.NVocab())
+	for _, last := range []AppendItem{
+		{Parent: ItemNode(1), Tokens: []Token{4, bad}, Cache: c, WantLogits: true},
+		{Parent: ItemNode(0), Tokens: []Token{bad}},
+	} {
+		_, err := tree.AppendBatch([]AppendItem{
+			{Parent: keep, Tokens: batchA, WantLogits: true},
+			{Parent: ItemNode(0), Tokens: batchB},
+			{Parent: ItemNode(1), Tokens: []Token{7, 8}, Cache: c, WantLogits: true},
+			last,
+		})
+		wantStatus(t, err, StatusToken)
+		if all := allNodes(t, tree); !equalNodes(all, before) {
+			t.Fatalf("nodes %v after a failed batch, want %v", all, before)
+		}
+		if u := tree.KVUsed(); u != used {
+			t.Fatalf("KV used %d, want %d", u, used)
+		}
+		if i := must(tree.NodeInfo(keep)); i.NChildren != 0 {
+			t.Fatal(i)
+		}
+	}
+	// parents that are no earlier node item
+	for _, items := range [][]AppendItem{
+		{{Parent: ItemNode(0), Tokens: []Token{1}}},
+		{{Parent: keep, Tokens: []Token{1}}, {Parent: ItemNode(5), Tokens: []Token{2}}},
+		{{Parent: keep, Tokens: []Token{1}, Cache: c}, {Parent: ItemNode(0), Tokens: []Token{2}}},
+	} {
+		if _, err := tree.AppendBatch(items); err == nil {
+			t.Fatalf("%+v: no error", items)
+		}
+		if all := allNodes(t, tree); !equalNodes(all, before) {
+			t.Fatal(all)
+		}
+	}
+	// a cache of another tree, and a closed cache
+	other := f32Tree(t, m)
+	foreign := newCache(t, other, 2, 16)
+	_, err := tree.AppendBatch([]AppendItem{{Parent: keep, Tokens: []Token{1}, Cache: foreign}})
+	wantStatus(t, err, StatusInvalidArg)
+	closed := newCache(t, tree, 1, 16)
+	closed.Close()
+	_, err = tree.AppendBatch([]AppendItem{{Parent: keep, Tokens: []Token{1}, Cache: closed}})
+	wantStatus(t, err, StatusState)
+	// the failed calls added no sequence: all four slots are free
+	four := make([]AppendItem, 4)
+	for i := range four {
+		four[i] = AppendItem{Parent: keep, Tokens: []Token{9}, Cache: c}
+	}
+	got := must(tree.AppendBatch(four))
+	seen := map[SeqID]bool{}
+	for _, r := range got {
+		seen[r.Seq] = true
+	}
+	if len(seen) != 4 {
+		t.Fatal(got)
+	}
+	_, err = c.Add(keep, []Token{1}, false)
+	wantStatus(t, err, StatusCacheFull)
+	_, err = tree.AppendBatch([]AppendItem{{Parent: keep, Tokens: []Token{1}},
+		{Parent: ItemNode(0), Tokens: []Token{2}, Cache: c}})
+	wantStatus(t, err, StatusCacheFull)
+	if all := allNodes(t, tree); !equalNodes(all, before) {
+		t.Fatal(all)
+	}
+	ok(t, tree.Release(keep))
+}
+
+func TestAppendBatchEmpty(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	if got := must(tree.AppendBatch(nil)); len(got) != 0 {
+		t.Fatal(got)
+	}
+	if all := allNodes(t, tree); len(all) != 0 {
+		t.Fatal(all)
+	}
+	// items without logits, an empty node item among them
+	got := must(tree.AppendBatch([]AppendItem{{Parent: Root}, {Parent: ItemNode(0), Tokens: []Token{1, 2}}}))
+	for _, r := range got {
+		if r.Logits != nil || r.Seq != -1 {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if i := must(tree.NodeInfo(got[1].Node)); i.Parent != got[0].Node {
+		t.Fatal(i)
+	}
+	if i := must(tree.NodeInfo(got[0].Node)); i.Length != 0 {
+		t.Fatal(i)
 	}
 }
