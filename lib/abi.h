@@ -73,7 +73,7 @@ CLADE_ABI_STRUCT(clade_append_item, seq, 56);
 #ifdef CLADE_EXPERIMENTAL
 // Experimental (outside the ABI promise), but grown by the same rule.
 CLADE_ABI_STRUCT(clade_cache_stats, last_flat, 48);
-CLADE_ABI_STRUCT(clade_tree_stats, workspace_bytes, 32);
+CLADE_ABI_STRUCT(clade_tree_stats, flat_spans, 48);
 #endif
 
 #undef CLADE_ABI_STRUCT

@@ -757,6 +757,8 @@ clade_status clade_tree_get_stats(const clade_tree* tree, clade_tree_stats* stat
     full.passes = f.passes;
     full.tokens = tree->t->tokens_evaluated;
     full.workspace_bytes = f.workspace_bytes();
+    full.shared_spans = f.shared_spans;
+    full.flat_spans = f.flat_spans;
     clade::abi::write_out(stats, full);
     return CLADE_OK;
   });

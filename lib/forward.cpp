@@ -58,6 +58,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   // The plan (layer-invariant), its arrays in backend memory, and the
   // backend's work items: once for every layer.
   plan.build(nh, kvh, hd, mode, shared_type, be_.attention_cost(), be_.attention_tails());
+  shared_spans += (uint64_t)plan.n_shared;
+  flat_spans += (uint64_t)plan.n_flat;
   const size_t n_part = plan.rows.size();
   int32_t* tok = get<int32_t>(tok_, (size_t)T);
   int32_t* pos = get<int32_t>(pos_, (size_t)T);

@@ -45,6 +45,7 @@ class Forward {
   AttnPlan plan;
   uint64_t passes = 0;  // passes run
   uint64_t grows = 0;   // times a workspace had to grow
+  uint64_t shared_spans = 0, flat_spans = 0;  // over all passes (AttnPlan::n_shared, n_flat)
 
  private:
   struct Buf {

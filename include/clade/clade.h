@@ -660,6 +660,9 @@ typedef struct clade_tree_stats {
   uint64_t workspace_bytes; /* bytes of the tree's pass workspaces now
                                (activations, plan arrays, logits; grown to
                                the largest pass so far, never shrunk) */
+  uint64_t shared_spans;    /* over all passes: node spans attended once for
+                               all their rows (the shared-node path), and */
+  uint64_t flat_spans;      /* spans each item read itself */
 } clade_tree_stats;
 
 CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
