@@ -182,6 +182,7 @@ struct ModeResult {
   std::string mode;
   std::vector<double> seconds;  // per round
   uint64_t workspace = 0, kv = 0;  // largest seen
+  uint64_t shared = 0, flat = 0;   // spans its appends attended each way (last round)
 };
 
 double median(std::vector<double> v) {
@@ -251,10 +252,15 @@ struct PrefillBench {
     check(clade_tree_create(model, &tp, &tree), "tree");
     clade_node_id under = 0;
     if (!parent.empty()) check(clade_tree_append(tree, 0, parent.data(), parent.size(), nullptr, &under), "parent append");
+    clade_tree_stats st0;
+    st0.size = sizeof st0;
+    check(clade_tree_get_stats(tree, &st0), "tree stats");
     r.seconds.push_back(run(tree, under, r.mode));
     clade_tree_stats st;
     st.size = sizeof st;
     check(clade_tree_get_stats(tree, &st), "tree stats");
+    r.shared = st.shared_spans - st0.shared_spans;
+    r.flat = st.flat_spans - st0.flat_spans;
     r.workspace = std::max(r.workspace, st.workspace_bytes);
     r.kv = std::max(r.kv, clade_tree_kv_used(tree));
     clade_tree_free(tree);
@@ -338,6 +344,10 @@ int cmd_bench_prefill(Args& a) {
   for (const ModeResult& r : res) {
     const double s = median(r.seconds);
     rows.push_back({r.mode, s, total / s, r.workspace + r.kv});
+    // How the prompts' passes read the shared spans above them (a parent
+    // read once for all its prompts' rows counts one shared span a pass).
+    std::fprintf(stderr, "bench prefill: %s: spans attended shared %llu, flat %llu (last round)\n", r.mode.c_str(),
+                 (unsigned long long)r.shared, (unsigned long long)r.flat);
   }
   const char* header = "mode,prompts,total_tokens,parent_tokens,chunk,threads,seconds,tokens_per_s,peak_bytes";
   if (o.csv) {

@@ -162,7 +162,7 @@ void Tree::append_batch(std::vector<BatchItem>& items) {
       }
     }
     if (logits.size() < want.size() * n_vocab) logits.resize(want.size() * n_vocab);
-    fwd_.run(toks.data(), CLADE_ATTENTION_AUTO, kv_type, want.data(), want.size(), logits.data(), abort);
+    fwd_.run(toks.data(), CLADE_ATTENTION_SHARED, kv_type, want.data(), want.size(), logits.data(), abort);
     for (const PackPiece& pc : pass) pend[(size_t)pc.item].kv->length += pc.n;
     for (size_t w = 0; w < want.size(); w++)
       std::copy(logits.begin() + (long)(w * n_vocab), logits.begin() + (long)((w + 1) * n_vocab),
