@@ -33,12 +33,17 @@ Seq* Cache::free_slot() {
 // Grow in steps of an eighth (at least 16 tokens), so that little capacity
 // is ever unused and copies stay rare. The token list grows with the KV, so
 // the steps between two growths allocate nothing.
-void Cache::grow(Seq& s, int32_t need) {
-  if (need <= s.kv->capacity()) return;
+int64_t Cache::grown_capacity(const Seq& s, int32_t need) const {
+  if (need <= s.kv->capacity()) return s.kv->capacity();
   int64_t cap = std::max<int64_t>(need, (int64_t)s.kv->capacity() + std::max(16, s.kv->capacity() / 8));
   cap = (cap + 15) / 16 * 16;
   cap = std::min<int64_t>(cap, (int64_t)max_tokens + s.base);
-  cap = std::max<int64_t>(cap, need);
+  return std::max<int64_t>(cap, need);
+}
+
+void Cache::grow(Seq& s, int32_t need) {
+  if (need <= s.kv->capacity()) return;
+  const int64_t cap = grown_capacity(s, need);
   s.tokens.reserve((size_t)(cap - s.base));
   s.kv->reserve((int32_t)cap);
 }
@@ -65,6 +70,7 @@ clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, 
   std::vector<int32_t> queued(tokens, tokens + n);
   Seq& s = *slot;
   s.live = true;
+  s.priv = priv;
   s.node = node;
   s.kv = std::move(kv);
   s.base = base;
@@ -118,6 +124,7 @@ clade_seq_id Cache::adopt_seq(Node* node, std::unique_ptr<KVStore> kv, std::vect
   Seq* slot = free_slot();
   Seq& s = *slot;
   s.live = true;
+  s.priv = false;
   s.node = node;
   s.kv = std::move(kv);
   s.base = 0;
@@ -142,6 +149,7 @@ clade_status Cache::fork(clade_seq_id id, clade_seq_id* out) {
   toks.reserve(s.tokens.capacity());
   Seq& f = *slot;
   f.live = true;
+  f.priv = s.priv;
   f.node = s.node;
   f.kv = std::move(kv);
   f.base = s.base;
@@ -156,7 +164,7 @@ clade_node_id Cache::promote(clade_seq_id id) {
   Seq& s = get(id);
   if (!s.queued.empty())
     fail(CLADE_E_STATE, "cache: promote: sequence " + std::to_string(id) + " has queued tokens (decode them first)");
-  if (s.base != 0) fail(CLADE_E_STATE, "cache: promote: sequence " + std::to_string(id) + " is private");
+  if (s.priv) fail(CLADE_E_STATE, "cache: promote: sequence " + std::to_string(id) + " is private");
   if (kv_type != tree.kv_type)
     fail(CLADE_E_STATE, "cache: promote: the cache's KV type differs from the tree's");
   tree.check_context((int64_t)s.node->end() + s.length(), "cache: promote");
@@ -180,7 +188,7 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
   Node* target = tree.get(node_id);
   if (!s.queued.empty())
     fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " has queued tokens (decode them first)");
-  if (s.base != 0) fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " is private");
+  if (s.priv) fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " is private");
   // The sequence's whole history, and the target's path.
   std::vector<int32_t> hist, path;
   Tree::path_tokens(s.node, hist);
@@ -192,6 +200,9 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
                             "'s path tokens are not a prefix of sequence " + std::to_string(id) + "'s history");
   const int32_t p = (int32_t)path.size(), n = (int32_t)hist.size() - p;
   if (n > max_tokens) return CLADE_CACHE_FULL;
+  if (p < old_end && kv_type != tree.kv_type)
+    fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " would take node tokens into its own KV, "
+                        "but the cache's KV type differs from the tree's (a move up or across needs the same type)");
   // The new unique KV: positions [p, old_end) from the nodes above the old
   // node (moving up), then the old unique KV from max(p, old_end) on.
   std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
@@ -246,7 +257,7 @@ clade_status Cache::check_step(const clade_batch& b, size_t* rows, size_t* total
     const Seq& s = get(b.seq_ids[i]);
     int64_t need = (int64_t)s.length() + (int64_t)s.queued.size() + b.n_tokens[i];
     if (need > max_tokens) return CLADE_CACHE_FULL;
-    if (s.base == 0) tree.check_context(s.node->end() + need, "decode");
+    if (!s.priv) tree.check_context(s.node->end() + need, "decode");
     else tree.check_context(s.kv->length + (int64_t)s.queued.size() + b.n_tokens[i], "decode");
   }
   tree.check_tokens(b.tokens, *total_new);
@@ -258,6 +269,20 @@ clade_status Cache::decode(const clade_batch& b) {
   size_t rows = 0, total_new = 0;
   clade_status st = check_step(b, &rows, &total_new);
   if (st != CLADE_OK) return st;
+  // The KV budget for the whole step first, so that a refusal grows
+  // nothing (each store's reserve checks it again).
+  if (tree.budget.limit()) {
+    uint64_t grow_bytes = 0;
+    for (size_t i = 0; i < b.n_seqs; i++) {
+      const Seq& s = get(b.seq_ids[i]);
+      const int64_t cap = grown_capacity(s, s.kv->length + (int32_t)s.queued.size() + b.n_tokens[i]);
+      grow_bytes += s.kv->bytes_at(cap) - s.kv->bytes();
+    }
+    if (grow_bytes && tree.budget.used() + grow_bytes > tree.budget.limit())
+      fail(CLADE_KV_BUDGET, "kv budget: the step needs " + std::to_string(grow_bytes) +
+                                " more bytes, past the tree's budget of " + std::to_string(tree.budget.limit()) +
+                                " (" + std::to_string(tree.budget.used()) + " held)");
+  }
   for (size_t i = 0; i < b.n_seqs; i++) {
     Seq& s = get(b.seq_ids[i]);
     grow(s, s.kv->length + (int32_t)s.queued.size() + b.n_tokens[i]);
@@ -312,11 +337,11 @@ void Cache::run_passes(const clade_batch& b) {
         PassSeq& p = plan.add_seq();
         p.own = s.kv.get();
         p.own_before = s.kv->length;
-        p.pos0 = (s.base ? 0 : s.node->end()) + s.kv->length;
+        p.pos0 = (s.priv ? 0 : s.node->end()) + s.kv->length;
         p.n_tokens = (int32_t)take;
         p.tok0 = (int32_t)toks_.size();
         const int32_t tok0 = p.tok0;
-        if (s.base == 0) Tree::add_path(s.node, plan);
+        if (!s.priv) Tree::add_path(s.node, plan);
         const int32_t* src = pending_.data() + pend_at_[seq] + off;
         toks_.insert(toks_.end(), src, src + take);
         const bool ends = off + take == n_pend;

@@ -17,6 +17,7 @@ namespace clade {
 
 struct Seq {
   bool live = false;
+  bool priv = false;            // CLADE_SEQ_PRIVATE: the path's KV copied into kv
   Node* node = nullptr;
   std::unique_ptr<KVStore> kv;
   int32_t base = 0;             // private copy: path tokens at the start of kv
@@ -65,6 +66,7 @@ class Cache {
   const Seq& get(clade_seq_id id) const;
   Seq* free_slot();
   void grow(Seq& s, int32_t need);
+  int64_t grown_capacity(const Seq& s, int32_t need) const;
   clade_status check_step(const clade_batch& b, size_t* rows, size_t* total_new);
   void run_passes(const clade_batch& b);
   std::vector<Seq> seqs_;

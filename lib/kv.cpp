@@ -65,6 +65,8 @@ void KVStore::copy_keys(const void* src_data, int32_t src_cap, int32_t src_at, i
 }
 
 void KVStore::copy_range(const KVStore& src, int32_t src_at, int32_t n, int32_t dst_at) {
+  if (src.type_ != type_ || src.head_dim_ != head_dim_ || src.kv_heads_ != kv_heads_ || src.n_layers_ != n_layers_)
+    fail(CLADE_E_INTERNAL, "kv: copy between stores of different types or shapes");
   copy_keys(src.data_, src.capacity_, src_at, n, dst_at);
 }
 

@@ -42,6 +42,8 @@ class KVStore {
   int32_t length = 0;  // tokens stored
   size_t bytes() const { return bytes_for(capacity_); }
   size_t bytes_per_token() const { return bytes_for(1); }
+  // Bytes the store would hold at capacity cap.
+  size_t bytes_at(int64_t cap) const { return bytes_for(cap); }
 
   // Grow to hold at least cap tokens, keeping the stored ones. Throws
   // Error(CLADE_E_NOMEM), or Error(CLADE_KV_BUDGET) when the budget has no

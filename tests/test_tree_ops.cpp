@@ -36,9 +36,11 @@
 // CLADE_CONTEXT_FULL, nothing changed. After every operation also:
 // clade_tree_kv_used = clade_tree_kv_bytes + the caches' clade_cache_kv_bytes,
 // each sequence's node and tokens (clade_cache_seq_node, _seq_tokens), and
-// each node's children (clade_tree_children). Known library bugs are
-// stepped around and counted (see kBugBudgetStep and the two after it);
-// CLADE_FUZZ_KNOWN_BUGS=1 runs into them.
+// each node's children (clade_tree_children). (This run found three
+// library bugs, fixed in lib/cache.cpp: a step refused by the budget kept
+// what its earlier sequences grew; a private sequence at the root passed
+// for a shared one in move and promote; a move up in a cache whose KV type
+// is not the tree's copied the wrong type, now CLADE_E_STATE.)
 //
 // Oracle: a shadow model of the tree and the caches. After every decode
 // step, every logit row it returned is compared with the naive fp64
@@ -67,7 +69,7 @@
 // error stayed below 0.7 of its tolerance.)
 //
 // Replay: CLADE_FUZZ_SEED=<n> (default 1), CLADE_FUZZ_OPS=<ops per
-// configuration> (default 800), CLADE_FUZZ_KNOWN_BUGS=1 (see above), CLADE_FUZZ_CONFIG=<i> runs one
+// configuration> (default 800), CLADE_FUZZ_CONFIG=<i> runs one
 // configuration only. On a failure the seed, the configuration and the
 // whole operation log (every call with its arguments and status) are
 // printed.
@@ -94,23 +96,6 @@ constexpr double kTolF32 = 2e-4;  // as tests/test_tree.cpp, tests/test_forward.
 constexpr double kFloor = 2e-4;
 constexpr int kMaxPath = 80;      // usual cap on a node's path + length
 constexpr int kPromoteMax = 200;  // histories promoted into nodes at most (the reference's cost)
-
-// Known library bugs (lib/cache.cpp as of this test), stepped around by
-// default; CLADE_FUZZ_KNOWN_BUGS=1 runs into them.
-// - A decode step refused by the KV budget keeps the capacity that the
-//   sequences before the refused one grew (Cache::decode grows them one by
-//   one): kv_used and clade_cache_kv_bytes go up although "nothing changed".
-constexpr const char* kBugBudgetStep = "a step refused by the KV budget keeps the KV its earlier sequences grew";
-// - A private sequence under a node with an empty path (the root, or empty
-//   nodes under it) is taken for a shared one (Cache tells private ones by
-//   base != 0): move and promote accept it instead of CLADE_E_STATE.
-constexpr const char* kBugPrivateRoot = "move/promote accept a private sequence whose path is empty";
-// - A move that copies path tokens from the nodes (moving up or across) in
-//   a cache whose KV type is not the tree's copies the nodes' KV as if it
-//   had the cache's type (Cache::move -> KVStore::copy_range): wrong logits
-//   afterwards, and reads past the node's KV when the cache's elements are
-//   wider.
-constexpr const char* kBugMoveKvType = "a move up in a cache whose KV type is not the tree's copies the wrong type";
 
 const char* kv_name(clade_kv_type t) {
   switch (t) {
@@ -151,7 +136,6 @@ struct Env {
   double tol[3] = {kTolF32, 0, 0};
   uint64_t seed = 1;
   bool eager = false;
-  bool strict = false;  // CLADE_FUZZ_KNOWN_BUGS=1: run into the known library bugs too (see known_bug)
   size_t elem(clade_kv_type t) const { return t == CLADE_KV_F32 ? 4 : 2; }
   size_t token_bytes(clade_kv_type t) const { return token_bytes_f32 / 4 * elem(t); }
 };
@@ -436,15 +420,6 @@ class Fuzz {
   std::map<std::string, long> cov_;  // how often each interesting case came up
   long ref_tokens_ = 0;
   long n_ref_calls_ = 0, n_rows_checked_ = 0, n_steps_ = 0, n_full_ = 0, n_errors_ = 0;
-  std::map<std::string, long> known_;  // known library bugs stepped around (or hit, when strict)
-  // A case that runs into a known library bug: counted and avoided, unless
-  // CLADE_FUZZ_KNOWN_BUGS=1 (then it is run and fails).
-  bool known_bug(const char* name) {
-    known_[name]++;
-    if (!env_.strict) logf("  (avoided: known library bug: %s)", name);
-    return !env_.strict;
-  }
-  bool priv_at_empty(const ShSeq& s) const { return s.priv && nodes_[(size_t)s.node].path.empty(); }
   uint64_t budget_ = 0;       // the tree's KV budget now (0: none)
   bool abort_armed_ = false;  // the abort callback is set
   long abort_after_ = 0, abort_calls_ = 0;
@@ -1304,12 +1279,7 @@ clade_status Fuzz::lifted(const char* what, const std::function<clade_status()>&
       const KvSnap now = snap();
       logf("  (%s refused by the KV budget %llu, %llu held; %s)", what, (unsigned long long)budget_,
            (unsigned long long)before.used, snap_str(now).c_str());
-      bool kept = false;  // (a refused step keeps what earlier sequences of it grew: a known bug)
-      if (!std::strcmp(what, "clade_decode") && now.tree == before.tree && now.used > before.used) {
-        kept = true;
-        for (size_t c = 0; c < now.caches.size(); c++) kept &= now.caches[c] >= before.caches[c];
-      }
-      if (!(now == before) && !(kept && known_bug(kBugBudgetStep)))
+      if (!(now == before))
         failf("%s returned CLADE_KV_BUDGET but changed the KV bytes: before %s, after %s", what,
               snap_str(before).c_str(), snap_str(now).c_str());
       check_state();  // (the shadow is unchanged)
@@ -1467,12 +1437,8 @@ int Fuzz::promote_one(int si, bool step) {
 
 void Fuzz::op_promote() {
   std::vector<int> ok, other;
-  bool avoid = false;
-  for (int si : live_seqs()) avoid |= priv_at_empty(seqs_[(size_t)si]);
-  avoid = avoid && known_bug(kBugPrivateRoot);
   for (int si : live_seqs()) {
     const ShSeq& s = seqs_[(size_t)si];
-    if (avoid && priv_at_empty(s)) continue;
     if (s.priv || !s.queued.empty() || caches_[(size_t)s.cache].kv != cfg_.tree_kv) other.push_back(si);
     else if (hist_len(s) <= kPromoteMax) ok.push_back(si);
   }
@@ -1484,12 +1450,7 @@ void Fuzz::op_promote() {
 // up, or across to a node of the same tokens), or to one whose path is not
 // (CLADE_E_STATE); its history stays, its next logits are the reference's.
 void Fuzz::op_move() {
-  std::vector<int> live, ok;
-  bool avoid = false;
-  for (int si : live_seqs()) avoid |= priv_at_empty(seqs_[(size_t)si]);
-  avoid = avoid && known_bug(kBugPrivateRoot);
-  for (int si : live_seqs())
-    if (!avoid || !priv_at_empty(seqs_[(size_t)si])) live.push_back(si);
+  std::vector<int> live = live_seqs(), ok;
   if (live.empty()) return;
   for (int si : live)
     if (!seqs_[(size_t)si].priv && seqs_[(size_t)si].queued.empty()) ok.push_back(si);
@@ -1536,8 +1497,12 @@ void Fuzz::op_move() {
   else t = pick(pre);
   const bool prefix = std::find(pre.begin(), pre.end(), t) != pre.end();
   const int64_t n_unique = (int64_t)h.size() - (int64_t)nodes_[(size_t)t].path.size();
+  // Moving up or across copies node tokens into the sequence's KV: only
+  // when the cache's KV type is the tree's.
+  const bool takes_node_kv = nodes_[(size_t)t].path.size() < nodes_[(size_t)s.node].path.size();
   const clade_status want = s.priv || !s.queued.empty() || !prefix ? CLADE_E_STATE
                             : n_unique > C.spec.max_tokens     ? CLADE_CACHE_FULL
+                            : takes_node_kv && C.kv != cfg_.tree_kv ? CLADE_E_STATE
                                                                : CLADE_OK;
   auto is_above = [&](int a, int b) {  // a is b or an ancestor of b
     for (; b >= 0; b = nodes_[(size_t)b].parent)
@@ -1545,9 +1510,6 @@ void Fuzz::op_move() {
     return false;
   };
   const char* rel = t == s.node ? "same node" : is_above(t, s.node) ? "up" : is_above(s.node, t) ? "down" : "across";
-  if (want == CLADE_OK && C.kv != cfg_.tree_kv && nodes_[(size_t)t].path.size() < nodes_[(size_t)s.node].path.size() &&
-      known_bug(kBugMoveKvType))
-    return;
   const uint64_t need = (uint64_t)std::max<int64_t>(n_unique, 1) * env_.token_bytes(C.kv);
   clade_status st = lifted("clade_cache_move", [&] { return clade_cache_move(C.h, s.id, nodes_[(size_t)t].id); },
                            true, {}, need);
@@ -1955,9 +1917,6 @@ void Fuzz::run(int n_ops) {
               std::min(op_, n_ops), n_steps_, n_errors_, n_full_, n_rows_checked_, n_ref_calls_);
   for (int i = 0; i < 4; i++) std::printf(" %s %.2e", names[i], worst_[i]);
   std::printf(", node logits %.2e; worst error/tolerance %.2f\n", worst_node_, worst_ratio_);
-  for (auto& kv : known_)
-    std::printf("  known library bug %s %ld times: %s\n", env_.strict ? "run into" : "stepped around", kv.second,
-                kv.first.c_str());
   if (env_u64("CLADE_FUZZ_VERBOSE", 0)) {
     std::printf("  reference tokens %ld\n", ref_tokens_);
     for (auto& kv : cov_) std::printf("    %-50s %ld\n", kv.first.c_str(), kv.second);
@@ -1967,7 +1926,7 @@ void Fuzz::run(int n_ops) {
                  "---- seed %llu config %d failed; replay with CLADE_FUZZ_SEED=%llu CLADE_FUZZ_CONFIG=%d "
                  "CLADE_FUZZ_OPS=%d%s; operation log:\n",
                  (unsigned long long)env_.seed, ci_, (unsigned long long)env_.seed, ci_, n_ops,
-                 (std::string(env_.eager ? "" : " CLADE_FUZZ_EAGER=0") + (env_.strict ? " CLADE_FUZZ_KNOWN_BUGS=1" : "")).c_str());
+                 env_.eager ? "" : " CLADE_FUZZ_EAGER=0");
     for (const std::string& l : log_) std::fprintf(stderr, "%s\n", l.c_str());
     std::fprintf(stderr, "---- end of log\n");
   }
@@ -2043,7 +2002,6 @@ int main() {
   const int n_ops = (int)env_u64("CLADE_FUZZ_OPS", 800);
   const int only = (int)(int64_t)env_u64("CLADE_FUZZ_CONFIG", (uint64_t)-1);
   const bool eager = env_u64("CLADE_FUZZ_EAGER", 1) != 0;
-  const bool strict = env_u64("CLADE_FUZZ_KNOWN_BUGS", 0) != 0;
   std::printf("seed %llu, %d ops per configuration%s (replay: CLADE_FUZZ_SEED=%llu)\n", (unsigned long long)seed,
               n_ops, eager ? "" : ", comparisons deferred", (unsigned long long)seed);
 
@@ -2074,7 +2032,6 @@ int main() {
   for (int i = 0; i < 2; i++) {
     envs[i].seed = seed;
     envs[i].eager = eager;
-    envs[i].strict = strict;
     if (!setup(envs[i], dir, specs[i], i == 0 ? "llama-hd16" : "qwen2-hd64")) return check_exit();
   }
 
