@@ -30,6 +30,9 @@ void pack_items(const std::vector<int32_t>& len, const std::vector<int32_t>& par
     pieces.clear();
     for (size_t i = 0; i < n; i++) {
       if (level[i] != lv) continue;
+      // An item without tokens has no piece: its children still read the
+      // KV of the ancestors above it, so they wait for those passes.
+      if (len[i] == 0 && parent[i] >= 0) last_pass[i] = last_pass[(size_t)parent[i]];
       for (int32_t off = 0, k = 0; off < len[i]; off += chunk, k++)
         pieces.push_back({(int32_t)i, off, std::min(chunk, len[i] - off), k});
     }
