@@ -2,10 +2,12 @@
 // point checks its arguments, runs the C++ core inside a try block, and turns
 // exceptions into a status plus a per-thread message.
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #define CLADE_EXPERIMENTAL  // the library defines the experimental calls too
 #include "clade/clade.h"
@@ -619,6 +621,11 @@ void clade_sampler_params_init(clade_sampler_params* p) {
   p->min_p = 0.05f;
   p->repeat_penalty = 1.0f;
   p->seed = 0;
+  p->presence_penalty = 0.0f;
+  p->frequency_penalty = 0.0f;
+  p->logit_bias = nullptr;
+  p->n_logit_bias = 0;
+  p->penalize_prompt = 1;
 }
 
 clade_status clade_sampler_create(const clade_sampler_params* params, clade_sampler** out) {
@@ -631,7 +638,9 @@ clade_status clade_sampler_create(const clade_sampler_params* params, clade_samp
       clade::abi::read_in(params, &p);
     }
     CLADE_CHECK_ARG(p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 &&
-                        p.min_p <= 1 && p.repeat_penalty > 0,
+                        p.min_p <= 1 && p.repeat_penalty > 0 && std::isfinite(p.temperature) &&
+                        std::isfinite(p.repeat_penalty) && std::isfinite(p.presence_penalty) &&
+                        std::isfinite(p.frequency_penalty),
                     "sampler parameter out of range");
     std::unique_ptr<clade_sampler> s(new clade_sampler());
     s->s.reset(new clade::Sampler(p));
@@ -649,6 +658,83 @@ clade_status clade_sample(clade_sampler* sampler, uint64_t stream, const float* 
     CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
     CLADE_CHECK_ARG(history || n_history == 0, "history is NULL");
     *out = sampler->s->sample(stream, logits, n_vocab, history, n_history);
+    return CLADE_OK;
+  });
+}
+
+namespace {
+// A result's in fields into row; its out fields back, as far as the
+// caller's size reaches.
+void result_in(const clade_sample_result* res, clade::SampleRow& row) {
+  clade::abi::check_out(res);
+  row.top_tokens = res->top_tokens;
+  row.top_logprobs = res->top_logprobs;
+  row.top_capacity = res->top_capacity;
+}
+void result_out(clade_sample_result* res, const clade::SampleRow& row) {
+  clade_sample_result full;
+  std::memset(&full, 0, sizeof full);
+  full.size = sizeof full;
+  full.top_tokens = row.top_tokens;
+  full.top_logprobs = row.top_logprobs;
+  full.top_capacity = row.top_capacity;
+  full.n_top = row.n_top;
+  full.token = row.token;
+  full.logprob = row.logprob;
+  clade::abi::write_out(res, full);
+}
+}  // namespace
+
+clade_status clade_sample_ex(clade_sampler* sampler, uint64_t stream, const float* logits, int32_t n_vocab,
+                             const clade_token* history, size_t n_history, size_t n_prompt,
+                             clade_sample_result* result) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(sampler && logits && result, "sampler, logits or result is NULL");
+    CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
+    CLADE_CHECK_ARG(history || n_history == 0, "history is NULL");
+    clade::SampleRow row;
+    row.stream = stream;
+    row.logits = logits;
+    row.history = history;
+    row.n_history = n_history;
+    row.n_prompt = n_prompt;
+    result_in(result, row);
+    sampler->s->sample_rows(&row, 1, n_vocab);
+    result_out(result, row);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_sample_batch(clade_sampler* sampler, size_t n_rows, const float* logits, int32_t n_vocab,
+                                const uint64_t* streams, const clade_token* const* histories,
+                                const size_t* n_histories, const size_t* n_prompts, clade_sample_result* results) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(sampler, "sampler is NULL");
+    CLADE_CHECK_ARG(n_vocab > 0, "n_vocab must be positive");
+    if (n_rows == 0) return CLADE_OK;
+    CLADE_CHECK_ARG(logits && streams && results, "logits, streams or results is NULL");
+    CLADE_CHECK_ARG(!histories || n_histories, "histories without n_histories");
+    // The results array's stride is the caller's struct size.
+    const size_t stride = clade::abi::checked_size(results);
+    CLADE_CHECK_ARG(stride % alignof(clade_sample_result) == 0, "results[0].size is not a multiple of its alignment");
+    auto res = [&](size_t r) {
+      return reinterpret_cast<clade_sample_result*>(reinterpret_cast<char*>(results) + r * stride);
+    };
+    std::vector<clade::SampleRow> rows(n_rows);
+    for (size_t r = 0; r < n_rows; r++) {
+      CLADE_CHECK_ARG(res(r)->size == stride, "results[" + std::to_string(r) + "].size differs from results[0].size");
+      clade::SampleRow& row = rows[r];
+      row.stream = streams[r];
+      row.logits = logits + r * (size_t)n_vocab;
+      if (histories) {
+        row.history = histories[r];
+        row.n_history = n_histories[r];
+      }
+      row.n_prompt = n_prompts ? n_prompts[r] : 0;
+      result_in(res(r), row);
+    }
+    sampler->s->sample_rows(rows.data(), n_rows, n_vocab);
+    for (size_t r = 0; r < n_rows; r++) result_out(res(r), rows[r]);
     return CLADE_OK;
   });
 }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include "error.h"
@@ -15,7 +18,83 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A candidate as one integer: its logit, order-preserving, in the high
+// half and the complement of its token id in the low half, so that a larger
+// key is a higher logit, ties going to the lower id (the candidates' order).
+inline uint64_t key(float v, int32_t i) {
+  v += 0.0f;  // -0 is +0
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ((uint64_t)u << 32) | (uint64_t)(0xFFFFFFFFu - (uint32_t)i);
+}
+inline float key_logit(uint64_t k) {
+  uint32_t u = (uint32_t)(k >> 32);
+  u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+  float v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+inline int32_t key_token(uint64_t k) { return (int32_t)(0xFFFFFFFFu - (uint32_t)k); }
+
+// e^x for x <= 0 (below -87: about 1e-38, not 0), relative error about
+// 2e-7; plain arithmetic the compiler vectorizes. Only for the softmax's
+// denominator over a whole row; the kept tokens get std::exp.
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-trapping-math"), always_inline))
+#endif
+inline float exp_neg(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.44269504f;
+  const float fi = (t + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float f = t - fi;                             // [-0.5, 0.5]
+  const float p =
+      1.0f + f * (0.693147181f + f * (0.240226507f + f * (0.0555041087f + f * (0.00961812911f +
+                                                                            f * (0.00133335581f + f * 0.000154035304f)))));
+  const int32_t e = ((int32_t)fi + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &e, 4);
+  return p * scale;
+}
+inline uint32_t bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+// ef[i] = e^((l[i] - lmax) * inv), vectorized (GCC if-converts exp_neg's
+// clamp only without trapping math).
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-trapping-math")))
+#endif
+void exp_row(const float* __restrict l, float* __restrict ef, int32_t n, float lmax, float inv) {
+  for (int32_t i = 0; i < n; i++) ef[i] = exp_neg((l[i] - lmax) * inv);
+}
 }  // namespace
+
+Sampler::Sampler(const clade_sampler_params& p) : p_(p) {
+  if (p.n_logit_bias && !p.logit_bias) fail(CLADE_E_INVALID_ARG, "logit_bias is NULL but n_logit_bias is not 0");
+  std::vector<std::pair<int32_t, float>> b;
+  b.reserve(p.n_logit_bias);
+  for (size_t i = 0; i < p.n_logit_bias; i++) {
+    const clade_logit_bias& e = p.logit_bias[i];
+    if (e.token < 0) fail(CLADE_E_TOKEN, "logit_bias[" + std::to_string(i) + "]: token " + std::to_string(e.token));
+    if (std::isnan(e.bias) || e.bias == kInf)
+      fail(CLADE_E_INVALID_ARG, "logit_bias[" + std::to_string(i) + "]: bias is NaN or +inf");
+    b.emplace_back(e.token, e.bias);
+  }
+  std::stable_sort(b.begin(), b.end(),
+                   [](const std::pair<int32_t, float>& x, const std::pair<int32_t, float>& y) { return x.first < y.first; });
+  for (const auto& e : b) {  // a token listed twice gets the sum, in list order
+    if (!bias_.empty() && bias_.back().first == e.first) bias_.back().second += e.second;
+    else bias_.push_back(e);
+  }
+  p_.logit_bias = nullptr;  // copied; the caller's array may go
+  p_.n_logit_bias = bias_.size();
+}
 
 double Sampler::uniform(uint64_t stream) {
   auto it = state_.find(stream);
@@ -27,69 +106,239 @@ double Sampler::uniform(uint64_t stream) {
   return (double)(splitmix64(it->second) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::sample(uint64_t stream, const float* logits, int32_t n, const int32_t* history, size_t n_history) {
+void Sampler::check_row(const SampleRow& r, int32_t n) const {
+  if (!r.logits) fail(CLADE_E_INVALID_ARG, "logits is NULL");
+  if (!r.history && r.n_history) fail(CLADE_E_INVALID_ARG, "history is NULL");
+  if (r.n_prompt > r.n_history)
+    fail(CLADE_E_INVALID_ARG, "n_prompt (" + std::to_string(r.n_prompt) + ") is above n_history (" +
+                                  std::to_string(r.n_history) + ")");
   // History tokens outside the vocabulary are an error, whatever the penalty.
-  for (size_t i = 0; i < n_history; i++)
-    if (history[i] < 0 || history[i] >= n)
-      fail(CLADE_E_TOKEN, "clade_sample: history token " + std::to_string(history[i]) +
+  for (size_t i = 0; i < r.n_history; i++)
+    if (r.history[i] < 0 || r.history[i] >= n)
+      fail(CLADE_E_TOKEN, "clade_sample: history token " + std::to_string(r.history[i]) +
                               " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
-  const float* l = logits;
-  if (p_.repeat_penalty != 1.0f && history && n_history) {
-    work_.assign(logits, logits + n);
-    seen_.assign((size_t)n, 0);  // once per distinct token, in time linear in the history
-    for (size_t i = 0; i < n_history; i++) {
-      const int32_t t = history[i];
-      if (seen_[(size_t)t]) continue;
-      seen_[(size_t)t] = 1;
-      float& v = work_[(size_t)t];
-      v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
+  if (!bias_.empty() && bias_.back().first >= n)
+    fail(CLADE_E_TOKEN, "clade_sample: logit_bias token " + std::to_string(bias_.back().first) +
+                            " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
+}
+
+// Stages 1-3: logit bias, repetition penalty, presence and frequency
+// penalties. Returns the row itself when none applies.
+const float* Sampler::adjusted(const SampleRow& r, int32_t n) {
+  const size_t from = p_.penalize_prompt ? 0 : r.n_prompt;
+  const bool pen = (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) &&
+                   r.n_history > from;
+  if (!pen && bias_.empty()) return r.logits;
+  work_.assign(r.logits, r.logits + n);
+  for (const auto& b : bias_) work_[(size_t)b.first] += b.second;
+  if (pen) {
+    if (count_.size() < (size_t)n) count_.resize((size_t)n, 0);
+    for (size_t i = from; i < r.n_history; i++) count_[(size_t)r.history[i]]++;
+    // once per distinct token (its count is cleared as it is applied), in
+    // time linear in the history
+    for (size_t i = from; i < r.n_history; i++) {
+      const size_t t = (size_t)r.history[i];
+      const uint32_t c = count_[t];
+      if (!c) continue;
+      count_[t] = 0;
+      float& v = work_[t];
+      if (p_.repeat_penalty != 1.0f) v = v > 0 ? v / p_.repeat_penalty : v * p_.repeat_penalty;
+      if (p_.presence_penalty != 0.0f) v -= p_.presence_penalty;
+      if (p_.frequency_penalty != 0.0f) v -= p_.frequency_penalty * (float)c;
     }
-    l = work_.data();
   }
-  if (p_.temperature <= 0.0f) {
-    return (int32_t)(std::max_element(l, l + n) - l);  // first maximum
+  return work_.data();
+}
+
+void Sampler::sample_row(SampleRow& r, int32_t n) {
+  const float* l = adjusted(r, n);
+  r.n_top = 0;
+  float lmax = -kInf;
+  int32_t arg = -1;
+  bool nan = false;
+  for (int32_t i = 0; i < n; i++) {
+    const float v = l[i];
+    nan |= v != v;
+    if (v > lmax) {
+      lmax = v;
+      arg = i;
+    }
   }
-  cand_.resize((size_t)n);
-  for (int32_t i = 0; i < n; i++) cand_[(size_t)i] = {l[i] / p_.temperature, i};
-  size_t k = (p_.top_k > 0 && p_.top_k < n) ? (size_t)p_.top_k : (size_t)n;
-  auto by_logit = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  if (nan || lmax == kInf) fail(CLADE_E_INVALID_ARG, "clade_sample: a logit is NaN or +inf");
+  if (arg < 0) fail(CLADE_E_INVALID_ARG, "clade_sample: every logit is -inf (no token can be drawn)");
+  auto put_top = [&r](size_t i, int32_t tok, float lp) {
+    if (r.top_tokens) r.top_tokens[i] = tok;
+    if (r.top_logprobs) r.top_logprobs[i] = lp;
   };
-  std::partial_sort(cand_.begin(), cand_.begin() + (long)k, cand_.end(), by_logit);
-  cand_.resize(k);
-  float mx = cand_[0].first;
-  double sum = 0;
-  std::vector<double> prob(k);
-  for (size_t i = 0; i < k; i++) sum += prob[i] = std::exp((double)cand_[i].first - mx);
-  for (double& p : prob) p /= sum;
-  // min-p: drop tokens below min_p * the top probability
-  size_t keep = k;
-  if (p_.min_p > 0) {
-    double thr = p_.min_p * prob[0];
-    keep = 1;
-    while (keep < k && prob[keep] >= thr) keep++;
+  const float temp = p_.temperature;
+  if (temp <= 0.0f) {  // greedy: the first maximum, with probability 1
+    r.token = arg;
+    r.logprob = 0.0f;
+    if (r.top_capacity) {
+      put_top(0, arg, 0.0f);
+      r.n_top = 1;
+    }
+    return;
   }
-  // top-p: smallest prefix with mass >= top_p
-  if (p_.top_p < 1.0f) {
-    double c = 0;
-    size_t i = 0;
-    for (; i < keep; i++) {
-      c += prob[i];
-      if (c >= p_.top_p) {
-        i++;
-        break;
+  // Stage 5, top-k: the candidates (every token with a logit above -inf
+  // when top-k is off), as keys.
+  const size_t k = (p_.top_k > 0 && p_.top_k < n) ? (size_t)p_.top_k : (size_t)n;
+  const double zmax = (double)(lmax / temp);
+  auto z = [temp, zmax](float v) { return (double)(v / temp) - zmax; };  // log(p * S)
+  double S = 0;  // the softmax's denominator over the candidates, relative to the top
+  cand_.clear();
+  const bool all = k >= (size_t)n;
+  if (!all && k <= 4096) {
+    // a heap of the k best so far, its worst on top: one comparison for most tokens
+    cand_.reserve(k);
+    for (int32_t i = 0; i < n; i++) {
+      const float v = l[i];
+      if (!(v > -kInf)) continue;
+      const uint64_t c = key(v, i);
+      if (cand_.size() < k) {
+        cand_.push_back(c);
+        std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+      } else if (c > cand_.front()) {
+        std::pop_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+        cand_.back() = c;
+        std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
       }
     }
-    keep = std::max<size_t>(1, std::min(keep, i));
+  } else if (!all) {
+    for (int32_t i = 0; i < n; i++)
+      if (l[i] > -kInf) cand_.push_back(key(l[i], i));
+    if (cand_.size() > k) {
+      std::nth_element(cand_.begin(), cand_.begin() + (long)k, cand_.end(), std::greater<uint64_t>());
+      cand_.resize(k);
+    }
   }
+  if (all) {
+    // Every finite token is a candidate; those that top-p or min-p cannot
+    // keep are dropped before any sorting. e^z of every token (rough, in
+    // float), then a histogram of that mass over 1024 buckets by the value's
+    // bits (exponent and 2 mantissa bits: each bucket spans a factor 1.19):
+    // from the top, the bucket where the mass reaches top_p, one bucket
+    // lower for rounding, is where the kept prefix surely ends; min-p's
+    // threshold likewise.
+    ef_.resize((size_t)n);
+    exp_row(l, ef_.data(), n, lmax, 1.0f / temp);
+    double hist[1024] = {};
+    for (int32_t i = 0; i < n; i++) hist[bits(ef_[(size_t)i]) >> 21] += (double)ef_[(size_t)i];
+    uint32_t tb = 0;  // the lowest bucket kept
+    if (p_.top_p < 1.0f) {
+      double total = 0, cum = 0;
+      for (double h : hist) total += h;
+      for (uint32_t b = 1024; b-- > 0;) {
+        cum += hist[b];
+        if (cum >= (double)p_.top_p * total * (1.0 - 1e-4)) {
+          tb = b > 0 ? b - 1 : 0;
+          break;
+        }
+      }
+    }
+    if (p_.min_p > 0) {
+      const uint32_t bm = bits(p_.min_p * 0.999f) >> 21;
+      tb = std::max(tb, bm > 0 ? bm - 1 : 0);
+    }
+    const uint32_t tbits = tb << 21;
+    for (int32_t i = 0; i < n; i++)
+      if (bits(ef_[(size_t)i]) >= tbits && l[i] > -kInf) cand_.push_back(key(l[i], i));
+    // S: the dropped tokens' rough mass, the candidates' exact
+    for (uint32_t b = 0; b < tb; b++) S += hist[b];
+    for (const uint64_t c : cand_) S += std::exp(z(key_logit(c)));
+  } else {
+    for (const uint64_t c : cand_) S += std::exp(z(key_logit(c)));
+    // Stages 6-7, top-p and min-p, keep a prefix of the candidates in
+    // order. A token outside both prefixes is dropped before the sort:
+    // min-p keeps p >= min_p * p_top, and the token where top-p's mass is
+    // reached has p > (1 - top_p) / k (the tokens from it on hold more than
+    // 1 - top_p).
+    double lo = -std::numeric_limits<double>::infinity();  // bound on z(v)
+    if (p_.min_p > 0) lo = std::max(lo, std::log((double)p_.min_p));
+    if (p_.top_p < 1.0f) lo = std::max(lo, std::log((1.0 - (double)p_.top_p) * S / (double)cand_.size()));
+    lo -= 1e-3;  // rounding: the exact tests follow on the survivors
+    auto end = std::partition(cand_.begin(), cand_.end(), [&](uint64_t c) { return z(key_logit(c)) >= lo; });
+    cand_.erase(end, cand_.end());
+  }
+  // The prefix walk, sorting the survivors only as far as it goes: the next
+  // block (4 times the sorted part) is selected, then sorted.
+  const size_t m = cand_.size();  // >= 1: the top token always survives
+  size_t sorted = 0;
+  auto sort_to = [&](size_t want) {
+    want = std::min(want, m);
+    if (want < m)
+      std::nth_element(cand_.begin() + (long)sorted, cand_.begin() + (long)want, cand_.end(),
+                       std::greater<uint64_t>());
+    std::sort(cand_.begin() + (long)sorted, cand_.begin() + (long)want, std::greater<uint64_t>());
+    sorted = want;
+  };
+  prob_.clear();
+  double thr = 0, c = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (i == sorted) sort_to(std::max<size_t>(64, 4 * sorted));
+    const double pi = std::exp(z(key_logit(cand_[i]))) / S;
+    if (i == 0) thr = p_.min_p * pi;
+    else if (p_.min_p > 0 && pi < thr) break;  // min-p: below min_p * the top probability
+    prob_.push_back(pi);
+    if (p_.top_p < 1.0f) {  // top-p: the smallest prefix with mass >= top_p
+      c += pi;
+      if (c >= p_.top_p) break;
+    }
+  }
+  const size_t keep = prob_.size();
+  // Stage 8, the draw, from the kept tokens renormalized.
   double mass = 0;
-  for (size_t i = 0; i < keep; i++) mass += prob[i];
-  double u = uniform(stream) * mass;
+  for (size_t i = 0; i < keep; i++) mass += prob_[i];
+  const double log_norm = std::log(S) + std::log(mass);
+  double u = uniform(r.stream) * mass;
+  size_t pick = keep - 1;
   for (size_t i = 0; i < keep; i++) {
-    u -= prob[i];
-    if (u < 0) return cand_[i].second;
+    u -= prob_[i];
+    if (u < 0) {
+      pick = i;
+      break;
+    }
   }
-  return cand_[keep - 1].second;
+  r.token = key_token(cand_[pick]);
+  r.logprob = (float)(z(key_logit(cand_[pick])) - log_norm);
+  r.n_top = std::min(r.top_capacity, keep);
+  for (size_t i = 0; i < r.n_top; i++)
+    put_top(i, key_token(cand_[i]), (float)(z(key_logit(cand_[i])) - log_norm));
+}
+
+void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
+  for (size_t i = 0; i < n_rows; i++) check_row(rows[i], n);
+  // The streams' states, put back if a row fails: a failed call draws nothing.
+  struct Saved {
+    uint64_t stream;
+    bool had;
+    uint64_t state;
+  };
+  std::vector<Saved> saved;
+  saved.reserve(n_rows);
+  for (size_t i = 0; i < n_rows; i++) {
+    auto it = state_.find(rows[i].stream);
+    saved.push_back({rows[i].stream, it != state_.end(), it != state_.end() ? it->second : 0});
+  }
+  try {
+    for (size_t i = 0; i < n_rows; i++) sample_row(rows[i], n);
+  } catch (...) {
+    for (size_t i = n_rows; i-- > 0;) {  // the first snapshot of a stream wins
+      if (saved[i].had) state_[saved[i].stream] = saved[i].state;
+      else state_.erase(saved[i].stream);
+    }
+    throw;
+  }
+}
+
+int32_t Sampler::sample(uint64_t stream, const float* logits, int32_t n, const int32_t* history, size_t n_history) {
+  SampleRow r;
+  r.stream = stream;
+  r.logits = logits;
+  r.history = history;
+  r.n_history = n_history;
+  sample_rows(&r, 1, n);
+  return r.token;
 }
 
 }  // namespace clade

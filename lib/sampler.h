@@ -1,30 +1,65 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition
-// penalty; one random stream per sequence so results do not depend on the
-// order sequences are sampled in.
+// Token sampling: logit bias, repetition / presence / frequency penalties,
+// temperature (0: greedy), top-k, top-p, min-p, then the draw; one random
+// stream per sequence so results do not depend on the order sequences are
+// sampled in, nor on the batch they are sampled in. The stages and what the
+// log-probabilities are of are stated in clade.h (sampler section).
 #pragma once
 
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "clade/clade.h"
 
 namespace clade {
 
+// One row to sample, and where its results go.
+struct SampleRow {
+  uint64_t stream = 0;
+  const float* logits = nullptr;
+  const int32_t* history = nullptr;
+  size_t n_history = 0;
+  size_t n_prompt = 0;  // leading history tokens that are the prompt
+  // out
+  int32_t token = -1;
+  float logprob = 0;
+  // top alternatives: up to top_capacity entries into these (either may be
+  // NULL); n_top is how many were written
+  int32_t* top_tokens = nullptr;
+  float* top_logprobs = nullptr;
+  size_t top_capacity = 0;
+  size_t n_top = 0;
+};
+
 class Sampler {
  public:
-  explicit Sampler(const clade_sampler_params& p) : p_(p) {}
-  // Throws Error(CLADE_E_TOKEN) for a history token outside [0, n_vocab).
+  // Copies p.logit_bias. Throws Error for a bias token below 0
+  // (CLADE_E_TOKEN) or a NaN / +inf bias, penalty or temperature
+  // (CLADE_E_INVALID_ARG).
+  explicit Sampler(const clade_sampler_params& p);
+  // Throws Error(CLADE_E_TOKEN) for a history or bias token outside
+  // [0, n_vocab), CLADE_E_INVALID_ARG for n_prompt > n_history, a NaN or
+  // +inf logit, or a row whose logits are all -inf.
   int32_t sample(uint64_t stream, const float* logits, int32_t n_vocab, const int32_t* history, size_t n_history);
+  // Samples rows[0..n) in order (each as sample() would, one after the
+  // other). On an error no stream has advanced.
+  void sample_rows(SampleRow* rows, size_t n, int32_t n_vocab);
   void forget(uint64_t stream) { state_.erase(stream); }
 
  private:
   double uniform(uint64_t stream);  // [0, 1)
+  void check_row(const SampleRow& r, int32_t n) const;
+  void sample_row(SampleRow& r, int32_t n);
+  const float* adjusted(const SampleRow& r, int32_t n);  // bias and penalties
   clade_sampler_params p_;
+  std::vector<std::pair<int32_t, float>> bias_;  // merged per token, sorted
   std::unordered_map<uint64_t, uint64_t> state_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<uint64_t> cand_;  // candidates: (logit, token) keys, larger first
+  std::vector<float> ef_;       // e^z of a whole row
+  std::vector<double> prob_;
   std::vector<float> work_;
-  std::vector<uint8_t> seen_;  // history tokens already penalized
+  std::vector<uint32_t> count_;  // history counts, all zero between calls
 };
 
 }  // namespace clade

@@ -13,6 +13,7 @@ package clade
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1029,5 +1030,73 @@ func TestAppendBatchEmpty(t *testing.T) {
 	}
 	if i := must(tree.NodeInfo(got[0].Node)); i.Length != 0 {
 		t.Fatal(i)
+	}
+}
+
+func TestSamplerPenaltiesBiasLogprobsBatch(t *testing.T) {
+	defer catch(t)
+	ninf := float32(math.Inf(-1))
+	row := []float32{1, 3, -2, 3, 0.5, 2, ninf, 2.5}
+	// logit bias: token 2 lifted, token 1 banned; greedy
+	bp := DefaultSamplerParams()
+	bp.Temperature = 0
+	bp.LogitBias = []LogitBias{{2, 10}, {1, ninf}}
+	b := must(NewSampler(&bp))
+	defer b.Close()
+	if tok := must(b.Sample(0, row, nil)); tok != 2 {
+		t.Fatalf("logit bias: %d", tok)
+	}
+	// frequency penalty over the history past a 1-token prompt: 3 loses 2
+	fp := DefaultSamplerParams()
+	fp.Temperature, fp.FrequencyPenalty, fp.PenalizePrompt = 0, 1, false
+	f := must(NewSampler(&fp))
+	defer f.Close()
+	if r := must(f.SampleEx(0, row, []Token{1, 3, 3}, 1, 0)); r.Token != 1 {
+		t.Fatalf("frequency penalty: %d", r.Token)
+	}
+	// log-probabilities against a direct log-softmax, no truncation
+	mx, sum := math.Inf(-1), 0.0
+	for _, v := range row {
+		mx = math.Max(mx, float64(v))
+	}
+	for _, v := range row {
+		sum += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(sum)
+	sp := DefaultSamplerParams()
+	sp.Temperature, sp.TopK, sp.TopP, sp.MinP, sp.Seed = 1, 0, 1, 0, 3
+	s := must(NewSampler(&sp))
+	defer s.Close()
+	r := must(s.SampleEx(0, row, nil, 0, 3))
+	if math.Abs(float64(r.Logprob)-(float64(row[r.Token])-lse)) > 1e-5 || len(r.Top) != 3 || r.Top[0].Token != 1 ||
+		r.Top[1].Token != 3 || r.Top[2].Token != 7 {
+		t.Fatalf("logprobs: %+v (log-sum-exp %g)", r, lse)
+	}
+	// a batch equals the same rows one by one
+	pp := DefaultSamplerParams()
+	pp.Temperature, pp.Seed, pp.PresencePenalty = 1, 8, 0.5
+	a := must(NewSampler(&pp))
+	defer a.Close()
+	o := must(NewSampler(&pp))
+	defer o.Close()
+	rows := append(append([]float32{}, row...), row...)
+	for i := range row {
+		rows[len(row)+i] = row[len(row)-1-i]
+	}
+	streams := []uint64{4, 9}
+	hist := [][]Token{{0, 1}, nil}
+	for step := 0; step < 5; step++ {
+		got := must(a.SampleBatch(rows, len(row), streams, hist, nil, 2))
+		for i := range streams {
+			want := must(o.SampleEx(streams[i], rows[i*len(row):(i+1)*len(row)], hist[i], 0, 2))
+			if got[i].Token != want.Token || got[i].Logprob != want.Logprob || len(got[i].Top) != len(want.Top) {
+				t.Fatalf("batch row %d: %+v, one by one %+v", i, got[i], want)
+			}
+		}
+	}
+	bad := DefaultSamplerParams()
+	bad.LogitBias = []LogitBias{{-1, 1}}
+	if _, err := NewSampler(&bad); err == nil {
+		t.Fatal("a negative logit-bias token was accepted")
 	}
 }

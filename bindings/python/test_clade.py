@@ -189,6 +189,41 @@ class ModelTest(unittest.TestCase):
                 for a, b in zip(row, node_logits):
                     self.assertAlmostEqual(a, b, delta=1e-3 * (1 + abs(b)))
 
+    def test_sampler_penalties_bias_logprobs_batch(self):
+        import math
+        row = [1.0, 3.0, -2.0, 3.0, 0.5, 2.0, float("-inf"), 2.5]
+        # logit bias: token 2 lifted to the top, token 1 banned; greedy
+        with clade.Sampler(temperature=0, logit_bias={2: 10.0, 1: float("-inf")}) as s:
+            self.assertEqual(s.sample(row), 2)
+        # penalties: token 1 and 3 tie; history [1, 3, 3] with the prompt [1]
+        # uncounted: 3 loses 2 * 1.0 (frequency), 1 loses nothing
+        with clade.Sampler(temperature=0, frequency_penalty=1.0, penalize_prompt=False) as s:
+            self.assertEqual(s.sample_ex(row, history=[1, 3, 3], n_prompt=1).token, 1)
+        with clade.Sampler(temperature=0, presence_penalty=5.0) as s:  # prompt counted
+            self.assertEqual(s.sample_ex(row, history=[1, 3], n_prompt=1).token, 7)
+        # log-probabilities: a direct log-softmax at temperature 1, no truncation
+        fin = [v for v in row if v != float("-inf")]
+        lse = max(fin) + math.log(sum(math.exp(v - max(fin)) for v in fin))
+        with clade.Sampler(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3) as s:
+            r = s.sample_ex(row, top=3)
+            self.assertAlmostEqual(r.logprob, row[r.token] - lse, delta=1e-5)
+            self.assertEqual([t for t, _ in r.top], [1, 3, 7])
+            for t, lp in r.top:
+                self.assertAlmostEqual(lp, row[t] - lse, delta=1e-5)
+        # a batch equals the same rows one by one, stream by stream
+        rows = [row, list(reversed(row)), row]
+        streams = [4, 9, 4]
+        hist = [[0, 1], [], [5]]
+        with clade.Sampler(temperature=1.0, seed=8, presence_penalty=0.5) as a, \
+                clade.Sampler(temperature=1.0, seed=8, presence_penalty=0.5) as b:
+            for _ in range(5):
+                got = a.sample_batch(rows, streams, histories=hist, top=2)
+                want = [b.sample_ex(r, stream=st, history=h, top=2)
+                        for r, st, h in zip(rows, streams, hist)]
+                self.assertEqual(got, want)
+        with self.assertRaises(clade.CladeError):
+            clade.Sampler(logit_bias=[(-1, 1.0)])
+
     def test_generate_and_sampler(self):
         m = self.model
         prompt = [1, 2, 3, 4, 5, 6]

@@ -598,14 +598,61 @@ CLADE_API clade_status clade_decode(clade_cache *cache,
 
 /* ---- sampler ---------------------------------------------------------- */
 
+/* The sampling pipeline. Each call runs these stages, in this order, on the
+   row's logits (the caller's row is never written):
+   1. logit bias: bias added to its token's logit (a token listed twice gets
+      the sum; -INFINITY bans a token);
+   2. repetition penalty: each distinct token of the counted history has its
+      logit divided by repeat_penalty when positive, else multiplied by it;
+   3. presence and frequency penalties: each token of the counted history
+      loses presence_penalty once and frequency_penalty times its count in
+      the counted history (negative values favour repeats). The counted
+      history is the whole history when penalize_prompt is
+      nonzero (the default), else history[n_prompt..n_history) only: the
+      tokens generated after the prompt. clade_sample passes n_prompt 0.
+   4. temperature: logits divided by it; 0 is greedy: the highest logit
+      (the lowest token id among equal ones) is taken and the stages below
+      are skipped (no random number is used);
+   5. top-k: the k highest logits are kept (ties: lower token id first; a
+      k above the vocabulary keeps every token); p = softmax over them;
+   6. top-p: the shortest prefix (by p, ties lower id first) whose mass
+      reaches top_p is kept; top_p 1 keeps every candidate and its smallest
+      value (just above 0) keeps one token;
+   7. min-p: tokens with p < min_p * the top p are dropped (top-p and min-p
+      both read the p of stage 5, so the two keep the shorter prefix);
+   8. draw: one uniform number of the stream picks a kept token with
+      probability p / (the kept tokens' mass).
+   A logit of -INFINITY is a token that cannot be drawn; a NaN or +INFINITY
+   logit, or a row whose every logit is -INFINITY after stage 3, is
+   CLADE_E_INVALID_ARG.
+   Log-probabilities (clade_sample_result) are natural logs of the
+   distribution the draw is made from: stage 8's, after every stage above
+   (temperature and truncation included, renormalized over the kept tokens;
+   a token not kept has none). Greedy's distribution is the chosen token
+   with probability 1 (log-probability 0). */
+typedef struct clade_logit_bias {
+  clade_token token; /* in [0, n_vocab) of the rows sampled */
+  float bias;        /* added to the token's logit (NaN, +inf: refused) */
+} clade_logit_bias;
+
 typedef struct clade_sampler_params {
   size_t size;        /* sizeof(clade_sampler_params) */
   float temperature;  /* 0: greedy (default 0.8) */
   int32_t top_k;      /* 0: off (default 40) */
-  float top_p;        /* 1: off (default 0.95) */
+  float top_p;        /* 1: off (default 0.95); in (0, 1] */
   float min_p;        /* 0: off (default 0.05) */
   float repeat_penalty; /* 1: off */
   uint64_t seed;
+  float presence_penalty;  /* 0: off (default) */
+  float frequency_penalty; /* 0: off (default) */
+  /* n_logit_bias (token, bias) pairs, copied by clade_sampler_create (the
+     array may go after it); NULL and 0 by default. A negative token is
+     CLADE_E_TOKEN at create, one at or past a row's n_vocab at sampling. */
+  const clade_logit_bias *logit_bias;
+  size_t n_logit_bias;
+  int32_t penalize_prompt; /* nonzero (default 1): the prompt's tokens count
+                              for the penalties; 0: only the history past
+                              n_prompt (clade_sample_ex, clade_sample_batch) */
 } clade_sampler_params;
 
 CLADE_API void clade_sampler_params_init(clade_sampler_params *params);
@@ -618,12 +665,55 @@ CLADE_API void clade_sampler_free(clade_sampler *sampler);
    results do not depend on the order sequences are sampled in; the sampler
    keeps a few dozen bytes of state per stream it has seen, until
    clade_sampler_forget or clade_sampler_free).
-   history (may be NULL) feeds the repetition penalty; a history token
+   history (may be NULL) feeds the penalties; a history token
    outside [0, n_vocab) is CLADE_E_TOKEN. */
 CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
                                     const float *logits, int32_t n_vocab,
                                     const clade_token *history,
                                     size_t n_history, clade_token *out);
+
+/* What a sample gives back. Caller-sized (Conventions): the caller sets
+   size = sizeof(clade_sample_result) and the in fields; the library fills
+   the out fields. */
+typedef struct clade_sample_result {
+  size_t size;
+  clade_token *top_tokens;  /* in: room for top_capacity tokens, or NULL */
+  float *top_logprobs;      /* in: room for top_capacity floats, or NULL */
+  size_t top_capacity;      /* in: alternatives wanted (0: none) */
+  size_t n_top;             /* out: alternatives written: the most likely
+                               kept tokens, most likely first (ties: lower
+                               id first), chosen token included, at most
+                               top_capacity and the number kept */
+  clade_token token;        /* out: the token drawn */
+  float logprob;            /* out: its log-probability (see above) */
+} clade_sample_result;
+
+/* clade_sample, plus n_prompt (how many leading tokens of history are the
+   prompt, for penalize_prompt 0; at most n_history) and the result. */
+CLADE_API clade_status clade_sample_ex(clade_sampler *sampler, uint64_t stream,
+                                       const float *logits, int32_t n_vocab,
+                                       const clade_token *history,
+                                       size_t n_history, size_t n_prompt,
+                                       clade_sample_result *result);
+
+/* n_rows rows in one call: row r's logits are logits[r * n_vocab ..] (as
+   clade_decode writes them), drawn on stream streams[r] with history
+   histories[r] (n_histories[r] tokens, the first n_prompts[r] the prompt).
+   histories may be NULL (no history for any row; then n_histories may be
+   NULL), a histories[r] may be NULL when n_histories[r] is 0, n_prompts
+   may be NULL (0 for every row). results: n_rows structs whose size fields
+   are all the caller's sizeof(clade_sample_result), the array's stride.
+   Rows are sampled in order, each exactly as clade_sample_ex would: a
+   row's draw depends only on the seed, its stream and how many draws that
+   stream has had, never on the other rows (two rows of one stream draw in
+   row order). On an error no row is drawn and no stream advances. */
+CLADE_API clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows,
+                                          const float *logits, int32_t n_vocab,
+                                          const uint64_t *streams,
+                                          const clade_token *const *histories,
+                                          const size_t *n_histories,
+                                          const size_t *n_prompts,
+                                          clade_sample_result *results);
 /* Forget stream's random state (a stream that has ended) and release its
    memory; a later clade_sample on that stream number starts as with a new
    sampler. A stream never sampled is fine. */

@@ -477,6 +477,10 @@ clade_decode = _fn("clade_decode", clade_status, [clade_cache_p, POINTER(clade_b
 # ---- sampler ----------------------------------------------------------------
 
 
+class clade_logit_bias(Structure):
+    _fields_ = [("token", clade_token), ("bias", c_float)]
+
+
 class clade_sampler_params(Structure):
     _fields_ = [
         ("size", c_size_t),
@@ -486,6 +490,23 @@ class clade_sampler_params(Structure):
         ("min_p", c_float),
         ("repeat_penalty", c_float),
         ("seed", c_uint64),
+        ("presence_penalty", c_float),
+        ("frequency_penalty", c_float),
+        ("logit_bias", POINTER(clade_logit_bias)),
+        ("n_logit_bias", c_size_t),
+        ("penalize_prompt", c_int32),
+    ]
+
+
+class clade_sample_result(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("top_tokens", POINTER(clade_token)),
+        ("top_logprobs", POINTER(c_float)),
+        ("top_capacity", c_size_t),
+        ("n_top", c_size_t),
+        ("token", clade_token),
+        ("logprob", c_float),
     ]
 
 
@@ -503,5 +524,19 @@ clade_sampler_free = _fn("clade_sampler_free", None, [clade_sampler_p])
 clade_sample = _fn("clade_sample", clade_status,
                    [clade_sampler_p, c_uint64, POINTER(c_float), c_int32, POINTER(clade_token),
                     c_size_t, POINTER(clade_token)])
+# clade_status clade_sample_ex(clade_sampler *sampler, uint64_t stream, const float *logits,
+#                              int32_t n_vocab, const clade_token *history, size_t n_history,
+#                              size_t n_prompt, clade_sample_result *result);
+clade_sample_ex = _fn("clade_sample_ex", clade_status,
+                      [clade_sampler_p, c_uint64, POINTER(c_float), c_int32, POINTER(clade_token),
+                       c_size_t, c_size_t, POINTER(clade_sample_result)])
+# clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows, const float *logits,
+#                                 int32_t n_vocab, const uint64_t *streams,
+#                                 const clade_token *const *histories, const size_t *n_histories,
+#                                 const size_t *n_prompts, clade_sample_result *results);
+clade_sample_batch = _fn("clade_sample_batch", clade_status,
+                         [clade_sampler_p, c_size_t, POINTER(c_float), c_int32, POINTER(c_uint64),
+                          POINTER(POINTER(clade_token)), POINTER(c_size_t), POINTER(c_size_t),
+                          POINTER(clade_sample_result)])
 # clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
 clade_sampler_forget = _fn("clade_sampler_forget", clade_status, [clade_sampler_p, c_uint64])

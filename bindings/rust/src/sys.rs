@@ -231,6 +231,30 @@ pub struct clade_sampler_params {
     pub min_p: f32,
     pub repeat_penalty: f32,
     pub seed: u64,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    pub logit_bias: *const clade_logit_bias,
+    pub n_logit_bias: usize,
+    pub penalize_prompt: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_logit_bias {
+    pub token: clade_token,
+    pub bias: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_sample_result {
+    pub size: usize,
+    pub top_tokens: *mut clade_token,
+    pub top_logprobs: *mut f32,
+    pub top_capacity: usize,
+    pub n_top: usize,
+    pub token: clade_token,
+    pub logprob: f32,
 }
 
 // ---- functions -----------------------------------------------------------------
@@ -492,6 +516,35 @@ extern "C" {
         n_history: usize,
         out: *mut clade_token,
     ) -> clade_status;
+    // clade_status clade_sample_ex(clade_sampler *sampler, uint64_t stream, const float *logits,
+    //                              int32_t n_vocab, const clade_token *history, size_t n_history,
+    //                              size_t n_prompt, clade_sample_result *result);
+    pub fn clade_sample_ex(
+        sampler: *mut clade_sampler,
+        stream: u64,
+        logits: *const f32,
+        n_vocab: i32,
+        history: *const clade_token,
+        n_history: usize,
+        n_prompt: usize,
+        result: *mut clade_sample_result,
+    ) -> clade_status;
+    // clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows, const float *logits,
+    //                                 int32_t n_vocab, const uint64_t *streams,
+    //                                 const clade_token *const *histories,
+    //                                 const size_t *n_histories, const size_t *n_prompts,
+    //                                 clade_sample_result *results);
+    pub fn clade_sample_batch(
+        sampler: *mut clade_sampler,
+        n_rows: usize,
+        logits: *const f32,
+        n_vocab: i32,
+        streams: *const u64,
+        histories: *const *const clade_token,
+        n_histories: *const usize,
+        n_prompts: *const usize,
+        results: *mut clade_sample_result,
+    ) -> clade_status;
     // clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
     pub fn clade_sampler_forget(sampler: *mut clade_sampler, stream: u64) -> clade_status;
 }
@@ -513,7 +566,9 @@ mod layout {
         assert_eq!(size_of::<clade_node_info>(), 32);
         assert_eq!(size_of::<clade_cache_params>(), 24);
         assert_eq!(size_of::<clade_batch>(), 64);
-        assert_eq!(size_of::<clade_sampler_params>(), 40);
+        assert_eq!(size_of::<clade_sampler_params>(), 72);
+        assert_eq!(size_of::<clade_sample_result>(), 48);
+        assert_eq!(size_of::<clade_logit_bias>(), 8);
         assert_eq!(align_of::<clade_model_info>(), 8);
     }
 

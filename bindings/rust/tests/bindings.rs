@@ -682,3 +682,48 @@ fn append_batch_empty() {
     assert_eq!(tree.node_info(n1).unwrap().parent, Some(n0));
     assert_eq!(tree.node_info(n0).unwrap().length, 0);
 }
+
+#[test]
+fn sampler_penalties_bias_logprobs_batch() {
+    let ninf = f32::NEG_INFINITY;
+    let row = [1.0f32, 3.0, -2.0, 3.0, 0.5, 2.0, ninf, 2.5];
+    // logit bias: token 2 lifted, token 1 banned; greedy
+    let mut b = Sampler::new(SamplerParams {
+        temperature: 0.0, logit_bias: vec![(2, 10.0), (1, ninf)], ..SamplerParams::default()
+    })
+    .unwrap();
+    assert_eq!(b.sample(0, &row, &[]).unwrap(), 2);
+    // frequency penalty over the history past a 1-token prompt: 3 loses 2
+    let mut f = Sampler::new(SamplerParams {
+        temperature: 0.0, frequency_penalty: 1.0, penalize_prompt: false, ..SamplerParams::default()
+    })
+    .unwrap();
+    assert_eq!(f.sample_ex(0, &row, &[1, 3, 3], 1, 0).unwrap().token, 1);
+    // log-probabilities against a direct log-softmax, no truncation
+    let fin: Vec<f64> = row.iter().filter(|v| v.is_finite()).map(|&v| v as f64).collect();
+    let mx = fin.iter().cloned().fold(f64::MIN, f64::max);
+    let lse = mx + fin.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
+    let mut s = Sampler::new(SamplerParams {
+        temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 3, ..SamplerParams::default()
+    })
+    .unwrap();
+    let r = s.sample_ex(0, &row, &[], 0, 3).unwrap();
+    assert!((r.logprob as f64 - (row[r.token as usize] as f64 - lse)).abs() < 1e-5);
+    assert_eq!(r.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 7]);
+    // a batch equals the same rows one by one
+    let params = SamplerParams { temperature: 1.0, seed: 8, presence_penalty: 0.5, ..SamplerParams::default() };
+    let mut a = Sampler::new(params.clone()).unwrap();
+    let mut o = Sampler::new(params).unwrap();
+    let mut rows = row.to_vec();
+    rows.extend(row.iter().rev());
+    let streams = [4u64, 9];
+    let hist: [&[i32]; 2] = [&[0, 1], &[]];
+    for _ in 0..5 {
+        let got = a.sample_batch(&rows, row.len(), &streams, &hist, &[], 2).unwrap();
+        for i in 0..2 {
+            let want = o.sample_ex(streams[i], &rows[i * row.len()..(i + 1) * row.len()], hist[i], 0, 2).unwrap();
+            assert_eq!(got[i], want);
+        }
+    }
+    assert!(Sampler::new(SamplerParams { logit_bias: vec![(-1, 1.0)], ..SamplerParams::default() }).is_err());
+}

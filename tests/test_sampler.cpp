@@ -1,0 +1,626 @@
+// The sampler's stages (clade.h, sampler section) against a plain reference
+// on fixed logits, its draws against the softmax (chi-square, with a
+// negative control that must fail), batch sampling against row-by-row, and
+// log-probabilities against a direct log-softmax in double.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "check.h"
+#include "clade/clade.h"
+
+#define CHECK_ST(call, want)                                                                  \
+  do {                                                                                        \
+    clade_status st_ = (call);                                                                \
+    CHECK_MSG(st_ == (want), "%s gave %d (%s), not %d", #call, (int)st_, clade_last_error(), (int)(want)); \
+  } while (0)
+
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+// The reference: every stage written out plainly, a full sort, doubles.
+// Returns the kept tokens in order (most likely first) and their
+// log-probabilities in the distribution drawn from.
+struct Ref {
+  std::vector<int32_t> tok;
+  std::vector<double> lp;
+};
+
+Ref reference(const clade_sampler_params& p, std::vector<float> l, const std::vector<int32_t>& hist,
+              size_t n_prompt) {
+  const int32_t n = (int32_t)l.size();
+  for (size_t i = 0; i < p.n_logit_bias; i++) l[(size_t)p.logit_bias[i].token] += p.logit_bias[i].bias;
+  std::map<int32_t, int> count;
+  for (size_t i = p.penalize_prompt ? 0 : n_prompt; i < hist.size(); i++) count[hist[i]]++;
+  for (const auto& c : count) {
+    float& v = l[(size_t)c.first];
+    if (p.repeat_penalty != 1.0f) v = v > 0 ? v / p.repeat_penalty : v * p.repeat_penalty;
+    v -= p.presence_penalty;
+    v -= p.frequency_penalty * (float)c.second;
+  }
+  Ref r;
+  if (p.temperature == 0) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+      if (l[(size_t)i] > l[(size_t)best]) best = i;
+    r.tok = {best};
+    r.lp = {0.0};
+    return r;
+  }
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < n; i++)
+    if (l[(size_t)i] > -kInf) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[(size_t)a] > l[(size_t)b]; });
+  size_t k = order.size();
+  if (p.top_k > 0 && (size_t)p.top_k < k) k = (size_t)p.top_k;
+  order.resize(k);
+  std::vector<double> z(k), prob(k);
+  for (size_t i = 0; i < k; i++) z[i] = (double)(l[(size_t)order[i]] / p.temperature);
+  double s = 0;
+  for (size_t i = 0; i < k; i++) s += std::exp(z[i] - z[0]);
+  for (size_t i = 0; i < k; i++) prob[i] = std::exp(z[i] - z[0]) / s;
+  size_t keep = k;
+  for (size_t i = 1; i < k; i++)
+    if (prob[i] < p.min_p * prob[0]) {
+      keep = std::min(keep, i);
+      break;
+    }
+  if (p.top_p < 1.0f) {
+    double c = 0;
+    for (size_t i = 0; i < k; i++) {
+      c += prob[i];
+      if (c >= p.top_p) {
+        keep = std::min(keep, i + 1);
+        break;
+      }
+    }
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; i++) mass += prob[i];
+  for (size_t i = 0; i < keep; i++) {
+    r.tok.push_back(order[i]);
+    r.lp.push_back(std::log(prob[i] / mass));
+  }
+  return r;
+}
+
+clade_sampler_params plain() {  // every stage off, temperature 1
+  clade_sampler_params p;
+  clade_sampler_params_init(&p);
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  return p;
+}
+
+clade_sampler* make(const clade_sampler_params& p) {
+  clade_sampler* s = nullptr;
+  CHECK_OK(clade_sampler_create(&p, &s));
+  return s;
+}
+
+// The library's kept tokens and log-probabilities (the top list, asked for
+// in full) against the reference's; the drawn token must be one of them
+// with its log-probability.
+void check_stage(const char* what, const clade_sampler_params& p, const std::vector<float>& l,
+                 const std::vector<int32_t>& hist = {}, size_t n_prompt = 0) {
+  const Ref want = reference(p, l, hist, n_prompt);
+  clade_sampler* s = make(p);
+  if (!s) return;
+  for (int draw = 0; draw < 20; draw++) {
+    std::vector<int32_t> tt(l.size(), -7);
+    std::vector<float> tl(l.size(), 7.0f);
+    clade_sample_result r;
+    std::memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    r.top_tokens = tt.data();
+    r.top_logprobs = tl.data();
+    r.top_capacity = l.size();
+    CHECK_OK(clade_sample_ex(s, 3, l.data(), (int32_t)l.size(), hist.empty() ? nullptr : hist.data(), hist.size(),
+                             n_prompt, &r));
+    CHECK_MSG(r.n_top == want.tok.size(), "%s: %zu kept, reference %zu", what, r.n_top, want.tok.size());
+    bool found = false;
+    for (size_t i = 0; i < std::min(r.n_top, want.tok.size()); i++) {
+      CHECK_MSG(tt[i] == want.tok[i], "%s: kept[%zu] is %d, reference %d", what, i, tt[i], want.tok[i]);
+      CHECK_MSG(std::fabs(tl[i] - want.lp[i]) < 1e-5 || (std::isinf(want.lp[i]) && tl[i] == (float)want.lp[i]),
+                "%s: logprob[%zu] %g, reference %g", what, i, tl[i], want.lp[i]);
+      if (tt[i] == r.token) {
+        found = true;
+        CHECK_MSG(r.logprob == tl[i], "%s: drawn token's logprob %g, its top entry %g", what, r.logprob, tl[i]);
+      }
+    }
+    CHECK_MSG(found, "%s: drawn token %d is not kept", what, r.token);
+    if (r.n_top < tt.size()) CHECK(tt[r.n_top] == -7 && tl[r.n_top] == 7.0f);  // nothing past n_top
+  }
+  clade_sampler_free(s);
+}
+
+// Chi-square of n draws against the probabilities `expect` (cells with an
+// expected count below 5 pooled into one).
+double chi_square(const std::vector<int>& seen, const std::vector<double>& expect, int n, int* df) {
+  double chi = 0, pool_o = 0, pool_e = 0;
+  int cells = 0;
+  for (size_t i = 0; i < seen.size(); i++) {
+    const double e = expect[i] * n;
+    if (e < 5) {
+      pool_o += seen[i];
+      pool_e += e;
+      continue;
+    }
+    chi += (seen[i] - e) * (seen[i] - e) / e;
+    cells++;
+  }
+  if (pool_e > 0) {
+    chi += (pool_o - pool_e) * (pool_o - pool_e) / std::max(pool_e, 1e-9);
+    cells++;
+  }
+  *df = cells - 1;
+  return chi;
+}
+
+// Upper 0.1% point of chi-square with df degrees of freedom
+// (Wilson-Hilferty).
+double chi_critical(int df) {
+  const double z = 3.0902;  // standard normal, 0.999
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+std::vector<double> softmax(const std::vector<float>& l, double temp) {
+  std::vector<double> p(l.size());
+  double mx = -1e300, s = 0;
+  for (float v : l) mx = std::max(mx, (double)v / temp);
+  for (size_t i = 0; i < l.size(); i++) s += p[i] = std::exp((double)l[i] / temp - mx);
+  for (double& v : p) v /= s;
+  return p;
+}
+
+void test_stages() {
+  const std::vector<float> base = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f, -kInf, 2.5f, 0.0f, -1.0f};
+  clade_sampler_params p = plain();
+  check_stage("plain softmax", p, base);
+  p.temperature = 0.5f;
+  check_stage("temperature 0.5", p, base);
+  p.temperature = 3.0f;
+  check_stage("temperature 3", p, base);
+
+  // temperature 0: greedy, the first of the tied maxima (1 and 3)
+  p = plain();
+  p.temperature = 0;
+  check_stage("greedy", p, base);
+  {
+    clade_sampler* s = make(p);
+    clade_token t = -1;
+    for (int i = 0; i < 5; i++) {
+      CHECK_OK(clade_sample(s, (uint64_t)i, base.data(), (int32_t)base.size(), nullptr, 0, &t));
+      CHECK(t == 1);
+    }
+    clade_sampler_free(s);
+  }
+
+  // top-k: ties broken by the lower id; k above the vocabulary keeps all
+  p = plain();
+  for (int k : {1, 2, 3, 4, 9, 10, 11, 1000}) {
+    p.top_k = k;
+    check_stage("top-k", p, base);
+  }
+  {
+    p.top_k = 2;  // tokens 1 and 3 tie at 3.0: both kept, 1 first
+    const Ref r = reference(p, base, {}, 0);
+    CHECK(r.tok.size() == 2 && r.tok[0] == 1 && r.tok[1] == 3 && std::fabs(r.lp[0] - std::log(0.5)) < 1e-12);
+    p.top_k = 1;
+    const Ref r1 = reference(p, base, {}, 0);
+    CHECK(r1.tok.size() == 1 && r1.tok[0] == 1);
+    p.top_k = 1000;  // -inf is never a candidate: 9 finite tokens
+    CHECK(reference(p, base, {}, 0).tok.size() == 9);
+  }
+  const std::vector<float> ties = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  p = plain();
+  p.top_k = 3;
+  check_stage("ties top-k", p, ties);
+  p.top_k = 0;
+  p.top_p = 0.5f;  // three of six equal tokens reach 0.5
+  check_stage("ties top-p", p, ties);
+
+  // top-p: its smallest value keeps one token, 1 keeps all, values between
+  p = plain();
+  for (float tp : {1e-9f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 0.99f, 1.0f}) {
+    p.top_p = tp;
+    check_stage("top-p", p, base);
+    p.top_k = 4;
+    check_stage("top-k + top-p", p, base);
+    p.top_k = 0;
+  }
+  p.top_p = 1e-9f;
+  CHECK(reference(p, base, {}, 0).tok.size() == 1);
+  p.top_p = 1.0f;
+  CHECK(reference(p, base, {}, 0).tok.size() == 9);
+  {
+    clade_sampler_params bad = plain();
+    clade_sampler* s = nullptr;
+    bad.top_p = 0.0f;
+    CHECK_ST(clade_sampler_create(&bad, &s), CLADE_E_INVALID_ARG);
+    bad.top_p = 1.5f;
+    CHECK_ST(clade_sampler_create(&bad, &s), CLADE_E_INVALID_ARG);
+  }
+
+  // min-p, alone and with top-p (the shorter prefix wins)
+  p = plain();
+  for (float mp : {0.01f, 0.2f, 0.5f, 0.99f, 1.0f}) {
+    p.min_p = mp;
+    check_stage("min-p", p, base);
+    p.top_p = 0.8f;
+    check_stage("min-p + top-p", p, base);
+    p.top_p = 1.0f;
+  }
+
+  // -inf logits: never kept; a row all -inf is refused
+  {
+    std::vector<float> mostly(base.size(), -kInf);
+    mostly[4] = -3.0f;
+    mostly[8] = -3.5f;
+    p = plain();
+    check_stage("-inf", p, mostly);
+    p.top_k = 5;
+    p.top_p = 0.999f;
+    check_stage("-inf top-k", p, mostly);
+    std::vector<float> none(base.size(), -kInf);
+    clade_sampler* s = make(p);
+    clade_token t;
+    CHECK_ST(clade_sample(s, 0, none.data(), (int32_t)none.size(), nullptr, 0, &t), CLADE_E_INVALID_ARG);
+    std::vector<float> nan = base;
+    nan[2] = std::nanf("");
+    CHECK_ST(clade_sample(s, 0, nan.data(), (int32_t)nan.size(), nullptr, 0, &t), CLADE_E_INVALID_ARG);
+    nan[2] = kInf;
+    CHECK_ST(clade_sample(s, 0, nan.data(), (int32_t)nan.size(), nullptr, 0, &t), CLADE_E_INVALID_ARG);
+    clade_sampler_free(s);
+  }
+
+  // penalties, the prompt counted or not
+  const std::vector<int32_t> hist = {5, 1, 7, 1, 1, 5, 8, 0};  // prompt: the first 4
+  for (int counted : {1, 0}) {
+    p = plain();
+    p.penalize_prompt = counted;
+    p.repeat_penalty = 1.3f;
+    check_stage("repetition penalty", p, base, hist, 4);
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.75f;
+    check_stage("presence penalty", p, base, hist, 4);
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.5f;
+    check_stage("frequency penalty", p, base, hist, 4);
+    p.presence_penalty = -0.25f;
+    p.repeat_penalty = 1.1f;
+    p.top_k = 6;
+    check_stage("all penalties", p, base, hist, 4);
+    p.temperature = 0;
+    check_stage("all penalties greedy", p, base, hist, 4);
+  }
+  {
+    // by hand: token 1 (logit 3) occurs 3 times, twice after the prompt
+    std::vector<float> one = {0.0f, 3.0f};
+    p = plain();
+    p.presence_penalty = 1.0f;
+    p.frequency_penalty = 0.5f;
+    const std::vector<int32_t> h = {1, 0, 1, 1};
+    const Ref all = reference(p, one, h, 2);  // token 0: 0 - 1 - 0.5; token 1: 3 - 1 - 1.5
+    CHECK(all.tok[0] == 1 && std::fabs(all.lp[0] - (0.5 - std::log(std::exp(0.5) + std::exp(-1.5)))) < 1e-6);
+    p.penalize_prompt = 0;  // token 0 uncounted; token 1: 3 - 1 - 1.0
+    const Ref gen = reference(p, one, h, 2);
+    CHECK(gen.tok[0] == 1 && std::fabs(gen.lp[0] - (1.0 - std::log(std::exp(1.0) + 1.0))) < 1e-6);
+    check_stage("penalties by hand", p, one, h, 2);
+    p.penalize_prompt = 1;
+    check_stage("penalties by hand, prompt counted", p, one, h, 2);
+    clade_sampler* s = make(p);
+    clade_sample_result r;
+    std::memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    CHECK_ST(clade_sample_ex(s, 0, one.data(), 2, h.data(), h.size(), 5, &r), CLADE_E_INVALID_ARG);  // n_prompt
+    clade_sampler_free(s);
+  }
+
+  // logit bias: added, summed when listed twice, -inf bans, range checked
+  {
+    p = plain();
+    clade_logit_bias b[] = {{2, 4.5f}, {1, -kInf}, {9, 1.5f}, {2, -0.25f}};
+    p.logit_bias = b;
+    p.n_logit_bias = 4;
+    check_stage("logit bias", p, base);
+    p.top_k = 3;
+    check_stage("logit bias top-k", p, base);
+    p.temperature = 0;  // token 2: -2 + 4.25 = 2.25; token 1 banned; 3 wins
+    check_stage("logit bias greedy", p, base);
+    b[2].bias = 2.0f;  // token 9: -1 + 2 = 1; b copied at create, so earlier samplers keep theirs
+    b[0].bias = 10.0f;
+    check_stage("logit bias greedy 2", p, base);
+    clade_sampler* s = make(p);
+    b[0].bias = -kInf;  // after create: no effect
+    clade_token t;
+    CHECK_OK(clade_sample(s, 0, base.data(), (int32_t)base.size(), nullptr, 0, &t));
+    CHECK(t == 2);
+    CHECK_ST(clade_sample(s, 0, base.data(), 5, nullptr, 0, &t), CLADE_E_TOKEN);  // token 9 >= n_vocab
+    clade_sampler_free(s);
+    clade_logit_bias neg[] = {{-1, 1.0f}};
+    p.logit_bias = neg;
+    p.n_logit_bias = 1;
+    s = nullptr;
+    CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_TOKEN);
+    clade_logit_bias nanb[] = {{0, std::nanf("")}};
+    p.logit_bias = nanb;
+    CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
+    p.logit_bias = nullptr;
+    CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
+  }
+}
+
+// The draws follow the distribution: chi-square over many draws, and the
+// same test against a wrong temperature must fail (the test's power).
+void test_distribution() {
+  std::vector<float> l = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -0.5f, 1.2f, 0.8f};
+  const double temp = 0.9;
+  clade_sampler_params p = plain();
+  p.temperature = (float)temp;
+  clade_sampler* s = make(p);
+  const int n = 40000;
+  std::vector<int> seen(l.size(), 0);
+  for (int i = 0; i < n; i++) {
+    clade_token t = -1;
+    CHECK_OK(clade_sample(s, 77, l.data(), (int32_t)l.size(), nullptr, 0, &t));
+    if (t >= 0 && t < (int)l.size()) seen[(size_t)t]++;
+  }
+  int df = 0;
+  const double chi = chi_square(seen, softmax(l, temp), n, &df);
+  CHECK_MSG(chi < chi_critical(df), "chi-square %g over %d dof (critical %g): draws do not follow the softmax", chi,
+            df, chi_critical(df));
+  const double wrong = chi_square(seen, softmax(l, temp * 1.1), n, &df);
+  CHECK_MSG(wrong > chi_critical(df), "chi-square %g against a 10%% wrong temperature passes (critical %g)", wrong,
+            chi_critical(df));
+  std::fprintf(stderr, "draws: chi-square %.2f (dof %d, critical %.2f); wrong temperature: %.2f\n", chi, df,
+               chi_critical(df), wrong);
+  clade_sampler_free(s);
+
+  // with truncation: the kept tokens, renormalized
+  p.top_k = 6;
+  p.top_p = 0.9f;
+  s = make(p);
+  const Ref r = reference(p, l, {}, 0);
+  std::vector<int> seen2(r.tok.size(), 0);
+  for (int i = 0; i < n; i++) {
+    clade_token t = -1;
+    CHECK_OK(clade_sample(s, 78, l.data(), (int32_t)l.size(), nullptr, 0, &t));
+    auto it = std::find(r.tok.begin(), r.tok.end(), t);
+    CHECK(it != r.tok.end());
+    if (it != r.tok.end()) seen2[(size_t)(it - r.tok.begin())]++;
+  }
+  std::vector<double> e2;
+  for (double lp : r.lp) e2.push_back(std::exp(lp));
+  const double chi2 = chi_square(seen2, e2, n, &df);
+  CHECK_MSG(chi2 < chi_critical(df), "truncated: chi-square %g over %d dof (critical %g)", chi2, df,
+            chi_critical(df));
+  clade_sampler_free(s);
+}
+
+// Log-probabilities against a direct log-softmax in double, on a larger
+// vocabulary.
+void test_logprobs() {
+  const int32_t n = 5000;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> l((size_t)n);
+  for (float& v : l) v = nd(rng);
+  for (double temp : {1.0, 0.7}) {
+    clade_sampler_params p = plain();
+    p.temperature = (float)temp;
+    clade_sampler* s = make(p);
+    std::vector<double> ls((size_t)n);
+    double mx = -1e300, sum = 0;
+    for (int32_t i = 0; i < n; i++) mx = std::max(mx, (double)(l[(size_t)i] / (float)temp));
+    for (int32_t i = 0; i < n; i++) sum += std::exp((double)(l[(size_t)i] / (float)temp) - mx);
+    for (int32_t i = 0; i < n; i++) ls[(size_t)i] = (double)(l[(size_t)i] / (float)temp) - mx - std::log(sum);
+    std::vector<int32_t> tt((size_t)n);
+    std::vector<float> tl((size_t)n);
+    for (int d = 0; d < 10; d++) {
+      clade_sample_result r;
+      std::memset(&r, 0, sizeof r);
+      r.size = sizeof r;
+      r.top_tokens = tt.data();
+      r.top_logprobs = tl.data();
+      r.top_capacity = (size_t)n;
+      CHECK_OK(clade_sample_ex(s, 1, l.data(), n, nullptr, 0, 0, &r));
+      CHECK(r.n_top == (size_t)n);
+      CHECK_MSG(std::fabs(r.logprob - ls[(size_t)r.token]) < 1e-5, "logprob %g, log-softmax %g", r.logprob,
+                ls[(size_t)r.token]);
+      double total = 0;
+      for (size_t i = 0; i < r.n_top; i++) {
+        total += std::exp((double)tl[i]);
+        CHECK(std::fabs(tl[i] - ls[(size_t)tt[i]]) < 1e-5);
+        if (i) CHECK(tl[i] <= tl[i - 1]);
+      }
+      CHECK_MSG(std::fabs(total - 1.0) < 1e-4, "probabilities sum to %g", total);
+    }
+    clade_sampler_free(s);
+    // top 5 only, with top-k 50: the log-softmax over the 50 best
+    p.top_k = 50;
+    s = make(p);
+    std::vector<int32_t> idx((size_t)n);
+    for (int32_t i = 0; i < n; i++) idx[(size_t)i] = i;
+    std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return l[(size_t)a] > l[(size_t)b]; });
+    double s50 = 0;
+    for (int i = 0; i < 50; i++) s50 += std::exp(ls[(size_t)idx[(size_t)i]]);
+    clade_sample_result r;
+    std::memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    r.top_tokens = tt.data();
+    r.top_logprobs = tl.data();
+    r.top_capacity = 5;
+    CHECK_OK(clade_sample_ex(s, 1, l.data(), n, nullptr, 0, 0, &r));
+    CHECK(r.n_top == 5);
+    for (size_t i = 0; i < 5; i++) {
+      CHECK(tt[i] == idx[i]);
+      CHECK(std::fabs(tl[i] - (ls[(size_t)idx[i]] - std::log(s50))) < 1e-5);
+    }
+    // no buffers: nothing but the token and its logprob
+    r.top_tokens = nullptr;
+    r.top_logprobs = nullptr;
+    CHECK_OK(clade_sample_ex(s, 1, l.data(), n, nullptr, 0, 0, &r));
+    CHECK(r.n_top == 5 && std::isfinite(r.logprob) && r.logprob <= 0);
+    r.size = 8;  // below the 1.0 size
+    CHECK_ST(clade_sample_ex(s, 1, l.data(), n, nullptr, 0, 0, &r), CLADE_E_INVALID_ARG);
+    clade_sampler_free(s);
+  }
+}
+
+// A batch equals the same rows sampled one by one, and a stream's draws do
+// not depend on the rows beside it.
+void test_batch() {
+  const int32_t n = 3000;
+  const size_t rows = 9;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.5f);
+  std::vector<float> logits(rows * (size_t)n);
+  for (float& v : logits) v = nd(rng);
+  const uint64_t streams[rows] = {4, 11, 4, 0, 99, 12345678901ull, 3, 11, 7};
+  std::vector<std::vector<int32_t>> hist(rows);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t i = 0; i < 3 * r; i++) hist[r].push_back((int32_t)((r * 31 + i * 17) % (size_t)n));
+  std::vector<const clade_token*> hp(rows);
+  std::vector<size_t> nh(rows), np(rows);
+  for (size_t r = 0; r < rows; r++) {
+    hp[r] = hist[r].empty() ? nullptr : hist[r].data();
+    nh[r] = hist[r].size();
+    np[r] = hist[r].size() / 2;
+  }
+  clade_sampler_params p;
+  clade_sampler_params_init(&p);
+  p.presence_penalty = 0.3f;
+  p.frequency_penalty = 0.1f;
+  p.penalize_prompt = 0;
+  p.top_p = 0.9f;
+  p.top_k = 0;
+  p.seed = 42;
+  clade_logit_bias b[] = {{17, 2.0f}, {5, -kInf}};
+  p.logit_bias = b;
+  p.n_logit_bias = 2;
+  clade_sampler* a = make(p);
+  clade_sampler* one = make(p);
+  const size_t cap = 4;
+  for (int step = 0; step < 30; step++) {
+    std::vector<clade_sample_result> res(rows);
+    std::vector<int32_t> tt(rows * cap, -1);
+    std::vector<float> tl(rows * cap, 0);
+    for (size_t r = 0; r < rows; r++) {
+      std::memset(&res[r], 0, sizeof res[r]);
+      res[r].size = sizeof res[r];
+      res[r].top_tokens = tt.data() + r * cap;
+      res[r].top_logprobs = tl.data() + r * cap;
+      res[r].top_capacity = cap;
+    }
+    CHECK_OK(clade_sample_batch(a, rows, logits.data(), n, streams, hp.data(), nh.data(), np.data(), res.data()));
+    for (size_t r = 0; r < rows; r++) {
+      clade_sample_result o;
+      std::memset(&o, 0, sizeof o);
+      o.size = sizeof o;
+      int32_t ot[cap];
+      float ol[cap];
+      o.top_tokens = ot;
+      o.top_logprobs = ol;
+      o.top_capacity = cap;
+      CHECK_OK(clade_sample_ex(one, streams[r], logits.data() + r * (size_t)n, n, hp[r], nh[r], np[r], &o));
+      CHECK(o.token == res[r].token && o.logprob == res[r].logprob && o.n_top == res[r].n_top);
+      CHECK(o.token != 5);
+      for (size_t i = 0; i < o.n_top; i++) CHECK(ot[i] == tt[r * cap + i] && ol[i] == tl[r * cap + i]);
+    }
+  }
+  // stream 99 (row 4) alone on a fresh sampler, no other rows: same draws as
+  // in a batch of other streams on another fresh sampler
+  clade_sampler* x = make(p);
+  clade_sampler* y = make(p);
+  for (int step = 0; step < 20; step++) {
+    clade_sample_result rx, ry[3];
+    std::memset(&rx, 0, sizeof rx);
+    std::memset(ry, 0, sizeof ry);
+    rx.size = sizeof rx;
+    for (auto& r : ry) r.size = sizeof r;
+    CHECK_OK(clade_sample_batch(x, 1, logits.data() + 4 * (size_t)n, n, &streams[4], &hp[4], &nh[4], &np[4], &rx));
+    const uint64_t st3[3] = {1000 + (uint64_t)step, 99, 2000};
+    std::vector<float> l3(3 * (size_t)n);
+    std::copy(logits.begin() + 4 * n, logits.begin() + 5 * n, l3.begin() + n);
+    for (size_t i = 0; i < (size_t)n; i++) l3[i] = l3[2 * (size_t)n + i] = nd(rng);
+    const clade_token* h3[3] = {nullptr, hp[4], nullptr};
+    const size_t n3[3] = {0, nh[4], 0}, p3[3] = {0, np[4], 0};
+    CHECK_OK(clade_sample_batch(y, 3, l3.data(), n, st3, h3, n3, p3, ry));
+    CHECK(rx.token == ry[1].token && rx.logprob == ry[1].logprob);
+  }
+  // a failing batch draws nothing: a bad history in the last row
+  {
+    clade_sampler* f = make(p);
+    clade_sampler* g = make(p);
+    std::vector<int32_t> bad = {1, n};
+    const clade_token* hb[2] = {nullptr, bad.data()};
+    const size_t nb[2] = {0, 2};
+    const uint64_t sb[2] = {1, 2};
+    clade_sample_result rb[2];
+    std::memset(rb, 0, sizeof rb);
+    for (auto& r : rb) r.size = sizeof r;
+    CHECK_ST(clade_sample_batch(f, 2, logits.data(), n, sb, hb, nb, nullptr, rb), CLADE_E_TOKEN);
+    std::vector<float> infrow(2 * (size_t)n);
+    std::copy(logits.begin(), logits.begin() + n, infrow.begin());
+    std::fill(infrow.begin() + n, infrow.end(), -kInf);
+    CHECK_ST(clade_sample_batch(f, 2, infrow.data(), n, sb, nullptr, nullptr, nullptr, rb), CLADE_E_INVALID_ARG);
+    for (int i = 0; i < 5; i++) {
+      clade_token tf, tg;
+      CHECK_OK(clade_sample(f, 1, logits.data(), n, nullptr, 0, &tf));
+      CHECK_OK(clade_sample(g, 1, logits.data(), n, nullptr, 0, &tg));
+      CHECK(tf == tg);
+    }
+    rb[1].size = sizeof rb[1] + 8;  // sizes must agree (the stride)
+    CHECK_ST(clade_sample_batch(f, 2, logits.data(), n, sb, nullptr, nullptr, nullptr, rb), CLADE_E_INVALID_ARG);
+    CHECK_OK(clade_sample_batch(f, 0, nullptr, n, nullptr, nullptr, nullptr, nullptr, nullptr));
+    clade_sampler_free(f);
+    clade_sampler_free(g);
+  }
+  clade_sampler_free(a);
+  clade_sampler_free(one);
+  clade_sampler_free(x);
+  clade_sampler_free(y);
+}
+
+// clade_sample and clade_sample_ex draw the same tokens.
+void test_compat() {
+  std::vector<float> l = {0.1f, 1.0f, 0.7f, 0.2f, 1.1f, -0.3f};
+  clade_sampler_params p;
+  clade_sampler_params_init(&p);
+  CHECK(p.presence_penalty == 0 && p.frequency_penalty == 0 && !p.logit_bias && p.n_logit_bias == 0 &&
+        p.penalize_prompt == 1);
+  p.seed = 3;
+  clade_sampler* a = make(p);
+  clade_sampler* b = make(p);
+  for (int i = 0; i < 50; i++) {
+    clade_token ta;
+    clade_sample_result r;
+    std::memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    CHECK_OK(clade_sample(a, 8, l.data(), (int32_t)l.size(), nullptr, 0, &ta));
+    CHECK_OK(clade_sample_ex(b, 8, l.data(), (int32_t)l.size(), nullptr, 0, 0, &r));
+    CHECK(ta == r.token);
+  }
+  clade_sampler_free(a);
+  clade_sampler_free(b);
+}
+
+}  // namespace
+
+int main() {
+  test_stages();
+  test_distribution();
+  test_logprobs();
+  test_batch();
+  test_compat();
+  return check_exit();
+}
