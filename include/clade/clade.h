@@ -393,20 +393,22 @@ CLADE_API void clade_append_item_init(clade_append_item *item);
    filled by first-fit decreasing, never padded: the weight products run
    once per pass over all its tokens, items under the same parent read the
    parent's KV once for all their rows (the shared-node path of
-   clade_decode), and an item longer than C is split over consecutive
-   passes. An item whose parent is an earlier item goes into a pass after
+   clade_decode), and an item longer than C is split over later passes,
+   in order. An item whose parent is an earlier item goes into a pass after
    that item's last one. The caller never sees passes; the KV and logits
    are those of appending the items one at a time, to rounding.
    Atomic: on any status other than CLADE_OK (a bad parent, a token outside
    the vocabulary, a path past the context, CLADE_CACHE_FULL, the KV
    budget, an abort, no memory) no node and no sequence was added and
-   every handle is as before.
+   every handle is as before (the items' logits buffers may have been
+   written).
    Memory: besides the items' KV, the call's activations and scratch are
    bounded by C tokens, whatever the number and lengths of the items:
-   about C x (4 x (3 n_embd + 2 n_heads head_dim + 2 kv_heads head_dim +
-   2 n_ff) + 12 n_heads x depth) bytes, where depth is the deepest path's
-   number of nodes, plus 4 n_vocab bytes per item with logits in one pass
-   (at most C of them). n_items may be 0. */
+   about C x (4 (2 n_embd + 2 n_heads head_dim + 2 kv_heads head_dim +
+   2 n_ff) + 8 + n_heads (depth + 1) (4 head_dim + 28)) bytes, where depth
+   is the deepest path's number of nodes, plus 4 (n_embd + n_vocab) bytes
+   per item whose logits a pass gives (at most C), up to half again as the
+   buffers grow (tests/test_prefill.cpp checks it). n_items may be 0. */
 CLADE_API clade_status clade_tree_append_batch(clade_tree *tree,
                                                clade_append_item *items,
                                                size_t n_items);
@@ -551,7 +553,9 @@ CLADE_API clade_status clade_cache_promote(clade_cache *cache,
    copied into it (moving up). The positions of every token stay the same,
    so the next step's logits are as before, to rounding. The sequence must
    have no queued tokens and must not be private. CLADE_CACHE_FULL when the
-   unique tokens would pass max_tokens. */
+   unique tokens would pass max_tokens. A move that takes node tokens into
+   the sequence's own KV (up or across) needs the cache's KV type to be the
+   tree's (CLADE_E_STATE otherwise). */
 CLADE_API clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq,
                                         clade_node_id node);
 /* The node seq is attached to. */
