@@ -26,6 +26,19 @@ double tolerance(clade_kv_type kv) {
   }
 }
 
+// Weight types whose many-row products narrow the activations too (CPUs
+// with AVX512-BF16, lib/cpu/kernels.h: passes of more than 4 rows, here
+// the prompt chunks of up to 16 tokens; decode steps keep f32
+// activations): BF16 weights take x rounded to bf16 (relative error up to
+// 2^-9 per element), as llama.cpp does on such CPUs. Measured on Zen 4
+// (this file's random models, n up to 64): 3.5e-3 one pass, 1.5e-3
+// node+steps (against 2e-7 through the f32 products). Tolerance about 3x
+// the measured worst.
+double tolerance(clade_kv_type kv, const std::string& weights) {
+  const double w = weights == "bf16" ? 1e-2 : 0.0;
+  return std::max(tolerance(kv), w);
+}
+
 struct Fixture {
   clade_model* model = nullptr;
   std::unique_ptr<ref::Model> ref;
@@ -117,7 +130,7 @@ void run_case(const std::string& dir, const cli::RandomModelSpec& spec, const st
     for (auto& t : toks) t = (int32_t)(rng() % (unsigned)V);
     std::vector<double> want = ref::forward(*rm, toks);
     for (clade_kv_type kv : kvs) {
-      double tol = tolerance(kv);
+      double tol = tolerance(kv, spec.type);
       std::vector<float> got = one_pass(m, kv, toks, V);
       double worst = 0;
       for (size_t i = 0; i < n; i++) worst = std::max(worst, row_error(got.data() + i * V, want.data() + i * V, V));

@@ -163,6 +163,60 @@ int main() {
                     tensor_type_name(t), rows, n);
       }
   }
+  // The dot-product path of many-row products (kernels.h) against its
+  // portable twin: the same bf16 operands, summed in double. Sizes with k
+  // not a multiple of 32 (odd too), rows not a multiple of 16,
+  // input rows past every register block, a weight stride past the row and
+  // an output stride past the rows (stores must stay within the rows).
+  auto aligned = [](std::vector<uint8_t>& buf, size_t bytes) {
+    buf = std::vector<uint8_t>(bytes + 64, (uint8_t)0xcd);
+    return reinterpret_cast<uint8_t*>(((uintptr_t)buf.data() + 63) & ~(uintptr_t)63);
+  };
+  if (opt.gemm_bf16dot) {
+    std::printf("bf16 dot-product path: checked\n");
+    for (int k : {1, 2, 7, 33, 40, 96, 250, 1024})
+      for (int rows : {1, 5, 16, 17, 33, 64, 70})
+        for (int n : {1, 3, 5, 6, 7, 13}) {
+          const int64_t kp = (k + 31) / 32 * 32, ldy = rows + 3;
+          const uint64_t rb = tensor_row_bytes(TensorType::BF16, k) + 6;
+          std::vector<float> wf((size_t)k), x((size_t)n * k);
+          std::vector<uint8_t> w(rb * rows);
+          for (int o = 0; o < rows; o++) {
+            for (auto& v : wf) v = nd(rng);
+            quantize_row(TensorType::BF16, wf.data(), w.data() + rb * o, k);
+          }
+          for (auto& v : x) v = nd(rng);
+          std::vector<uint16_t> xb((size_t)n * kp), xr((size_t)n * kp);
+          for (int j = 0; j < n; j++) {
+            opt.x_bf16(x.data() + (size_t)j * k, k, xb.data() + (size_t)j * kp, kp);
+            x_bf16_ref(x.data() + (size_t)j * k, k, xr.data() + (size_t)j * kp, kp);
+          }
+          CHECK_MSG(xb == xr, "x_bf16 k=%d", k);
+          std::vector<uint8_t> pbuf;
+          uint8_t* pack = aligned(pbuf, dot_pack_bytes(TensorType::BF16, rows, k));
+          opt.pack_dot(TensorType::BF16, w.data(), rb, rows, k, pack);
+          std::vector<float> y1((size_t)n * ldy, -7.0f), y2((size_t)n * ldy, -7.0f);
+          gemm_bf16dot_ref(w.data(), rb, rows, xb.data(), kp, n, k, y1.data(), ldy);
+          opt.gemm_bf16dot(pack, rows, xb.data(), kp, n, k, y2.data(), ldy);
+          for (int j = 0; j < n; j++)
+            for (int o = 0; o < ldy; o++) {
+              const size_t i = (size_t)j * ldy + o;
+              if (o >= rows) {
+                CHECK_MSG(y2[i] == -7.0f, "gemm_bf16dot k=%d rows=%d n=%d: wrote past the rows", k, rows, n);
+                continue;
+              }
+              double mag = 0;
+              for (int e = 0; e < k; e++) {
+                uint16_t wv;
+                std::memcpy(&wv, w.data() + rb * o + 2 * e, 2);
+                mag += std::fabs((double)bf16_to_float(wv) * bf16_to_float(xb[(size_t)j * kp + e]));
+              }
+              // f32 accumulation of k/2 exact pair sums in each lane
+              CHECK_MSG(std::fabs((double)y1[i] - y2[i]) <= 1e-7 * (k + 8) * mag + 1e-30,
+                        "gemm_bf16dot k=%d rows=%d n=%d: %g vs %g", k, rows, n, y1[i], y2[i]);
+            }
+        }
+  }
   // the tile layout: every (key, element) of a block has its own place
   for (int kw : {1, 15, 16, 17, 100, 128})
     for (int hd : {1, 6, 64}) {
@@ -241,7 +295,9 @@ int main() {
         }
   }
   // the CPU backend's matmul (weight-row runs for small batches, tiles x
-  // input-row groups for larger ones, quantized tiles widened) against fp64
+  // input-row groups for larger ones, quantized tiles widened) against fp64;
+  // where it takes the dot-product path (BF16 above 4 input rows, on CPUs
+  // with the instructions), against fp64 of the narrowed x rows.
   for (int threads : {1, 2, 7}) {
     auto be = make_cpu_backend(threads);
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0})
@@ -256,11 +312,21 @@ int main() {
           for (int64_t o = 0; o < n_out; o++) quantize_row(t, wf.data() + o * n_in, wq.data() + rb * o, n_in);
           std::vector<float> ww((size_t)n_in);  // the stored weights, widened
           be->matmul(Weight{t, wq.data(), n_in, n_out}, x.data(), n, y.data());
+          std::vector<double> xe(x.begin(), x.end());  // x as the kernels see it
+          const bool bf16dot = t == TensorType::BF16 && opt.gemm_bf16dot && n > 4;
+          for (int64_t j = 0; j < n && bf16dot; j++) {
+            std::vector<uint16_t> xb((size_t)n_in);
+            x_bf16_ref(x.data() + j * n_in, n_in, xb.data(), n_in);
+            for (int64_t i = 0; i < n_in; i++) xe[(size_t)(j * n_in + i)] = (double)bf16_to_float(xb[(size_t)i]);
+          }
           for (int64_t o = 0; o < n_out; o++) {
             dequantize_row(t, wq.data() + rb * o, ww.data(), n_in);
             for (int64_t j = 0; j < n; j++) {
-              double mag;
-              const double e = exact_dot(x.data() + j * n_in, ww.data(), (int)n_in, &mag);
+              double mag = 0, e = 0;
+              for (int64_t i = 0; i < n_in; i++) {
+                e += xe[(size_t)(j * n_in + i)] * ww[(size_t)i];
+                mag += std::fabs(xe[(size_t)(j * n_in + i)] * ww[(size_t)i]);
+              }
               CHECK_MSG(std::fabs(y[(size_t)(j * n_out + o)] - e) <= 1e-6 * mag,
                         "matmul %s n_out=%lld n=%lld threads=%d", tensor_type_name(t), (long long)n_out,
                         (long long)n, threads);

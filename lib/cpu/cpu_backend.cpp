@@ -76,6 +76,8 @@ struct KeyRun {
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
+  std::vector<uint8_t> pack;  // matmul's packed tile (dot-product path)
+  int64_t packed = -1;        // which tile of the current matmul it holds
   std::vector<float> row;    // one widened row
   std::vector<float> q, s, acc, m, l;
   std::vector<KeyRun> runs;
@@ -169,6 +171,7 @@ class CpuBackend final : public Backend {
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
   const AttnCost cost_{};
   std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
+  std::vector<uint8_t> mm_x_;      // matmul's input rows as bf16 (dot-product path)
 };
 
 TensorType kv_tensor_type(clade_kv_type t) {
@@ -207,6 +210,37 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   // Items: tiles of output rows x groups of input rows, so that both small
   // and large batches give every thread work.
   const int64_t tiles = (N + kTile - 1) / kTile;
+  if (n > kDirectRows && w.type == TensorType::BF16 && k_.gemm_bf16dot) {
+    // Dot-product instructions (kernels.h): the input rows narrowed once
+    // to bf16, each thread packing a tile of weights
+    // once for the groups of input rows it takes (items of a tile are
+    // claimed one after another, so both threads share each tile's items).
+    auto align64 = [](uint8_t* p) { return reinterpret_cast<uint8_t*>(((uintptr_t)p + 63) & ~(uintptr_t)63); };
+    const int64_t kp = (K + 31) / 32 * 32;
+    const size_t xbytes = (size_t)(n * kp) * 2;
+    if (mm_x_.size() < xbytes + 64) mm_x_.resize(xbytes + 64);
+    uint8_t* xa = align64(mm_x_.data());
+    parallel_rows(n, 8, [&](int64_t a, int64_t b) {
+      for (int64_t j = a; j < b; j++) k_.x_bf16(x + j * K, K, reinterpret_cast<uint16_t*>(xa) + j * kp, kp);
+    });
+    const size_t pbytes = dot_pack_bytes(w.type, (int)kTile, K) + 64;
+    for (ThreadScratch& s : scratch_) s.packed = -1;
+    const int64_t xgroups = (n + kXGroup - 1) / kXGroup;
+    pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
+      ThreadScratch& s = scratch_[(size_t)tid];
+      const int64_t t = it / xgroups, j0 = it % xgroups * kXGroup;
+      const int64_t o0 = t * kTile, rows = std::min(N, o0 + kTile) - o0, nj = std::min(n, j0 + kXGroup) - j0;
+      if (s.pack.size() < pbytes) s.pack.resize(pbytes);
+      uint8_t* pack = align64(s.pack.data());
+      if (s.packed != t) {
+        k_.pack_dot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, K, pack);
+        s.packed = t;
+      }
+      k_.gemm_bf16dot(pack, (int)rows, reinterpret_cast<const uint16_t*>(xa) + j0 * kp, kp, (int)nj, K,
+                      y + j0 * N + o0, N);
+    });
+    return;
+  }
   const int64_t xgroups = n <= kDirectRows ? 1 : (n + kXGroup - 1) / kXGroup;
   pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
     ThreadScratch& s = scratch_[(size_t)tid];

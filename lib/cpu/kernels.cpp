@@ -122,7 +122,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
-    pv_plain, gemm_plain,
+    pv_plain, gemm_plain, nullptr, nullptr, nullptr,
 };
 
 #if defined(__x86_64__)
@@ -539,7 +539,7 @@ AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, 
 
 const CpuKernels kAvx2 = {
     "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
-    pv_avx2, gemm_avx2,
+    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -904,11 +904,127 @@ AVX512 void scale_avx512(float* y, const float* x, float alpha, int64_t n) {
   }
 }
 
+
+// ---- many-row products with dot-product instructions (kernels.h) ----------
+
+#define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+// The packing (kernels.h's layout). Once per 64-row tile per thread, against
+// 64 input rows per item and usually several items: plain loops suffice.
+AVX512 void pack_dot_avx512(TensorType t, const uint8_t* w, uint64_t wstride, int rows, int64_t k, uint8_t* pack) {
+  (void)t;  // BF16
+  const int G = (rows + 15) / 16;
+  {
+    const int64_t steps = (k + 1) / 2;
+    uint32_t* p = reinterpret_cast<uint32_t*>(pack);
+    for (int g = 0; g < G; g++)
+      for (int l = 0; l < 16; l++) {
+        const int r = 16 * g + l;
+        uint32_t* d = p + g * 16 + l;
+        if (r >= rows) {
+          for (int64_t s = 0; s < steps; s++) d[s * G * 16] = 0;
+          continue;
+        }
+        const uint8_t* wr = w + (uint64_t)r * wstride;
+        int64_t s = 0;
+        for (; s < k / 2; s++) {
+          uint32_t v;
+          std::memcpy(&v, wr + 4 * s, 4);
+          d[s * G * 16] = v;
+        }
+        if (s < steps) {  // odd k: the last pair's second element is zero
+          uint16_t v;
+          std::memcpy(&v, wr + 4 * s, 2);
+          d[s * G * 16] = v;
+        }
+      }
+  }
+}
+
+AVX512_BF16 void x_bf16_avx512(const float* x, int64_t k, uint16_t* xb, int64_t kp) {
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16)
+    _mm256_storeu_si256((__m256i*)(xb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  if (i < k) {
+    const __mmask16 m = (__mmask16)((1u << (k - i)) - 1);
+    _mm256_mask_storeu_epi16(xb + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
+    i = k;
+  }
+  for (; i < kp; i++) xb[i] = 0;
+}
+
+// G groups of 16 weight rows (of the pack's gtot, from group g0) x XB input
+// rows: G*XB accumulators, each k pair of an input row broadcast to all
+// lanes. last: the lanes of group g0+G-1 that are rows.
+template <int G, int XB>
+AVX512_BF16 void bf16dot_block(const uint8_t* pack, int gtot, int g0, const uint16_t* x, int64_t ldx, int64_t steps,
+                               float* y, int64_t ldy, __mmask16 last) {
+  __m512 acc[G][XB];
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < XB; j++) acc[g][j] = _mm512_setzero_ps();
+  const uint8_t* p = pack + (size_t)g0 * 64;
+  const size_t pstep = (size_t)gtot * 64;
+  for (int64_t s = 0; s < steps; s++, p += pstep) {
+    __m512bh wv[G];
+    for (int g = 0; g < G; g++) wv[g] = (__m512bh)_mm512_loadu_si512(p + g * 64);
+    for (int j = 0; j < XB; j++) {
+      int32_t xv;
+      std::memcpy(&xv, x + (int64_t)j * ldx + 2 * s, 4);
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32(xv);
+      for (int g = 0; g < G; g++) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], wv[g], xb);
+    }
+  }
+  for (int j = 0; j < XB; j++)
+    for (int g = 0; g < G; g++) {
+      float* yo = y + (int64_t)j * ldy + 16 * (g0 + g);
+      if (g < G - 1) _mm512_storeu_ps(yo, acc[g][j]);
+      else _mm512_mask_storeu_ps(yo, last, acc[g][j]);
+    }
+}
+
+// Register blocks: 4 groups (a 64-row tile) x 6 rows (24 accumulators, 4
+// weight vectors).
+template <int G, int XB>
+using Bf16Fn = void (*)(const uint8_t*, int, int, const uint16_t*, int64_t, int64_t, float*, int64_t, __mmask16);
+template <int G>
+AVX512_BF16 void bf16dot_groups(const uint8_t* pack, int gtot, int g0, const uint16_t* x, int64_t ldx, int n,
+                                int64_t steps, float* y, int64_t ldy, __mmask16 last) {
+  int j = 0;
+  for (; j + 6 <= n; j += 6) bf16dot_block<G, 6>(pack, gtot, g0, x + j * ldx, ldx, steps, y + j * ldy, ldy, last);
+  x += j * ldx;
+  y += j * ldy;
+  switch (n - j) {
+    case 1: return bf16dot_block<G, 1>(pack, gtot, g0, x, ldx, steps, y, ldy, last);
+    case 2: return bf16dot_block<G, 2>(pack, gtot, g0, x, ldx, steps, y, ldy, last);
+    case 3: return bf16dot_block<G, 3>(pack, gtot, g0, x, ldx, steps, y, ldy, last);
+    case 4: return bf16dot_block<G, 4>(pack, gtot, g0, x, ldx, steps, y, ldy, last);
+    case 5: return bf16dot_block<G, 5>(pack, gtot, g0, x, ldx, steps, y, ldy, last);
+    default: return;
+  }
+}
+
+AVX512_BF16 void gemm_bf16dot_avx512(const uint8_t* pack, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k,
+                                     float* y, int64_t ldy) {
+  const int G = (rows + 15) / 16;
+  const int64_t steps = (k + 1) / 2;
+  for (int g0 = 0; g0 < G; g0 += 4) {
+    const int gb = std::min(4, G - g0);
+    const int lanes = std::min(16, rows - 16 * (g0 + gb - 1));
+    const __mmask16 last = (__mmask16)((1u << lanes) - 1);
+    switch (gb) {
+      case 1: bf16dot_groups<1>(pack, G, g0, xb, ldx, n, steps, y, ldy, last); break;
+      case 2: bf16dot_groups<2>(pack, G, g0, xb, ldx, n, steps, y, ldy, last); break;
+      case 3: bf16dot_groups<3>(pack, G, g0, xb, ldx, n, steps, y, ldy, last); break;
+      default: bf16dot_groups<4>(pack, G, g0, xb, ldx, n, steps, y, ldy, last); break;
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
     "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
-    pv_avx512, gemm_avx512,
+    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr,
 };
 #endif
 
@@ -916,13 +1032,45 @@ const CpuKernels kAvx512 = {
 
 const CpuKernels& cpu_kernels_portable() { return kPortable; }
 
+void x_bf16_ref(const float* x, int64_t k, uint16_t* xb, int64_t kp) {
+  for (int64_t i = 0; i < kp; i++) xb[i] = i < k ? float_to_bf16(x[i]) : 0;
+}
+
+void gemm_bf16dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k,
+                      float* y, int64_t ldy) {
+  for (int o = 0; o < rows; o++) {
+    const uint8_t* wr = w + (uint64_t)o * wstride;
+    for (int j = 0; j < n; j++) {
+      double sum = 0;
+      for (int64_t i = 0; i < k; i++) {
+        uint16_t wv;
+        std::memcpy(&wv, wr + 2 * i, 2);
+        sum += (double)bf16_to_float(wv) * (double)bf16_to_float(xb[(int64_t)j * ldx + i]);
+      }
+      y[(int64_t)j * ldy + o] = (float)sum;
+    }
+  }
+}
+
 const CpuKernels& cpu_kernels() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
   static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl") && !std::getenv("CLADE_NO_AVX512");
-  if (avx512) return kAvx512;
+  // The dot-product path of many-row products (kernels.h), where the CPU
+  // has it; CLADE_NO_DOTGEMM=1 keeps the F32 path (to compare the two).
+  static const CpuKernels avx512_dot = [] {
+    CpuKernels k = kAvx512;
+    if (std::getenv("CLADE_NO_DOTGEMM")) return k;
+    if (__builtin_cpu_supports("avx512bf16")) {
+      k.pack_dot = pack_dot_avx512;
+      k.x_bf16 = x_bf16_avx512;
+      k.gemm_bf16dot = gemm_bf16dot_avx512;
+    }
+    return k;
+  }();
+  if (avx512) return avx512_dot;
   if (avx2) return kAvx2;
 #endif
   return kPortable;

@@ -96,7 +96,38 @@ struct CpuKernels {
   // group of x rows (tinyBLAS's approach).
   void (*gemm)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const float* x, int64_t ldx, int n,
                int64_t k, float* y, int64_t ldy);
+
+  // ---- many-row products with dot-product instructions ----
+  // Prefill's products of many input rows against BF16 weights, with the
+  // input rows narrowed to bf16 once per matmul and the weights of a tile
+  // packed once per thread: AVX512-BF16 vdpbf16ps does two products per
+  // lane (twice the F32 FMA rate). nullptr where the CPU lacks the
+  // instructions (the backend keeps the F32 path then).
+  //
+  // Packed weights (pack_dot, dot_pack_bytes): groups of 16 rows, lane l
+  // of a vector = row 16g+l, so an input element pair is broadcast and
+  // the outputs come out as 16-lane vectors, with no horizontal sums. rows >= 1, any count (lanes past it are zero).
+  //  BF16: [k-pair s][group g][lane] u32 = w[16g+l][2s] | w[..][2s+1] << 16.
+  void (*pack_dot)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, int64_t k, uint8_t* pack);
+  // x rows to bf16 (round to nearest even), zero-padded from k to kp.
+  void (*x_bf16)(const float* x, int64_t k, uint16_t* xb, int64_t kp);
+  // y[j][o] = sum_i w[o][i] xb[j][i] in f32 (products of bf16 exact);
+  // xb [n][ldx] bf16 with its element k zero when k is odd.
+  void (*gemm_bf16dot)(const uint8_t* pack, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k, float* y,
+                       int64_t ldy);
 };
+
+// Bytes of pack_dot's packing of rows weight rows of k elements (t BF16).
+inline size_t dot_pack_bytes(TensorType, int rows, int64_t k) {
+  return (size_t)(rows + 15) / 16 * (size_t)((k + 1) / 2) * 64;
+}
+
+// The portable twins of the dot-product paths (tests): the same products
+// from the unpacked weights, summed in double. gemm_bf16dot_ref: BF16 rows
+// w (wstride bytes apart) against xb.
+void gemm_bf16dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k,
+                      float* y, int64_t ldy);
+void x_bf16_ref(const float* x, int64_t k, uint16_t* xb, int64_t kp);
 
 const CpuKernels& cpu_kernels();           // the best for this CPU
 const CpuKernels& cpu_kernels_portable();  // the plain path, for tests
