@@ -163,9 +163,9 @@ int main() {
                     tensor_type_name(t), rows, n);
       }
   }
-  // The dot-product path of many-row products (kernels.h) against its
-  // portable twin: the same bf16 operands, summed in double. Sizes with k
-  // not a multiple of 32 (odd too), rows not a multiple of 16,
+  // The dot-product paths of many-row products (kernels.h) against their
+  // portable twins: the same bf16 / int8 operands, summed in double. Sizes
+  // with k not a multiple of 32 (bf16: odd too), rows not a multiple of 16,
   // input rows past every register block, a weight stride past the row and
   // an output stride past the rows (stores must stay within the rows).
   auto aligned = [](std::vector<uint8_t>& buf, size_t bytes) {
@@ -214,6 +214,58 @@ int main() {
               // f32 accumulation of k/2 exact pair sums in each lane
               CHECK_MSG(std::fabs((double)y1[i] - y2[i]) <= 1e-7 * (k + 8) * mag + 1e-30,
                         "gemm_bf16dot k=%d rows=%d n=%d: %g vs %g", k, rows, n, y1[i], y2[i]);
+            }
+        }
+  }
+  if (opt.gemm_q8dot) {
+    std::printf("q8_0 dot-product path: checked\n");
+    for (int k : {32, 64, 96, 288, 1024})
+      for (int rows : {1, 5, 16, 17, 33, 64, 70})
+        for (int n : {1, 2, 3, 4, 5, 7, 13}) {
+          const int64_t nb = k / 32, ldq = k + 64, ldd = nb + 1, ldy = rows + 3;
+          const uint64_t rb = tensor_row_bytes(TensorType::Q8_0, k);
+          std::vector<float> wf((size_t)k), x((size_t)n * k);
+          std::vector<uint8_t> w(rb * rows);
+          for (int o = 0; o < rows; o++) {
+            for (auto& v : wf) v = nd(rng);
+            quantize_row(TensorType::Q8_0, wf.data(), w.data() + rb * o, k);
+          }
+          for (auto& v : x) v = nd(rng) * (1.0f + (float)(rng() % 4));
+          if (n > 1) std::fill(x.begin() + k, x.begin() + k + 32, 0.0f);  // a zero block: d = 0
+          std::vector<uint8_t> xq((size_t)n * ldq), xr((size_t)n * ldq);
+          std::vector<float> xd((size_t)n * ldd), xdr((size_t)n * ldd);
+          for (int j = 0; j < n; j++) {
+            opt.x_q8(x.data() + (size_t)j * k, k, xq.data() + (size_t)j * ldq, xd.data() + (size_t)j * ldd);
+            x_q8_ref(x.data() + (size_t)j * k, k, xr.data() + (size_t)j * ldq, xdr.data() + (size_t)j * ldd);
+            for (int64_t b = 0; b < nb; b++)
+              for (int e = 0; e < 32; e++) {  // the quantization itself: within half a step
+                const float v = ((int)xq[(size_t)j * ldq + 32 * b + e] - 128) * xd[(size_t)j * ldd + b];
+                CHECK(std::fabs(v - x[(size_t)j * k + 32 * b + e]) <= 0.5001f * xd[(size_t)j * ldd + b]);
+              }
+          }
+          CHECK_MSG(xq == xr && xd == xdr, "x_q8 k=%d", k);
+          std::vector<uint8_t> pbuf;
+          uint8_t* pack = aligned(pbuf, dot_pack_bytes(TensorType::Q8_0, rows, k));
+          opt.pack_dot(TensorType::Q8_0, w.data(), rb, rows, k, pack);
+          std::vector<float> y1((size_t)n * ldy, -7.0f), y2((size_t)n * ldy, -7.0f);
+          gemm_q8dot_ref(w.data(), rb, rows, xq.data(), ldq, xd.data(), ldd, n, k, y1.data(), ldy);
+          opt.gemm_q8dot(pack, rows, xq.data(), ldq, xd.data(), ldd, n, k, y2.data(), ldy);
+          for (int j = 0; j < n; j++)
+            for (int o = 0; o < ldy; o++) {
+              const size_t i = (size_t)j * ldy + o;
+              if (o >= rows) {
+                CHECK_MSG(y2[i] == -7.0f, "gemm_q8dot k=%d rows=%d n=%d: wrote past the rows", k, rows, n);
+                continue;
+              }
+              const BlockQ8_0* wb = reinterpret_cast<const BlockQ8_0*>(w.data() + rb * o);
+              double mag = 0;
+              for (int64_t b = 0; b < nb; b++)
+                for (int e = 0; e < 32; e++)
+                  mag += std::fabs((double)half_to_float(wb[b].d) * xd[(size_t)j * ldd + b] * wb[b].qs[e] *
+                                   ((int)xq[(size_t)j * ldq + 32 * b + e] - 128));
+              // exact int32 dots; f32 scale products and sums per block
+              CHECK_MSG(std::fabs((double)y1[i] - y2[i]) <= 3e-7 * (nb + 2) * mag + 1e-30,
+                        "gemm_q8dot k=%d rows=%d n=%d: %g vs %g", k, rows, n, y1[i], y2[i]);
             }
         }
   }
@@ -296,8 +348,8 @@ int main() {
   }
   // the CPU backend's matmul (weight-row runs for small batches, tiles x
   // input-row groups for larger ones, quantized tiles widened) against fp64;
-  // where it takes the dot-product path (BF16 above 4 input rows, on CPUs
-  // with the instructions), against fp64 of the narrowed x rows.
+  // where it takes the dot-product path (BF16 and Q8_0 above 4 input rows,
+  // on CPUs with the instructions), against fp64 of the narrowed x rows.
   for (int threads : {1, 2, 7}) {
     auto be = make_cpu_backend(threads);
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0})
@@ -314,10 +366,16 @@ int main() {
           be->matmul(Weight{t, wq.data(), n_in, n_out}, x.data(), n, y.data());
           std::vector<double> xe(x.begin(), x.end());  // x as the kernels see it
           const bool bf16dot = t == TensorType::BF16 && opt.gemm_bf16dot && n > 4;
-          for (int64_t j = 0; j < n && bf16dot; j++) {
+          const bool q8dot = t == TensorType::Q8_0 && opt.gemm_q8dot && n > 4;
+          for (int64_t j = 0; j < n && (bf16dot || q8dot); j++) {
             std::vector<uint16_t> xb((size_t)n_in);
-            x_bf16_ref(x.data() + j * n_in, n_in, xb.data(), n_in);
-            for (int64_t i = 0; i < n_in; i++) xe[(size_t)(j * n_in + i)] = (double)bf16_to_float(xb[(size_t)i]);
+            std::vector<uint8_t> q((size_t)n_in);
+            std::vector<float> d((size_t)n_in / 32);
+            if (bf16dot) x_bf16_ref(x.data() + j * n_in, n_in, xb.data(), n_in);
+            else x_q8_ref(x.data() + j * n_in, n_in, q.data(), d.data());
+            for (int64_t i = 0; i < n_in; i++)
+              xe[(size_t)(j * n_in + i)] = bf16dot ? (double)bf16_to_float(xb[(size_t)i])
+                                                   : ((int)q[(size_t)i] - 128) * (double)d[(size_t)i / 32];
           }
           for (int64_t o = 0; o < n_out; o++) {
             dequantize_row(t, wq.data() + rb * o, ww.data(), n_in);

@@ -171,7 +171,8 @@ class CpuBackend final : public Backend {
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
   const AttnCost cost_{};
   std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
-  std::vector<uint8_t> mm_x_;      // matmul's input rows as bf16 (dot-product path)
+  std::vector<uint8_t> mm_x_;      // matmul's input rows as bf16 or int8 (dot-product path)
+  std::vector<float> mm_xd_;       // and the int8 rows' block scales
 };
 
 TensorType kv_tensor_type(clade_kv_type t) {
@@ -210,18 +211,25 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   // Items: tiles of output rows x groups of input rows, so that both small
   // and large batches give every thread work.
   const int64_t tiles = (N + kTile - 1) / kTile;
-  if (n > kDirectRows && w.type == TensorType::BF16 && k_.gemm_bf16dot) {
+  const bool bf16dot = w.type == TensorType::BF16 && k_.gemm_bf16dot;
+  const bool q8dot = w.type == TensorType::Q8_0 && k_.gemm_q8dot;
+  if (n > kDirectRows && (bf16dot || q8dot)) {
     // Dot-product instructions (kernels.h): the input rows narrowed once
-    // to bf16, each thread packing a tile of weights
+    // (bf16, or int8 per 32-block), each thread packing a tile of weights
     // once for the groups of input rows it takes (items of a tile are
     // claimed one after another, so both threads share each tile's items).
     auto align64 = [](uint8_t* p) { return reinterpret_cast<uint8_t*>(((uintptr_t)p + 63) & ~(uintptr_t)63); };
-    const int64_t kp = (K + 31) / 32 * 32;
-    const size_t xbytes = (size_t)(n * kp) * 2;
+    const int64_t kp = (K + 31) / 32 * 32, nb = K / 32;
+    const size_t xbytes = (size_t)(n * kp) * (bf16dot ? 2 : 1);
     if (mm_x_.size() < xbytes + 64) mm_x_.resize(xbytes + 64);
     uint8_t* xa = align64(mm_x_.data());
+    if (q8dot && mm_xd_.size() < (size_t)(n * nb)) mm_xd_.resize((size_t)(n * nb));
+    float* xd = mm_xd_.data();
     parallel_rows(n, 8, [&](int64_t a, int64_t b) {
-      for (int64_t j = a; j < b; j++) k_.x_bf16(x + j * K, K, reinterpret_cast<uint16_t*>(xa) + j * kp, kp);
+      for (int64_t j = a; j < b; j++) {
+        if (bf16dot) k_.x_bf16(x + j * K, K, reinterpret_cast<uint16_t*>(xa) + j * kp, kp);
+        else k_.x_q8(x + j * K, K, xa + j * kp, xd + j * nb);
+      }
     });
     const size_t pbytes = dot_pack_bytes(w.type, (int)kTile, K) + 64;
     for (ThreadScratch& s : scratch_) s.packed = -1;
@@ -236,8 +244,11 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
         k_.pack_dot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, K, pack);
         s.packed = t;
       }
-      k_.gemm_bf16dot(pack, (int)rows, reinterpret_cast<const uint16_t*>(xa) + j0 * kp, kp, (int)nj, K,
-                      y + j0 * N + o0, N);
+      if (bf16dot)
+        k_.gemm_bf16dot(pack, (int)rows, reinterpret_cast<const uint16_t*>(xa) + j0 * kp, kp, (int)nj, K,
+                        y + j0 * N + o0, N);
+      else
+        k_.gemm_q8dot(pack, (int)rows, xa + j0 * kp, kp, xd + j0 * nb, nb, (int)nj, K, y + j0 * N + o0, N);
     });
     return;
   }

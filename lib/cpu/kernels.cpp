@@ -122,7 +122,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
-    pv_plain, gemm_plain, nullptr, nullptr, nullptr,
+    pv_plain, gemm_plain, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 #if defined(__x86_64__)
@@ -539,7 +539,7 @@ AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, 
 
 const CpuKernels kAvx2 = {
     "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
-    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr,
+    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -908,13 +908,13 @@ AVX512 void scale_avx512(float* y, const float* x, float alpha, int64_t n) {
 // ---- many-row products with dot-product instructions (kernels.h) ----------
 
 #define AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 // The packing (kernels.h's layout). Once per 64-row tile per thread, against
 // 64 input rows per item and usually several items: plain loops suffice.
 AVX512 void pack_dot_avx512(TensorType t, const uint8_t* w, uint64_t wstride, int rows, int64_t k, uint8_t* pack) {
-  (void)t;  // BF16
   const int G = (rows + 15) / 16;
-  {
+  if (t == TensorType::BF16) {
     const int64_t steps = (k + 1) / 2;
     uint32_t* p = reinterpret_cast<uint32_t*>(pack);
     for (int g = 0; g < G; g++)
@@ -937,6 +937,30 @@ AVX512 void pack_dot_avx512(TensorType t, const uint8_t* w, uint64_t wstride, in
           std::memcpy(&v, wr + 4 * s, 2);
           d[s * G * 16] = v;
         }
+      }
+    return;
+  }
+  // Q8_0
+  const int64_t nb = k / 32;
+  for (int64_t b = 0; b < nb; b++) {
+    uint8_t* pb = pack + (size_t)b * G * 640;
+    float* dw = reinterpret_cast<float*>(pb + (size_t)G * 512);
+    int32_t* corr = reinterpret_cast<int32_t*>(pb + (size_t)G * 576);
+    for (int g = 0; g < G; g++)
+      for (int l = 0; l < 16; l++) {
+        const int r = 16 * g + l;
+        if (r >= rows) {
+          for (int s = 0; s < 8; s++) std::memset(pb + (size_t)(s * G + g) * 64 + 4 * l, 0, 4);
+          dw[g * 16 + l] = 0;
+          corr[g * 16 + l] = 0;
+          continue;
+        }
+        const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(w + (uint64_t)r * wstride) + b;
+        for (int s = 0; s < 8; s++) std::memcpy(pb + (size_t)(s * G + g) * 64 + 4 * l, blk->qs + 4 * s, 4);
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) sum += blk->qs[i];
+        dw[g * 16 + l] = half_to_float(blk->d);
+        corr[g * 16 + l] = -128 * sum;
       }
   }
 }
@@ -982,8 +1006,50 @@ AVX512_BF16 void bf16dot_block(const uint8_t* pack, int gtot, int g0, const uint
     }
 }
 
-// Register blocks: 4 groups (a 64-row tile) x 6 rows (24 accumulators, 4
-// weight vectors).
+template <int G, int XB>
+AVX512_VNNI void q8dot_block(const uint8_t* pack, int gtot, int g0, const uint8_t* xq, int64_t ldq, const float* xd,
+                             int64_t ldd, int64_t nb, float* y, int64_t ldy, __mmask16 last) {
+  __m512 acc[G][XB];
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < XB; j++) acc[g][j] = _mm512_setzero_ps();
+  const size_t pblock = (size_t)gtot * 640, pstep = (size_t)gtot * 64;
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* pb = pack + b * pblock;
+    const uint8_t* pq = pb + (size_t)g0 * 64;
+    const float* dw = reinterpret_cast<const float*>(pb + (size_t)gtot * 512) + g0 * 16;
+    const int32_t* corr = reinterpret_cast<const int32_t*>(pb + (size_t)gtot * 576) + g0 * 16;
+    __m512i ia[G][XB];
+    for (int g = 0; g < G; g++) {
+      const __m512i c = _mm512_loadu_si512(corr + 16 * g);
+      for (int j = 0; j < XB; j++) ia[g][j] = c;
+    }
+    for (int s = 0; s < 8; s++) {
+      __m512i wv[G];
+      for (int g = 0; g < G; g++) wv[g] = _mm512_loadu_si512(pq + s * pstep + g * 64);
+      for (int j = 0; j < XB; j++) {
+        int32_t xv;
+        std::memcpy(&xv, xq + (int64_t)j * ldq + b * 32 + 4 * s, 4);
+        const __m512i xb = _mm512_set1_epi32(xv);
+        for (int g = 0; g < G; g++) ia[g][j] = _mm512_dpbusd_epi32(ia[g][j], xb, wv[g]);
+      }
+    }
+    for (int j = 0; j < XB; j++) {
+      const __m512 dx = _mm512_set1_ps(xd[(int64_t)j * ldd + b]);
+      for (int g = 0; g < G; g++)
+        acc[g][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia[g][j]), dx), _mm512_loadu_ps(dw + 16 * g),
+                                    acc[g][j]);
+    }
+  }
+  for (int j = 0; j < XB; j++)
+    for (int g = 0; g < G; g++) {
+      float* yo = y + (int64_t)j * ldy + 16 * (g0 + g);
+      if (g < G - 1) _mm512_storeu_ps(yo, acc[g][j]);
+      else _mm512_mask_storeu_ps(yo, last, acc[g][j]);
+    }
+}
+
+// Register blocks: BF16 4 groups (a 64-row tile) x 6 rows (24 accumulators,
+// 4 weight vectors); Q8_0 4 x 3 (12 int32 and 12 f32 accumulators).
 template <int G, int XB>
 using Bf16Fn = void (*)(const uint8_t*, int, int, const uint16_t*, int64_t, int64_t, float*, int64_t, __mmask16);
 template <int G>
@@ -1020,11 +1086,65 @@ AVX512_BF16 void gemm_bf16dot_avx512(const uint8_t* pack, int rows, const uint16
   }
 }
 
+template <int G>
+AVX512_VNNI void q8dot_groups(const uint8_t* pack, int gtot, int g0, const uint8_t* xq, int64_t ldq, const float* xd,
+                              int64_t ldd, int n, int64_t nb, float* y, int64_t ldy, __mmask16 last) {
+  constexpr int XB = G >= 4 ? 3 : G == 3 ? 4 : 6;
+  int j = 0;
+  for (; j + XB <= n; j += XB)
+    q8dot_block<G, XB>(pack, gtot, g0, xq + j * ldq, ldq, xd + j * ldd, ldd, nb, y + j * ldy, ldy, last);
+  xq += j * ldq;
+  xd += j * ldd;
+  y += j * ldy;
+  switch (n - j) {
+    case 1: return q8dot_block<G, 1>(pack, gtot, g0, xq, ldq, xd, ldd, nb, y, ldy, last);
+    case 2: return q8dot_block<G, 2>(pack, gtot, g0, xq, ldq, xd, ldd, nb, y, ldy, last);
+    case 3: return q8dot_block<G, 3>(pack, gtot, g0, xq, ldq, xd, ldd, nb, y, ldy, last);
+    case 4: return q8dot_block<G, 4>(pack, gtot, g0, xq, ldq, xd, ldd, nb, y, ldy, last);
+    case 5: return q8dot_block<G, 5>(pack, gtot, g0, xq, ldq, xd, ldd, nb, y, ldy, last);
+    default: return;
+  }
+}
+
+AVX512_VNNI void gemm_q8dot_avx512(const uint8_t* pack, int rows, const uint8_t* xq, int64_t ldq, const float* xd,
+                                   int64_t ldd, int n, int64_t k, float* y, int64_t ldy) {
+  const int G = (rows + 15) / 16;
+  const int64_t nb = k / 32;
+  for (int g0 = 0; g0 < G; g0 += 4) {
+    const int gb = std::min(4, G - g0);
+    const int lanes = std::min(16, rows - 16 * (g0 + gb - 1));
+    const __mmask16 last = (__mmask16)((1u << lanes) - 1);
+    switch (gb) {
+      case 1: q8dot_groups<1>(pack, G, g0, xq, ldq, xd, ldd, n, nb, y, ldy, last); break;
+      case 2: q8dot_groups<2>(pack, G, g0, xq, ldq, xd, ldd, n, nb, y, ldy, last); break;
+      case 3: q8dot_groups<3>(pack, G, g0, xq, ldq, xd, ldd, n, nb, y, ldy, last); break;
+      default: q8dot_groups<4>(pack, G, g0, xq, ldq, xd, ldd, n, nb, y, ldy, last); break;
+    }
+  }
+}
+
+// x_q8 (kernels.h): the multiply by 1/d and the rounding (MXCSR's default,
+// to nearest even) are those of x_q8_ref, so both give the same bytes.
+AVX512 void x_q8_avx512(const float* x, int64_t k, uint8_t* q, float* d) {
+  for (int64_t b = 0; b < k / 32; b++) {
+    const __m512 a = _mm512_loadu_ps(x + 32 * b), c = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    d[b] = db;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i off = _mm512_set1_epi32(128);
+    const __m512i qa = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(a, vid)), off);
+    const __m512i qc = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c, vid)), off);
+    _mm_storeu_si128((__m128i*)(q + 32 * b), _mm512_cvtusepi32_epi8(qa));
+    _mm_storeu_si128((__m128i*)(q + 32 * b + 16), _mm512_cvtusepi32_epi8(qc));
+  }
+}
 #pragma GCC diagnostic pop
 
 const CpuKernels kAvx512 = {
     "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
-    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr,
+    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 #endif
 
@@ -1034,6 +1154,20 @@ const CpuKernels& cpu_kernels_portable() { return kPortable; }
 
 void x_bf16_ref(const float* x, int64_t k, uint16_t* xb, int64_t kp) {
   for (int64_t i = 0; i < kp; i++) xb[i] = i < k ? float_to_bf16(x[i]) : 0;
+}
+
+void x_q8_ref(const float* x, int64_t k, uint8_t* q, float* d) {
+  for (int64_t b = 0; b < k / 32; b++) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    d[b] = db;
+    for (int i = 0; i < 32; i++) {
+      const float v = x[32 * b + i] * id;
+      q[32 * b + i] = (uint8_t)(std::min(127, std::max(-128, (int)std::nearbyint(v))) + 128);
+    }
+  }
 }
 
 void gemm_bf16dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k,
@@ -1052,14 +1186,30 @@ void gemm_bf16dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint16
   }
 }
 
+void gemm_q8dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int64_t ldq, const float* xd,
+                    int64_t ldd, int n, int64_t k, float* y, int64_t ldy) {
+  for (int o = 0; o < rows; o++) {
+    const BlockQ8_0* wr = reinterpret_cast<const BlockQ8_0*>(w + (uint64_t)o * wstride);
+    for (int j = 0; j < n; j++) {
+      double sum = 0;
+      for (int64_t b = 0; b < k / 32; b++) {
+        int32_t dot = 0;
+        for (int i = 0; i < 32; i++) dot += (int32_t)wr[b].qs[i] * ((int32_t)xq[(int64_t)j * ldq + 32 * b + i] - 128);
+        sum += (double)half_to_float(wr[b].d) * (double)xd[(int64_t)j * ldd + b] * dot;
+      }
+      y[(int64_t)j * ldy + o] = (float)sum;
+    }
+  }
+}
+
 const CpuKernels& cpu_kernels() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                            __builtin_cpu_supports("f16c");
   static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl") && !std::getenv("CLADE_NO_AVX512");
-  // The dot-product path of many-row products (kernels.h), where the CPU
-  // has it; CLADE_NO_DOTGEMM=1 keeps the F32 path (to compare the two).
+  // The dot-product paths of many-row products (kernels.h), where the CPU
+  // has them; CLADE_NO_DOTGEMM=1 keeps the F32 path (to compare the two).
   static const CpuKernels avx512_dot = [] {
     CpuKernels k = kAvx512;
     if (std::getenv("CLADE_NO_DOTGEMM")) return k;
@@ -1067,6 +1217,11 @@ const CpuKernels& cpu_kernels() {
       k.pack_dot = pack_dot_avx512;
       k.x_bf16 = x_bf16_avx512;
       k.gemm_bf16dot = gemm_bf16dot_avx512;
+    }
+    if (__builtin_cpu_supports("avx512vnni")) {
+      k.pack_dot = pack_dot_avx512;
+      k.x_q8 = x_q8_avx512;
+      k.gemm_q8dot = gemm_q8dot_avx512;
     }
     return k;
   }();

@@ -98,16 +98,21 @@ struct CpuKernels {
                int64_t k, float* y, int64_t ldy);
 
   // ---- many-row products with dot-product instructions ----
-  // Prefill's products of many input rows against BF16 weights, with the
-  // input rows narrowed to bf16 once per matmul and the weights of a tile
-  // packed once per thread: AVX512-BF16 vdpbf16ps does two products per
-  // lane (twice the F32 FMA rate). nullptr where the CPU lacks the
-  // instructions (the backend keeps the F32 path then).
+  // Prefill's products of many input rows against BF16 or Q8_0 weights,
+  // with the input rows narrowed once per matmul (to bf16, or to int8 per
+  // 32-block with an f32 scale) and the weights of a tile packed once per
+  // thread: AVX512-BF16 vdpbf16ps does two products per lane (twice the
+  // F32 FMA rate), AVX512-VNNI vpdpbusd four int8 products. nullptr where
+  // the CPU lacks the instructions (the backend keeps the F32 path then).
   //
   // Packed weights (pack_dot, dot_pack_bytes): groups of 16 rows, lane l
-  // of a vector = row 16g+l, so an input element pair is broadcast and
-  // the outputs come out as 16-lane vectors, with no horizontal sums. rows >= 1, any count (lanes past it are zero).
+  // of a vector = row 16g+l, so an input element pair (bf16) or quad (int8)
+  // is broadcast and the outputs come out as 16-lane vectors, with no
+  // horizontal sums. rows >= 1, any count (lanes past it are zero).
   //  BF16: [k-pair s][group g][lane] u32 = w[16g+l][2s] | w[..][2s+1] << 16.
+  //  Q8_0: per 32-block b, [step s of 4][group g][lane] 4 int8, then
+  //        [g][16] f32 weight scales, then [g][16] i32 -128 * sum of the
+  //        block's quants (the offset correction below).
   void (*pack_dot)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, int64_t k, uint8_t* pack);
   // x rows to bf16 (round to nearest even), zero-padded from k to kp.
   void (*x_bf16)(const float* x, int64_t k, uint16_t* xb, int64_t kp);
@@ -115,19 +120,34 @@ struct CpuKernels {
   // xb [n][ldx] bf16 with its element k zero when k is odd.
   void (*gemm_bf16dot)(const uint8_t* pack, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k, float* y,
                        int64_t ldy);
+  // One x row to int8 per 32-block (k a multiple of 32): d = max|x| / 127,
+  // q = round-to-even(x * (1/d)) (0 where d is 0), stored as q + 128 (u8:
+  // vpdpbusd takes unsigned x signed, so the kernel adds a correction of
+  // -128 * sum(w) per block, kept in the pack).
+  void (*x_q8)(const float* x, int64_t k, uint8_t* q, float* d);
+  // y[j][o] = sum_b dw[o][b] dx[j][b] (int32 dot of block b's quants):
+  // xq [n][ldq] (x_q8's u8), xd [n][ldd] scales.
+  void (*gemm_q8dot)(const uint8_t* pack, int rows, const uint8_t* xq, int64_t ldq, const float* xd, int64_t ldd,
+                     int n, int64_t k, float* y, int64_t ldy);
 };
 
-// Bytes of pack_dot's packing of rows weight rows of k elements (t BF16).
-inline size_t dot_pack_bytes(TensorType, int rows, int64_t k) {
-  return (size_t)(rows + 15) / 16 * (size_t)((k + 1) / 2) * 64;
+// Bytes of pack_dot's packing of rows weight rows of k elements (t BF16 or
+// Q8_0).
+inline size_t dot_pack_bytes(TensorType t, int rows, int64_t k) {
+  const size_t g = (size_t)(rows + 15) / 16;
+  return t == TensorType::BF16 ? g * (size_t)((k + 1) / 2) * 64 : g * (size_t)(k / 32) * 640;
 }
 
 // The portable twins of the dot-product paths (tests): the same products
 // from the unpacked weights, summed in double. gemm_bf16dot_ref: BF16 rows
-// w (wstride bytes apart) against xb.
+// w (wstride bytes apart) against xb; gemm_q8dot_ref: Q8_0 rows against
+// x_q8's quantization (products in int32 per block, scales in double).
 void gemm_bf16dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint16_t* xb, int64_t ldx, int n, int64_t k,
                       float* y, int64_t ldy);
+void gemm_q8dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int64_t ldq, const float* xd,
+                    int64_t ldd, int n, int64_t k, float* y, int64_t ldy);
 void x_bf16_ref(const float* x, int64_t k, uint16_t* xb, int64_t kp);
+void x_q8_ref(const float* x, int64_t k, uint8_t* q, float* d);
 
 const CpuKernels& cpu_kernels();           // the best for this CPU
 const CpuKernels& cpu_kernels_portable();  // the plain path, for tests
