@@ -356,6 +356,63 @@ CLADE_API clade_status clade_tree_append(clade_tree *tree,
                                          size_t n_tokens, float *logits,
                                          clade_node_id *out);
 
+/* ---- batch append (prepacked prefill) ---- */
+
+/* In a batch append, an item's parent may be the node made by an earlier
+   item i of the same call: CLADE_ITEM_NODE(i). */
+#define CLADE_ITEM_NODE(i) ((clade_node_id)(-2 - (int32_t)(i)))
+
+/* One item of clade_tree_append_batch: a new tree node, or a new sequence
+   of a cache with its first own tokens. */
+typedef struct clade_append_item {
+  size_t size;              /* sizeof(clade_append_item), by
+                               clade_append_item_init; every item of a call
+                               has the same size (the array's stride) */
+  clade_node_id parent;     /* an existing node, or CLADE_ITEM_NODE(i) for
+                               a node item i before this one; default 0 */
+  const clade_token *tokens;
+  size_t n_tokens;
+  clade_cache *cache;       /* NULL (default): the item is a new tree node.
+                               Else a cache of this tree: the item is a new
+                               sequence of it under parent, its tokens the
+                               sequence's first own tokens, evaluated now */
+  float *logits;            /* NULL, or n_vocab floats: the logits of the
+                               item's last token (to sample the first new
+                               token); needs n_tokens > 0 */
+  clade_node_id node;       /* out: a node item's node (the caller holds a
+                               reference, as after clade_tree_append); -1
+                               for a sequence item */
+  clade_seq_id seq;         /* out: a sequence item's sequence; -1 for a
+                               node item */
+} clade_append_item;
+
+CLADE_API void clade_append_item_init(clade_append_item *item);
+
+/* Evaluate many prompts at once: every item's tokens, attending to the
+   path above it, in forward passes of at most prefill_chunk tokens (C)
+   filled by first-fit decreasing, never padded: the weight products run
+   once per pass over all its tokens, items under the same parent read the
+   parent's KV once for all their rows (the shared-node path of
+   clade_decode), and an item longer than C is split over later passes,
+   in order. An item whose parent is an earlier item goes into a pass after
+   that item's last one. The caller never sees passes; the KV and logits
+   are those of appending the items one at a time, to rounding.
+   Atomic: on any status other than CLADE_OK (a bad parent, a token outside
+   the vocabulary, a path past the context, CLADE_CACHE_FULL, the KV
+   budget, an abort, no memory) no node and no sequence was added and
+   every handle is as before (the items' logits buffers may have been
+   written).
+   Memory: besides the items' KV, the call's activations and scratch are
+   bounded by C tokens, whatever the number and lengths of the items:
+   about C x (4 (2 n_embd + 2 n_heads head_dim + 2 kv_heads head_dim +
+   2 n_ff) + 8 + n_heads (depth + 1) (4 head_dim + 28)) bytes, where depth
+   is the deepest path's number of nodes, plus 4 (n_embd + n_vocab) bytes
+   per item whose logits a pass gives (at most C), up to half again as the
+   buffers grow (tests/test_prefill.cpp checks it). n_items may be 0. */
+CLADE_API clade_status clade_tree_append_batch(clade_tree *tree,
+                                               clade_append_item *items,
+                                               size_t n_items);
+
 /* Drop the caller's reference. The node's memory is freed once no child,
    sequence or caller holds it. Releasing the root or a node already
    released by the caller is CLADE_E_STATE. */
@@ -496,7 +553,9 @@ CLADE_API clade_status clade_cache_promote(clade_cache *cache,
    copied into it (moving up). The positions of every token stay the same,
    so the next step's logits are as before, to rounding. The sequence must
    have no queued tokens and must not be private. CLADE_CACHE_FULL when the
-   unique tokens would pass max_tokens. */
+   unique tokens would pass max_tokens. A move that takes node tokens into
+   the sequence's own KV (up or across) needs the cache's KV type to be the
+   tree's (CLADE_E_STATE otherwise). */
 CLADE_API clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq,
                                         clade_node_id node);
 /* The node seq is attached to. */
@@ -543,14 +602,61 @@ CLADE_API clade_status clade_decode(clade_cache *cache,
 
 /* ---- sampler ---------------------------------------------------------- */
 
+/* The sampling pipeline. Each call runs these stages, in this order, on the
+   row's logits (the caller's row is never written):
+   1. logit bias: bias added to its token's logit (a token listed twice gets
+      the sum; -INFINITY bans a token);
+   2. repetition penalty: each distinct token of the counted history has its
+      logit divided by repeat_penalty when positive, else multiplied by it;
+   3. presence and frequency penalties: each token of the counted history
+      loses presence_penalty once and frequency_penalty times its count in
+      the counted history (negative values favour repeats). The counted
+      history is the whole history when penalize_prompt is
+      nonzero (the default), else history[n_prompt..n_history) only: the
+      tokens generated after the prompt. clade_sample passes n_prompt 0.
+   4. temperature: logits divided by it; 0 is greedy: the highest logit
+      (the lowest token id among equal ones) is taken and the stages below
+      are skipped (no random number is used);
+   5. top-k: the k highest logits are kept (ties: lower token id first; a
+      k above the vocabulary keeps every token); p = softmax over them;
+   6. top-p: the shortest prefix (by p, ties lower id first) whose mass
+      reaches top_p is kept; top_p 1 keeps every candidate and its smallest
+      value (just above 0) keeps one token;
+   7. min-p: tokens with p < min_p * the top p are dropped (top-p and min-p
+      both read the p of stage 5, so the two keep the shorter prefix);
+   8. draw: one uniform number of the stream picks a kept token with
+      probability p / (the kept tokens' mass).
+   A logit of -INFINITY is a token that cannot be drawn; a NaN or +INFINITY
+   logit, or a row whose every logit is -INFINITY after stage 3, is
+   CLADE_E_INVALID_ARG.
+   Log-probabilities (clade_sample_result) are natural logs of the
+   distribution the draw is made from: stage 8's, after every stage above
+   (temperature and truncation included, renormalized over the kept tokens;
+   a token not kept has none). Greedy's distribution is the chosen token
+   with probability 1 (log-probability 0). */
+typedef struct clade_logit_bias {
+  clade_token token; /* in [0, n_vocab) of the rows sampled */
+  float bias;        /* added to the token's logit (NaN, +inf: refused) */
+} clade_logit_bias;
+
 typedef struct clade_sampler_params {
   size_t size;        /* sizeof(clade_sampler_params) */
   float temperature;  /* 0: greedy (default 0.8) */
   int32_t top_k;      /* 0: off (default 40) */
-  float top_p;        /* 1: off (default 0.95) */
+  float top_p;        /* 1: off (default 0.95); in (0, 1] */
   float min_p;        /* 0: off (default 0.05) */
   float repeat_penalty; /* 1: off */
   uint64_t seed;
+  float presence_penalty;  /* 0: off (default) */
+  float frequency_penalty; /* 0: off (default) */
+  /* n_logit_bias (token, bias) pairs, copied by clade_sampler_create (the
+     array may go after it); NULL and 0 by default. A negative token is
+     CLADE_E_TOKEN at create, one at or past a row's n_vocab at sampling. */
+  const clade_logit_bias *logit_bias;
+  size_t n_logit_bias;
+  int32_t penalize_prompt; /* nonzero (default 1): the prompt's tokens count
+                              for the penalties; 0: only the history past
+                              n_prompt (clade_sample_ex, clade_sample_batch) */
 } clade_sampler_params;
 
 CLADE_API void clade_sampler_params_init(clade_sampler_params *params);
@@ -563,12 +669,55 @@ CLADE_API void clade_sampler_free(clade_sampler *sampler);
    results do not depend on the order sequences are sampled in; the sampler
    keeps a few dozen bytes of state per stream it has seen, until
    clade_sampler_forget or clade_sampler_free).
-   history (may be NULL) feeds the repetition penalty; a history token
+   history (may be NULL) feeds the penalties; a history token
    outside [0, n_vocab) is CLADE_E_TOKEN. */
 CLADE_API clade_status clade_sample(clade_sampler *sampler, uint64_t stream,
                                     const float *logits, int32_t n_vocab,
                                     const clade_token *history,
                                     size_t n_history, clade_token *out);
+
+/* What a sample gives back. Caller-sized (Conventions): the caller sets
+   size = sizeof(clade_sample_result) and the in fields; the library fills
+   the out fields. */
+typedef struct clade_sample_result {
+  size_t size;
+  clade_token *top_tokens;  /* in: room for top_capacity tokens, or NULL */
+  float *top_logprobs;      /* in: room for top_capacity floats, or NULL */
+  size_t top_capacity;      /* in: alternatives wanted (0: none) */
+  size_t n_top;             /* out: alternatives written: the most likely
+                               kept tokens, most likely first (ties: lower
+                               id first), chosen token included, at most
+                               top_capacity and the number kept */
+  clade_token token;        /* out: the token drawn */
+  float logprob;            /* out: its log-probability (see above) */
+} clade_sample_result;
+
+/* clade_sample, plus n_prompt (how many leading tokens of history are the
+   prompt, for penalize_prompt 0; at most n_history) and the result. */
+CLADE_API clade_status clade_sample_ex(clade_sampler *sampler, uint64_t stream,
+                                       const float *logits, int32_t n_vocab,
+                                       const clade_token *history,
+                                       size_t n_history, size_t n_prompt,
+                                       clade_sample_result *result);
+
+/* n_rows rows in one call: row r's logits are logits[r * n_vocab ..] (as
+   clade_decode writes them), drawn on stream streams[r] with history
+   histories[r] (n_histories[r] tokens, the first n_prompts[r] the prompt).
+   histories may be NULL (no history for any row; then n_histories may be
+   NULL), a histories[r] may be NULL when n_histories[r] is 0, n_prompts
+   may be NULL (0 for every row). results: n_rows structs whose size fields
+   are all the caller's sizeof(clade_sample_result), the array's stride.
+   Rows are sampled in order, each exactly as clade_sample_ex would: a
+   row's draw depends only on the seed, its stream and how many draws that
+   stream has had, never on the other rows (two rows of one stream draw in
+   row order). On an error no row is drawn and no stream advances. */
+CLADE_API clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows,
+                                          const float *logits, int32_t n_vocab,
+                                          const uint64_t *streams,
+                                          const clade_token *const *histories,
+                                          const size_t *n_histories,
+                                          const size_t *n_prompts,
+                                          clade_sample_result *results);
 /* Forget stream's random state (a stream that has ended) and release its
    memory; a later clade_sample on that stream number starts as with a new
    sampler. A stream never sampled is fine. */
@@ -596,6 +745,22 @@ typedef struct clade_cache_stats {
 
 CLADE_API clade_status clade_cache_get_stats(const clade_cache *cache,
                                              clade_cache_stats *stats);
+
+/* Counters of a tree's own passes (appends) since its creation. */
+typedef struct clade_tree_stats {
+  size_t size;              /* sizeof(clade_tree_stats), set by the caller */
+  uint64_t passes;          /* forward passes of appends */
+  uint64_t tokens;          /* tokens they evaluated */
+  uint64_t workspace_bytes; /* bytes of the tree's pass workspaces now
+                               (activations, plan arrays, logits; grown to
+                               the largest pass so far, never shrunk) */
+  uint64_t shared_spans;    /* over all passes: node spans attended once for
+                               all their rows (the shared-node path), and */
+  uint64_t flat_spans;      /* spans each item read itself */
+} clade_tree_stats;
+
+CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
+                                            clade_tree_stats *stats);
 
 #endif /* CLADE_EXPERIMENTAL */
 

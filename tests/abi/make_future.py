@@ -16,7 +16,7 @@ import sys
 STRUCTS = [
     "clade_model_params", "clade_model_info", "clade_special_tokens",
     "clade_tree_params", "clade_node_info", "clade_cache_params",
-    "clade_batch", "clade_sampler_params", "clade_append_item",
+    "clade_batch", "clade_sampler_params", "clade_append_item", "clade_sample_result",
     "clade_cache_stats", "clade_tree_stats",
 ]
 
