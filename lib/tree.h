@@ -86,6 +86,11 @@ class Tree {
   uint64_t tokens_evaluated = 0;  // by appends
 
  private:
+  struct Batch;  // append_batch's state (lib/prefill.cpp), through its steps:
+  void batch_check(Batch& b) const;
+  void batch_stores(Batch& b) const;
+  void batch_passes(Batch& b);
+  void batch_commit(Batch& b);
   Forward fwd_;  // the appends' passes
   std::vector<std::unique_ptr<Node>> nodes_;  // by id; nullptr once freed
 };
