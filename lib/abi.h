@@ -71,6 +71,7 @@ CLADE_ABI_STRUCT(clade_batch, logits_rows, 64);
 CLADE_ABI_STRUCT(clade_sampler_params, penalize_prompt, 72);
 CLADE_ABI_STRUCT(clade_sample_result, logprob, 48);
 CLADE_ABI_STRUCT(clade_append_item, seq, 56);
+CLADE_ABI_STRUCT(clade_generate_params, first_stream, 104);
 #ifdef CLADE_EXPERIMENTAL
 // Experimental (outside the ABI promise), but grown by the same rule.
 CLADE_ABI_STRUCT(clade_cache_stats, last_flat, 48);

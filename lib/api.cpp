@@ -14,6 +14,7 @@
 #include "abi.h"
 #include "error.h"
 #include "cache.h"
+#include "generate.h"
 #include "log.h"
 #include "model.h"
 #include "sampler.h"
@@ -38,6 +39,9 @@ struct clade_cache {
 };
 struct clade_sampler {
   std::unique_ptr<clade::Sampler> s;
+};
+struct clade_generation {
+  clade::Generation g;
 };
 struct clade_detokenizer {
   std::unique_ptr<clade::DetokenizeStream> d;
@@ -611,6 +615,12 @@ clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
 
 /* ---- sampler ---- */
 
+static bool sampler_params_ok(const clade_sampler_params& p) {
+  return p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
+         p.repeat_penalty > 0 && std::isfinite(p.temperature) && std::isfinite(p.repeat_penalty) &&
+         std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty);
+}
+
 void clade_sampler_params_init(clade_sampler_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
@@ -637,11 +647,7 @@ clade_status clade_sampler_create(const clade_sampler_params* params, clade_samp
     if (params) {
       clade::abi::read_in(params, &p);
     }
-    CLADE_CHECK_ARG(p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 &&
-                        p.min_p <= 1 && p.repeat_penalty > 0 && std::isfinite(p.temperature) &&
-                        std::isfinite(p.repeat_penalty) && std::isfinite(p.presence_penalty) &&
-                        std::isfinite(p.frequency_penalty),
-                    "sampler parameter out of range");
+    CLADE_CHECK_ARG(sampler_params_ok(p), "sampler parameter out of range");
     std::unique_ptr<clade_sampler> s(new clade_sampler());
     s->s.reset(new clade::Sampler(p));
     *out = s.release();
@@ -745,6 +751,91 @@ clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
     sampler->s->forget(stream);
     return CLADE_OK;
   });
+}
+
+/* ---- generation ---- */
+
+void clade_generate_params_init(clade_generate_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->max_new_tokens = 128;
+  p->n_samples = 1;
+  p->ignore_eog = 0;
+  p->max_live = 0;
+  p->stop_tokens = nullptr;
+  p->n_stop_tokens = 0;
+  p->stop_strings = nullptr;
+  p->n_stop_strings = 0;
+  p->sampler = nullptr;
+  p->callback = nullptr;
+  p->user = nullptr;
+  p->attention = CLADE_ATTENTION_AUTO;
+  p->logprobs = 0;
+  p->special = 0;
+  p->root = 0;
+  p->first_stream = 0;
+}
+
+clade_status clade_generate(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
+                            const clade_generate_params* params, clade_generation** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    CLADE_CHECK_ARG(prompts || n_prompts == 0, "prompts is NULL");
+    clade_generate_params p;
+    clade_generate_params_init(&p);
+    if (params) clade::abi::read_in(params, &p);
+    clade_sampler_params sp;
+    clade_sampler_params_init(&sp);
+    if (p.sampler) clade::abi::read_in(p.sampler, &sp);
+    CLADE_CHECK_ARG(sampler_params_ok(sp), "clade_generate: a sampler parameter is out of range");
+    std::unique_ptr<clade_generation> g(new clade_generation());
+    clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g);
+    if (st != CLADE_OK && st != CLADE_STOPPED) {
+      if (g_last_error.empty()) set_error(st, std::string("clade_generate: a decode step gave ") + clade_status_string(st));
+      return st;
+    }
+    *out = g.release();
+    return st;
+  });
+}
+
+void clade_generation_free(clade_generation* gen) { delete gen; }
+
+size_t clade_generation_count(const clade_generation* gen) { return gen ? gen->g.seqs.size() : 0; }
+
+static const clade::GenSeq* gen_seq(const clade_generation* gen, size_t i) {
+  if (!gen || i >= gen->g.seqs.size()) return nullptr;
+  return &gen->g.seqs[i];
+}
+
+const char* clade_generation_text(const clade_generation* gen, size_t i, size_t* len) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  if (len) *len = s ? s->text.size() : 0;
+  return s ? s->text.c_str() : nullptr;
+}
+
+const clade_token* clade_generation_tokens(const clade_generation* gen, size_t i, size_t* n_tokens) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  if (n_tokens) *n_tokens = s ? s->tokens.size() : 0;
+  return s && !s->tokens.empty() ? s->tokens.data() : nullptr;
+}
+
+const float* clade_generation_logprobs(const clade_generation* gen, size_t i) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  return s && gen->g.logprobs && !s->logprobs.empty() ? s->logprobs.data() : nullptr;
+}
+
+clade_finish_reason clade_generation_finish(const clade_generation* gen, size_t i) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  return s ? s->finish : CLADE_FINISH_NONE;
+}
+
+int64_t clade_generation_prompt(const clade_generation* gen, size_t i) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  return s ? s->prompt : -1;
 }
 
 /* ---- logging, tree search, budget, abort ---- */

@@ -1,0 +1,312 @@
+// The generation loop behind clade_generate: see generate.h and clade.h.
+#include "generate.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "cache.h"
+#include "error.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+namespace clade {
+
+size_t StopMatcher::find(const std::string& text, size_t begin, size_t old) const {
+  size_t best = std::string::npos;
+  for (const std::string& s : stops) {
+    size_t start = old >= s.size() - 1 ? old - (s.size() - 1) : 0;
+    start = std::max(start, begin);
+    size_t at = text.find(s, start);
+    if (at < best) best = at;
+  }
+  return best;
+}
+
+size_t StopMatcher::held(const std::string& text, size_t begin) const {
+  size_t avail = text.size() - begin;
+  for (size_t k = std::min(avail, max_len ? max_len - 1 : 0); k > 0; k--) {
+    const char* suffix = text.data() + text.size() - k;
+    for (const std::string& s : stops)
+      if (s.size() > k && std::memcmp(s.data(), suffix, k) == 0) return k;
+  }
+  return 0;
+}
+
+namespace {
+
+// The nodes a call appended, released on every way out of it.
+struct ReleaseNodes {
+  Tree& tree;
+  std::vector<BatchItem>& items;
+  ~ReleaseNodes() {
+    for (const BatchItem& it : items)
+      if (it.node > 0) {
+        try {
+          tree.release(it.node);
+        } catch (...) {
+        }
+      }
+  }
+};
+
+// A sequence while it runs.
+struct SeqState {
+  std::unique_ptr<DetokenizeStream> detok;
+  size_t emitted = 0;           // bytes of text streamed so far
+  std::vector<int32_t> history; // prompt path, then the output
+  size_t n_prompt = 0;
+  Node* node = nullptr;         // its leaf's node
+  clade_seq_id seq = -1;        // in the cache, while there
+  int32_t pending = -1;         // the token the next step evaluates
+  bool done = false;
+};
+
+}  // namespace
+
+clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts, const clade_generate_params& p,
+                      const clade_sampler_params& sp, Generation& out) {
+  const Model& model = tree.model;
+  const int32_t n_vocab = model.cfg.n_vocab;
+  const Tokenizer* tok = model.tokenizer.get();
+  if (!prompts || n_prompts == 0) fail(CLADE_E_INVALID_ARG, "clade_generate: no prompts");
+  if (n_prompts > ((size_t)1 << 24)) fail(CLADE_E_INVALID_ARG, "clade_generate: n_prompts out of range");
+  if (p.max_new_tokens < 1 || p.max_new_tokens > (1 << 28))
+    fail(CLADE_E_INVALID_ARG, "clade_generate: max_new_tokens must be at least 1 (it is " +
+                                  std::to_string(p.max_new_tokens) + ")");
+  if (p.n_samples < 1 || p.n_samples > (1 << 20))
+    fail(CLADE_E_INVALID_ARG, "clade_generate: n_samples must be at least 1 (it is " + std::to_string(p.n_samples) + ")");
+  if (p.max_live < 0 || p.max_live > (1 << 20)) fail(CLADE_E_INVALID_ARG, "clade_generate: max_live out of range");
+  int att;
+  std::memcpy(&att, &p.attention, sizeof att);
+  if (att < CLADE_ATTENTION_AUTO || att > CLADE_ATTENTION_NONE)
+    fail(CLADE_E_INVALID_ARG, "clade_generate: unknown attention mode");
+  if (!p.stop_tokens && p.n_stop_tokens) fail(CLADE_E_INVALID_ARG, "clade_generate: stop_tokens is NULL");
+  if (!p.stop_strings && p.n_stop_strings) fail(CLADE_E_INVALID_ARG, "clade_generate: stop_strings is NULL");
+  std::vector<char> stop_tok((size_t)n_vocab, 0);
+  for (size_t i = 0; i < p.n_stop_tokens; i++) {
+    int32_t t = p.stop_tokens[i];
+    if (t < 0 || t >= n_vocab)
+      fail(CLADE_E_TOKEN, "clade_generate: stop_tokens[" + std::to_string(i) + "] = " + std::to_string(t) +
+                              " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+    stop_tok[(size_t)t] = 1;
+  }
+  if (tok && !p.ignore_eog)
+    for (int32_t t = 0; t < n_vocab; t++)
+      if (tok->is_eog(t)) stop_tok[(size_t)t] = 1;
+  StopMatcher stops;
+  for (size_t i = 0; i < p.n_stop_strings; i++) {
+    const char* s = p.stop_strings[i];
+    if (!s || !*s)
+      fail(CLADE_E_INVALID_ARG, "clade_generate: stop_strings[" + std::to_string(i) + "] is NULL or empty");
+    stops.stops.emplace_back(s);
+    stops.max_len = std::max(stops.max_len, stops.stops.back().size());
+  }
+  if (!stops.stops.empty() && !tok)
+    fail(CLADE_E_UNSUPPORTED, "clade_generate: stop strings need a model with a tokenizer");
+  Node* root = tree.get(p.root);
+
+  // The prompt tree and its leaves.
+  std::vector<char> has_child(n_prompts, 0);
+  for (size_t i = 0; i < n_prompts; i++) {
+    const clade_prompt& pr = prompts[i];
+    if (pr.parent < -1 || (int64_t)pr.parent >= (int64_t)i)
+      fail(CLADE_E_INVALID_ARG, "clade_generate: prompts[" + std::to_string(i) + "].parent is " +
+                                    std::to_string(pr.parent) + ": -1 or an earlier prompt's index");
+    if (!pr.tokens && pr.n_tokens)
+      fail(CLADE_E_INVALID_ARG, "clade_generate: prompts[" + std::to_string(i) + "].tokens is NULL");
+    if (pr.parent >= 0) has_child[(size_t)pr.parent] = 1;
+  }
+  std::vector<size_t> leaves;
+  for (size_t i = 0; i < n_prompts; i++)
+    if (!has_child[i]) {
+      if (prompts[i].n_tokens == 0)
+        fail(CLADE_E_INVALID_ARG, "clade_generate: prompts[" + std::to_string(i) +
+                                      "] is a leaf with no tokens (a leaf's last token gives the first logits)");
+      leaves.push_back(i);
+    }
+  const size_t n_samples = (size_t)p.n_samples;
+  const size_t total = leaves.size() * n_samples;
+  if (total > ((size_t)1 << 24)) fail(CLADE_E_INVALID_ARG, "clade_generate: too many sequences");
+  const size_t max_live = p.max_live ? std::min((size_t)p.max_live, total) : total;
+
+  Sampler sampler(sp);
+
+  // One batch append for every prompt.
+  std::vector<BatchItem> items(n_prompts);
+  std::vector<std::vector<float>> leaf_logits(leaves.size());
+  for (size_t l = 0; l < leaves.size(); l++) leaf_logits[l].resize((size_t)n_vocab);
+  for (size_t i = 0, l = 0; i < n_prompts; i++) {
+    BatchItem& it = items[i];
+    if (prompts[i].parent < 0) it.parent_node = root;
+    else it.parent_item = prompts[i].parent;
+    it.tokens = prompts[i].tokens;
+    it.n = prompts[i].n_tokens;
+    if (l < leaves.size() && leaves[l] == i) it.logits = leaf_logits[l++].data();
+  }
+  tree.append_batch(items);
+  ReleaseNodes release{tree, items};
+
+  Cache cache(tree, (int32_t)max_live, p.max_new_tokens, tree.kv_type, (clade_attention)att);
+
+  out.seqs.assign(total, GenSeq());
+  out.logprobs = p.logprobs != 0;
+  std::vector<SeqState> st(total);
+  const bool long_ctx = (tree.flags & CLADE_TREE_ALLOW_LONG_CONTEXT) != 0;
+  bool stop_all = false;
+
+  auto emit = [&](size_t i, int32_t token, const std::string& text, size_t from, size_t to) -> int32_t {
+    if (!p.callback) return CLADE_GENERATE_CONTINUE;
+    return p.callback(p.user, i, token, text.data() + from, to - from);
+  };
+  // Sequence i ends: the rest of its text, its final call, its slot.
+  auto finish = [&](size_t i, clade_finish_reason why) {
+    SeqState& s = st[i];
+    GenSeq& g = out.seqs[i];
+    if (s.detok) g.text += s.detok->flush();
+    emit(i, -1, g.text, s.emitted, g.text.size());
+    s.emitted = g.text.size();
+    g.finish = why;
+    s.done = true;
+    s.detok.reset();
+    std::vector<int32_t>().swap(s.history);
+    if (s.seq >= 0) {
+      cache.remove(s.seq);
+      s.seq = -1;
+    }
+  };
+  // Sequence i drew token: true when it has ended.
+  auto take = [&](size_t i, int32_t token, float logprob) -> bool {
+    SeqState& s = st[i];
+    GenSeq& g = out.seqs[i];
+    if (stop_tok[(size_t)token]) {
+      finish(i, CLADE_FINISH_STOP_TOKEN);
+      return true;
+    }
+    g.tokens.push_back(token);
+    if (out.logprobs) g.logprobs.push_back(logprob);
+    s.history.push_back(token);
+    size_t old = g.text.size();
+    if (s.detok) g.text += s.detok->push(token);
+    if (!stops.stops.empty()) {
+      size_t at = stops.find(g.text, s.emitted, old);
+      if (at != std::string::npos) {
+        g.text.resize(at);
+        if (emit(i, token, g.text, s.emitted, at) == CLADE_GENERATE_STOP_ALL) stop_all = true;
+        s.emitted = at;
+        finish(i, CLADE_FINISH_STOP_STRING);
+        return true;
+      }
+    }
+    size_t upto = g.text.size() - stops.held(g.text, s.emitted);
+    int32_t r = emit(i, token, g.text, s.emitted, upto);
+    s.emitted = upto;
+    if (r == CLADE_GENERATE_STOP_ALL) stop_all = true;
+    if (r == CLADE_GENERATE_STOP_ALL || r == CLADE_GENERATE_STOP_SEQ) {
+      finish(i, CLADE_FINISH_CALLBACK);
+      return true;
+    }
+    if (g.tokens.size() >= (size_t)p.max_new_tokens) {
+      finish(i, CLADE_FINISH_LENGTH);
+      return true;
+    }
+    // The token is evaluated next at this position; past the context the
+    // sequence ends there.
+    int64_t pos = (int64_t)s.node->end() + (s.seq >= 0 ? cache.length(s.seq) : 0);
+    if (!long_ctx && pos >= model.cfg.n_ctx) {
+      finish(i, CLADE_FINISH_LENGTH);
+      return true;
+    }
+    s.pending = token;
+    return false;
+  };
+  // Everything still running or waiting ends with reason why.
+  auto finish_rest = [&](clade_finish_reason why) {
+    for (size_t i = 0; i < total; i++)
+      if (!st[i].done) finish(i, why);
+  };
+
+  std::vector<size_t> live, still;
+  std::vector<clade_seq_id> ids;
+  std::vector<int32_t> ones, toks;
+  std::vector<float> logits;
+  std::vector<SampleRow> rows;
+  size_t next = 0;  // the first sequence not admitted yet
+  for (;;) {
+    // Admit waiting sequences into free slots: their first token comes from
+    // their leaf's logits.
+    while (!stop_all && live.size() < max_live && next < total) {
+      const size_t i = next++, l = i / n_samples;
+      SeqState& s = st[i];
+      out.seqs[i].prompt = (int64_t)leaves[l];
+      s.node = tree.get(items[leaves[l]].node);
+      if (tok) s.detok.reset(new DetokenizeStream(*tok, p.special != 0, false));
+      Tree::path_tokens(s.node, s.history);
+      s.n_prompt = s.history.size();
+      SampleRow row;
+      row.stream = p.first_stream + i;
+      row.logits = leaf_logits[l].data();
+      row.history = s.history.data();
+      row.n_history = s.history.size();
+      row.n_prompt = s.n_prompt;
+      sampler.sample_rows(&row, 1, n_vocab);
+      if (i % n_samples == n_samples - 1) std::vector<float>().swap(leaf_logits[l]);
+      if (take(i, row.token, row.logprob)) continue;
+      clade_status a = cache.add(s.node->id, nullptr, 0, 0, &s.seq);
+      if (a != CLADE_OK) fail(CLADE_E_INTERNAL, "clade_generate: no cache slot for an admitted sequence");
+      live.push_back(i);
+    }
+    if (stop_all) {
+      finish_rest(CLADE_FINISH_CALLBACK);
+      return CLADE_STOPPED;
+    }
+    if (live.empty()) break;
+
+    // One decode step of the live sequences.
+    ids.clear();
+    toks.clear();
+    for (size_t i : live) {
+      ids.push_back(st[i].seq);
+      toks.push_back(st[i].pending);
+    }
+    ones.assign(live.size(), 1);
+    logits.resize(live.size() * (size_t)n_vocab);
+    clade_batch b;
+    std::memset(&b, 0, sizeof b);
+    b.size = sizeof b;
+    b.n_seqs = live.size();
+    b.seq_ids = ids.data();
+    b.n_tokens = ones.data();
+    b.tokens = toks.data();
+    b.logits = logits.data();
+    b.logits_rows = live.size();
+    clade_status ds = cache.decode(b);
+    if (ds == CLADE_STOPPED) {
+      finish_rest(CLADE_FINISH_ABORTED);
+      return CLADE_STOPPED;
+    }
+    if (ds != CLADE_OK) return ds;
+
+    rows.assign(live.size(), SampleRow());
+    for (size_t r = 0; r < live.size(); r++) {
+      const SeqState& s = st[live[r]];
+      rows[r].stream = p.first_stream + live[r];
+      rows[r].logits = logits.data() + r * (size_t)n_vocab;
+      rows[r].history = s.history.data();
+      rows[r].n_history = s.history.size();
+      rows[r].n_prompt = s.n_prompt;
+    }
+    sampler.sample_rows(rows.data(), rows.size(), n_vocab);
+    still.clear();
+    for (size_t r = 0; r < live.size() && !stop_all; r++)
+      if (!take(live[r], rows[r].token, rows[r].logprob)) still.push_back(live[r]);
+    if (stop_all) {
+      finish_rest(CLADE_FINISH_CALLBACK);
+      return CLADE_STOPPED;
+    }
+    live.swap(still);
+  }
+  return CLADE_OK;
+}
+
+}  // namespace clade
