@@ -14,6 +14,7 @@
 #include "abi.h"
 #include "error.h"
 #include "cache.h"
+#include "chat.h"
 #include "generate.h"
 #include "log.h"
 #include "model.h"
@@ -312,6 +313,84 @@ int32_t clade_token_is_eog(const clade_model* model, clade_token token) {
   } catch (...) {
     return 0;
   }
+}
+
+/* ---- chat templates ---- */
+
+}  // extern "C"
+
+namespace {
+
+// The family of the model's template (tokenizer.chat_template); throws
+// CLADE_E_UNSUPPORTED saying why when there is none or it is unknown.
+clade::ChatFamily model_chat_family(const clade_model* model) {
+  const clade::GGUFValue* v = model->m->file ? model->m->file->find("tokenizer.chat_template") : nullptr;
+  if (!v) clade::fail(CLADE_E_UNSUPPORTED, "the model has no chat template (tokenizer.chat_template); pass a template name");
+  const std::string tmpl = model->m->file->get_str("tokenizer.chat_template");
+  clade::ChatFamily f = clade::chat_detect(tmpl);
+  if (f == clade::ChatFamily::Unknown) {
+    std::string head = tmpl.substr(0, 60);
+    for (char& c : head)
+      if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    clade::fail(CLADE_E_UNSUPPORTED, "the model's chat template is not one clade recognizes (it begins \"" + head +
+                                         (tmpl.size() > 60 ? "...\"" : "\"") +
+                                         "); pass a template name (clade_chat_template_list)");
+  }
+  return f;
+}
+
+}  // namespace
+
+extern "C" {
+
+clade_status clade_chat_apply(const clade_model* model, const char* template_name, const clade_chat_message* messages,
+                              size_t n, int32_t add_assistant_prompt, char* buf, size_t capacity, size_t* n_bytes) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(model || template_name, "model is NULL (it may be only when a template name is given)");
+    CLADE_CHECK_ARG(messages || n == 0, "messages is NULL");
+    CLADE_CHECK_ARG(n_bytes, "n_bytes is NULL");
+    clade::ChatFamily f;
+    if (template_name) {
+      f = clade::chat_family_from_name(template_name);
+      if (f == clade::ChatFamily::Unknown)
+        clade::fail(CLADE_E_UNSUPPORTED, std::string("unknown chat template name '") + template_name +
+                                             "' (clade_chat_template_list gives the names)");
+    } else {
+      f = model_chat_family(model);
+    }
+    std::vector<clade::ChatMessage> msgs(n);
+    for (size_t i = 0; i < n; i++) {
+      if (!messages[i].role) clade::fail(CLADE_E_INVALID_ARG, "messages[" + std::to_string(i) + "].role is NULL");
+      if (!messages[i].content)
+        clade::fail(CLADE_E_INVALID_ARG, "messages[" + std::to_string(i) + "].content is NULL");
+      msgs[i].role = messages[i].role;
+      msgs[i].content = messages[i].content;
+    }
+    clade::ChatTokens toks;
+    if (model && model->m->tokenizer) {
+      const clade::Tokenizer* tok = model->m->tokenizer.get();
+      if (tok->bos >= 0) toks.bos = tok->token_text(tok->bos);
+      if (tok->eos >= 0) toks.eos = tok->token_text(tok->eos);
+    }
+    return copy_out(clade::chat_format(f, msgs.data(), n, add_assistant_prompt != 0, toks), buf, capacity, n_bytes);
+  });
+}
+
+clade_status clade_chat_template_name(const clade_model* model, const char** name) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(name, "name is NULL");
+    *name = nullptr;
+    CLADE_CHECK_ARG(model, "model is NULL");
+    *name = clade::chat_family_name(model_chat_family(model));
+    return CLADE_OK;
+  });
+}
+
+size_t clade_chat_template_list(const char** names, size_t capacity) {
+  size_t count = size_t(clade::ChatFamily::Count);
+  if (names)
+    for (size_t i = 0; i < count && i < capacity; i++) names[i] = clade::chat_family_name(clade::ChatFamily(i));
+  return count;
 }
 
 clade_status clade_detokenizer_create(const clade_model* model, int32_t special, int32_t first_in_text,

@@ -314,6 +314,106 @@ CLADE_API clade_status clade_detokenizer_flush(clade_detokenizer *detok,
                                                const char **text, size_t *len);
 CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
 
+/* ---- chat templates (on the model; thread-safe) ----------------------- */
+
+/* A conversation is a list of messages; role and content are NUL-terminated
+   UTF-8 (passed through byte for byte) and only read during the call. */
+typedef struct clade_chat_message {
+  const char *role;    /* "system", "user", "assistant", ... */
+  const char *content;
+} clade_chat_message;
+
+/* The prompt formats of the families below, chosen by name or recognized
+   from the model's template (GGUF tokenizer.chat_template) by distinctive
+   substrings of its Jinja text, checked in this order (no Jinja is run; a
+   template text that is just one of the names selects it too):
+     "<|im_start|>" (without Phi-4's "<|im_sep|>")        chatml
+     "[INST]" with "<<SYS>>"                                llama2
+     "[INST]" (without Mistral v7's "[SYSTEM_PROMPT]")      mistral
+     "<|start_header_id|>" and "<|end_header_id|>"          llama3
+     "<start_of_turn>"                                      gemma
+     "<|assistant|>" and "<|end|>"                          phi3
+     "<|user|>" and "<|assistant|>"                         zephyr
+   Anything else is CLADE_E_UNSUPPORTED (pass a name explicitly).
+
+   BOS: the formatted text never starts with the BOS token's text, where the
+   reference templates write bos_token first: tokenize it with
+   CLADE_TOKENIZE_ADD_SPECIAL (the tokenizer adds BOS as the model asks) and
+   CLADE_TOKENIZE_PARSE_SPECIAL (the markers in the text, such as
+   <|im_start|> or </s>, become their control tokens; without it they would
+   be tokenized as plain text). Llama 2 writes BOS inside the history too
+   (before each later [INST]), and Llama 2, Mistral and Zephyr end messages
+   with EOS: those are the model's BOS and EOS token texts ("<s>", "</s>"
+   in these families' vocabularies).
+
+   The formats, for (system S, user U1, assistant A1, user U2) with the
+   assistant prompt; "trimmed": leading and trailing whitespace removed, as
+   the reference template's strip()/trim does:
+   - chatml (Qwen and other ChatML models; any role, passed through; no
+     default system message is added):
+       <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n
+       <|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n
+       <|im_start|>assistant\n
+   - llama3 (Llama 3 Instruct; any role, passed through; content trimmed):
+       <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>
+       <|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|> ... and
+       <|start_header_id|>assistant<|end_header_id|>\n\n to end
+   - llama2 (Llama 2 Chat): an optional system message first, then user and
+     assistant alternating from user; the system message goes into the
+     first user message as a <<SYS>> block; content trimmed:
+       [INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]
+   - mistral (Mistral Instruct v0.3, Mixtral 8x22B: Mistral's tokenizer V3
+     format): roles as llama2; the system message is put before the last
+     user message's text (mistral-common's rule); assistant content trimmed:
+       [INST] U1[/INST] A1</s>[INST] S\n\nU2[/INST]
+   - gemma (Gemma 1-3): roles as llama2, "assistant" written as "model";
+     the system message is put before the first user message's text (Gemma
+     3's template; Gemma 1 and 2 have no system role); content trimmed:
+       <start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\n
+       A1<end_of_turn>\n<start_of_turn>user\nU2<end_of_turn>\n
+       <start_of_turn>model\n
+   - phi3 (Phi-3 Instruct; system, user, assistant in any order):
+       <|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n
+       <|user|>\nU2<|end|>\n<|assistant|>\n
+   - zephyr (Zephyr; system, user, assistant in any order):
+       <|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n
+       <|user|>\nU2</s>\n<|assistant|>\n
+   (The line breaks above are for reading; \n is the text's newline.) A
+   lone system message makes an empty user message of its own in llama2,
+   mistral and gemma. llama2 and mistral have no assistant opening: the
+   reply follows [/INST], so add_assistant_prompt changes nothing there. A
+   role a family does not take, or an order its template refuses, is
+   CLADE_E_INVALID_ARG naming the message. */
+
+/* Format messages[0..n) into buf[0..capacity) (not NUL-terminated; *n_bytes
+   gets the length; CLADE_BUFFER_SMALL as clade_detokenize). template_name:
+   one of the names above, or NULL for the model's own template (recognized
+   as above: CLADE_E_UNSUPPORTED when the model has none or it is not
+   recognized; an unknown name is CLADE_E_UNSUPPORTED too). model may be
+   NULL when template_name is given (BOS and EOS texts are then "<s>" and
+   "</s>"). add_assistant_prompt: end with the opening of the assistant's
+   reply, where the family has one. messages may be NULL when n is 0; a
+   NULL role or content is CLADE_E_INVALID_ARG. buf may be NULL when
+   capacity is 0. */
+CLADE_API clade_status clade_chat_apply(const clade_model *model,
+                                        const char *template_name,
+                                        const clade_chat_message *messages,
+                                        size_t n, int32_t add_assistant_prompt,
+                                        char *buf, size_t capacity,
+                                        size_t *n_bytes);
+
+/* The family recognized from the model's template: *name gets its static
+   name (one of the above). CLADE_E_UNSUPPORTED (its message says which)
+   when the model has no template or it is not recognized; *name is then
+   NULL. */
+CLADE_API clade_status clade_chat_template_name(const clade_model *model,
+                                                const char **name);
+
+/* The supported names: writes min(capacity, count) static strings to
+   names (may be NULL when capacity is 0) and returns the count. */
+CLADE_API size_t clade_chat_template_list(const char **names,
+                                          size_t capacity);
+
 /* ---- shared-cache tree ------------------------------------------------ */
 
 /* Flags for clade_tree_params.flags. */
