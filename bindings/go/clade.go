@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -417,6 +418,109 @@ func (m *Model) DetokenizeBytes(tokens []Token, special bool) ([]byte, error) {
 func (m *Model) Detokenize(tokens []Token, special bool) (string, error) {
 	b, err := m.DetokenizeBytes(tokens, special)
 	return string(b), err
+}
+
+// ChatMessage is one message of a conversation for Model.ChatApply: Role
+// ("system", "user", "assistant", ...) and Content.
+type ChatMessage struct {
+	Role    string
+	Content string
+}
+
+// ChatTemplates lists the names of the chat templates clade formats
+// (clade_chat_template_list).
+func ChatTemplates() []string {
+	n := int(C.clade_chat_template_list(nil, 0))
+	if n == 0 {
+		return nil
+	}
+	arr := (*[1 << 16]*C.char)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+	defer C.free(unsafe.Pointer(arr))
+	C.clade_chat_template_list(&arr[0], C.size_t(n))
+	names := make([]string, n)
+	for i := range names {
+		names[i] = C.GoString(arr[i])
+	}
+	return names
+}
+
+// ChatApply formats a conversation with a chat template
+// (clade_chat_apply): template is a name of ChatTemplates(), or "" for the
+// model's own (StatusUnsupported when it has none or it is not
+// recognized). The text has no leading BOS: tokenize it with addSpecial
+// and parseSpecial set.
+func (m *Model) ChatApply(messages []ChatMessage, template string, addAssistantPrompt bool) (string, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return "", err
+	}
+	n := len(messages)
+	size := 256
+	for i, msg := range messages {
+		if strings.IndexByte(msg.Role, 0) >= 0 || strings.IndexByte(msg.Content, 0) >= 0 {
+			return "", &Error{Status: StatusInvalidArg, Msg: fmt.Sprintf("messages[%d] contains a NUL byte", i)}
+		}
+		size += len(msg.Role) + len(msg.Content)
+	}
+	if strings.IndexByte(template, 0) >= 0 {
+		return "", &Error{Status: StatusInvalidArg, Msg: "template contains a NUL byte"}
+	}
+	// The array and its strings live in C memory (no Go pointer reaches C).
+	var msgs *[1 << 24]C.clade_chat_message
+	if n > 0 {
+		msgs = (*[1 << 24]C.clade_chat_message)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.clade_chat_message{}))))
+		defer C.free(unsafe.Pointer(msgs))
+		for i, msg := range messages {
+			msgs[i].role = C.CString(msg.Role)
+			msgs[i].content = C.CString(msg.Content)
+			defer C.free(unsafe.Pointer(msgs[i].role))
+			defer C.free(unsafe.Pointer(msgs[i].content))
+		}
+	}
+	var first *C.clade_chat_message
+	if n > 0 {
+		first = &msgs[0]
+	}
+	var name *C.char
+	if template != "" {
+		name = C.CString(template)
+		defer C.free(unsafe.Pointer(name))
+	}
+	var add C.int32_t
+	if addAssistantPrompt {
+		add = 1
+	}
+	buf := make([]byte, size)
+	for {
+		var got C.size_t
+		st, err := call(true, func() C.clade_status {
+			return C.clade_chat_apply(p, name, first, C.size_t(n), add,
+				(*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &got)
+		})
+		if err != nil {
+			return "", err
+		}
+		if st == StatusOK {
+			runtime.KeepAlive(m)
+			return string(buf[:got]), nil
+		}
+		buf = make([]byte, int(got)+1)
+	}
+}
+
+// ChatTemplateName gives the family recognized from the model's chat
+// template (a name of ChatTemplates()); StatusUnsupported when none is.
+func (m *Model) ChatTemplateName() (string, error) {
+	p, err := m.ptr()
+	if err != nil {
+		return "", err
+	}
+	var name *C.char
+	if err := check(func() C.clade_status { return C.clade_chat_template_name(p, &name) }); err != nil {
+		return "", err
+	}
+	runtime.KeepAlive(m)
+	return C.GoString(name), nil
 }
 
 // TokenToPiece gives the bytes of one token.

@@ -731,6 +731,52 @@ func TestModelClosedFirst(t *testing.T) {
 	ok(t, c.Close())
 }
 
+func TestChatApply(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	found := false
+	for _, n := range ChatTemplates() {
+		found = found || n == "phi3"
+	}
+	if !found {
+		t.Fatalf("phi3 not in %v", ChatTemplates())
+	}
+	conv := []ChatMessage{{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}}
+	want := "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n" +
+		"<|user|>\nBye<|end|>\n<|assistant|>\n"
+	if got := must(m.ChatApply(conv, "phi3", true)); got != want {
+		t.Fatalf("phi3: got %q, want %q", got, want)
+	}
+	if got := must(m.ChatApply(conv, "mistral", false)); got != "[INST] Hi[/INST] Hello.</s>[INST] Be brief.\n\nBye[/INST]" {
+		t.Fatalf("mistral: got %q", got)
+	}
+	if got := must(m.ChatApply(nil, "chatml", true)); got != "<|im_start|>assistant\n" {
+		t.Fatalf("chatml, no messages: got %q", got)
+	}
+	status := func(err error) int {
+		if e, ok := err.(*Error); ok {
+			return e.Status
+		}
+		return 0
+	}
+	// the random model has no template; unknown names are unsupported too
+	if _, err := m.ChatApply(conv, "", true); status(err) != StatusUnsupported {
+		t.Fatalf("model's template: %v", err)
+	}
+	if _, err := m.ChatTemplateName(); status(err) != StatusUnsupported {
+		t.Fatalf("template name: %v", err)
+	}
+	if _, err := m.ChatApply(conv, "vicuna", true); status(err) != StatusUnsupported {
+		t.Fatalf("unknown name: %v", err)
+	}
+	if _, err := m.ChatApply([]ChatMessage{{"user", "a"}, {"user", "b"}}, "gemma", true); status(err) != StatusInvalidArg {
+		t.Fatalf("two user messages: %v", err)
+	}
+	if _, err := m.ChatApply([]ChatMessage{{"user", "a\x00b"}}, "chatml", true); status(err) != StatusInvalidArg {
+		t.Fatalf("NUL: %v", err)
+	}
+}
+
 func TestTokenizerRoundTrip(t *testing.T) {
 	defer catch(t)
 	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../../shared/data/vocab"), "ggml-vocab-llama-spm.gguf")

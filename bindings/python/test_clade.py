@@ -652,6 +652,30 @@ class TokenizerTest(unittest.TestCase):
             self.model.tokenize(b"ok \xff\xfe")
         self.assertEqual(e.exception.status, _lib.CLADE_E_UTF8)
 
+    def test_chat_apply(self):
+        m = self.model
+        self.assertIn("chatml", clade.chat_templates())
+        conv = [("system", "Be brief."), {"role": "user", "content": "Hi"},
+                ("assistant", "Hello."), ("user", "Bye")]
+        text = m.chat_apply(conv, "chatml")
+        self.assertEqual(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                               "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+                               "<|im_start|>assistant\n")
+        self.assertEqual(clade.chat_apply(conv[1:2], "llama2"), "[INST] Hi [/INST]")
+        ids = m.tokenize(m.chat_apply(conv, "llama2"), add_special=True, parse_special=True)
+        sp = m.special_tokens()
+        self.assertEqual(ids[0], sp["bos"])
+        self.assertEqual(ids.count(sp["eos"]), 1)
+        # the random model has no template: unsupported, as is an unknown name
+        for call in (lambda: m.chat_apply(conv), lambda: m.chat_template_name(),
+                     lambda: m.chat_apply(conv, "vicuna")):
+            with self.assertRaises(clade.CladeError) as e:
+                call()
+            self.assertEqual(e.exception.status, _lib.CLADE_E_UNSUPPORTED)
+        with self.assertRaises(clade.CladeError) as e:
+            m.chat_apply([("user", "a"), ("user", "b")], "gemma")
+        self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG)
+
 
 if __name__ == "__main__":
     unittest.main()

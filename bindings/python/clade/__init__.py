@@ -34,7 +34,7 @@ __all__ = [
     "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
     "Model", "Tree", "Cache", "Sampler", "SampleResult", "Detokenizer", "generate",
     "AppendItem", "AppendResult", "ItemNode",
-    "version", "status_string", "set_log",
+    "version", "status_string", "set_log", "chat_apply", "chat_templates",
     "KV_F32", "KV_F16", "KV_BF16",
     "ATTENTION_AUTO", "ATTENTION_SHARED", "ATTENTION_FLAT", "ATTENTION_NONE",
     "BACKEND_CPU", "BACKEND_CUDA", "TREE_ALLOW_LONG_CONTEXT",
@@ -195,6 +195,47 @@ class _Handle:
             pass
 
 
+def _need(name):
+    if getattr(_lib, name) is None:
+        raise CladeError(_lib.CLADE_E_UNSUPPORTED,
+                         "the clade library loaded (%s) has no %s" % (version(), name))
+
+
+def chat_templates():
+    """The names of the chat templates clade formats (clade_chat_template_list)."""
+    _need("clade_chat_template_list")
+    n = _lib.clade_chat_template_list(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    _lib.clade_chat_template_list(arr, n)
+    return [p.decode() for p in arr]
+
+
+def chat_apply(messages, template, add_assistant_prompt=True, model=None):
+    """clade_chat_apply with a template name and no model (BOS and EOS texts
+    "<s>" and "</s>"); Model.chat_apply uses the model's."""
+    _need("clade_chat_apply")
+    msgs = []
+    for m in messages:
+        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
+        msgs.append((role.encode("utf-8") if isinstance(role, str) else bytes(role),
+                     content.encode("utf-8") if isinstance(content, str) else bytes(content)))
+    arr = (_lib.clade_chat_message * max(len(msgs), 1))()
+    for i, (r, c) in enumerate(msgs):
+        arr[i].role = r
+        arr[i].content = c
+    name = template.encode() if template is not None else None
+    h = model._get() if model is not None else None
+    cap = sum(len(r) + len(c) for r, c in msgs) + 256
+    n = ctypes.c_size_t(0)
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        st = _check(_lib.clade_chat_apply(h, name, arr, len(msgs), 1 if add_assistant_prompt else 0,
+                                          buf, cap, ctypes.byref(n)), _lib.CLADE_BUFFER_SMALL)
+        if st == _lib.CLADE_OK:
+            return buf.raw[:n.value].decode("utf-8", "replace")
+        cap = n.value
+
+
 class Model(_Handle):
     """A loaded GGUF model: weights, configuration and tokenizer."""
 
@@ -288,6 +329,25 @@ class Model(_Handle):
             if st == _lib.CLADE_OK:
                 return buf.raw[:n.value]
             cap = n.value
+
+    def chat_apply(self, messages, template=None, add_assistant_prompt=True):
+        """Format a conversation with a chat template (clade_chat_apply):
+        messages are (role, content) pairs or dicts with "role" and
+        "content"; template is a name from chat_templates(), or None for the
+        model's own (CladeError with status CLADE_E_UNSUPPORTED when it
+        has none or it is not recognized).
+        The text has no leading BOS: tokenize it with add_special=True and
+        parse_special=True."""
+        return chat_apply(messages, template, add_assistant_prompt, model=self)
+
+    def chat_template_name(self):
+        """The family recognized from the model's chat template (a name of
+        chat_templates()); CladeError (CLADE_E_UNSUPPORTED) when none is
+        recognized."""
+        _need("clade_chat_template_name")
+        p = ctypes.c_char_p()
+        _check(_lib.clade_chat_template_name(self._get(), ctypes.byref(p)))
+        return p.value.decode()
 
     def stream(self, tokens, special=False, first_in_text=True):
         """Iterate over the text of a token stream, piece by piece, never

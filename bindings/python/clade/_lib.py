@@ -252,6 +252,26 @@ clade_token_to_piece = _fn("clade_token_to_piece", clade_status,
                             POINTER(c_size_t)])
 
 
+# ---- chat templates (newer than clade 1.0.0's first build: optional) ---------
+
+
+class clade_chat_message(Structure):
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+# clade_status clade_chat_apply(const clade_model *model, const char *template_name,
+#                               const clade_chat_message *messages, size_t n,
+#                               int32_t add_assistant_prompt, char *buf, size_t capacity,
+#                               size_t *n_bytes);
+clade_chat_apply = _fn_opt("clade_chat_apply", clade_status,
+                           [clade_model_p, c_char_p, POINTER(clade_chat_message), c_size_t, c_int32,
+                            c_char_p, c_size_t, POINTER(c_size_t)])
+# clade_status clade_chat_template_name(const clade_model *model, const char **name);
+clade_chat_template_name = _fn_opt("clade_chat_template_name", clade_status,
+                                   [clade_model_p, POINTER(c_char_p)])
+# size_t clade_chat_template_list(const char **names, size_t capacity);
+clade_chat_template_list = _fn_opt("clade_chat_template_list", c_size_t, [POINTER(c_char_p), c_size_t])
+
 class clade_special_tokens(Structure):
     _fields_ = [
         ("size", c_size_t),

@@ -478,6 +478,77 @@ impl Model {
     }
 }
 
+// ---- chat templates ----------------------------------------------------------------------
+
+/// One message of a conversation for [`Model::chat_apply`]: role ("system",
+/// "user", "assistant", ...) and content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatMessage<'a> {
+    pub role: &'a str,
+    pub content: &'a str,
+}
+
+impl<'a> ChatMessage<'a> {
+    pub fn new(role: &'a str, content: &'a str) -> Self {
+        ChatMessage { role, content }
+    }
+}
+
+/// The names of the chat templates clade formats (clade_chat_template_list).
+pub fn chat_templates() -> Vec<&'static str> {
+    let n = unsafe { sys::clade_chat_template_list(ptr::null_mut(), 0) };
+    let mut names: Vec<*const c_char> = vec![ptr::null(); n];
+    unsafe { sys::clade_chat_template_list(names.as_mut_ptr(), n) };
+    names.iter().map(|&p| unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")).collect()
+}
+
+fn c_string(s: &str, what: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::new(sys::CLADE_E_INVALID_ARG, format!("{} contains a NUL byte", what)))
+}
+
+impl Model {
+    /// Format a conversation with a chat template (clade_chat_apply):
+    /// `template` is a name of [`chat_templates`], or None for the model's
+    /// own (ErrorKind::Unsupported when it has none or it is not
+    /// recognized). The text has no leading BOS: tokenize it with
+    /// add_special and parse_special set.
+    pub fn chat_apply(&self, messages: &[ChatMessage], template: Option<&str>, add_assistant_prompt: bool)
+        -> Result<String> {
+        let mut owned = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            owned.push((c_string(m.role, &format!("messages[{}].role", i))?,
+                        c_string(m.content, &format!("messages[{}].content", i))?));
+        }
+        let raw: Vec<sys::clade_chat_message> = owned
+            .iter()
+            .map(|(r, c)| sys::clade_chat_message { role: r.as_ptr(), content: c.as_ptr() })
+            .collect();
+        let name = template.map(|t| c_string(t, "template")).transpose()?;
+        let name_ptr = name.as_ref().map_or(ptr::null(), |n| n.as_ptr());
+        let mut buf: Vec<u8> = vec![0; messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>() + 256];
+        loop {
+            let mut n = 0usize;
+            let fits = check_fits(unsafe {
+                sys::clade_chat_apply(self.as_ptr(), name_ptr, raw.as_ptr(), raw.len(), add_assistant_prompt as i32,
+                                      buf.as_mut_ptr() as *mut c_char, buf.len(), &mut n)
+            })?;
+            if fits {
+                buf.truncate(n);
+                return Ok(String::from_utf8_lossy(&buf).into_owned());
+            }
+            buf.resize(n, 0);
+        }
+    }
+
+    /// The family recognized from the model's chat template (a name of
+    /// [`chat_templates`]); ErrorKind::Unsupported when none is.
+    pub fn chat_template_name(&self) -> Result<&'static str> {
+        let mut p: *const c_char = ptr::null();
+        check(unsafe { sys::clade_chat_template_name(self.as_ptr(), &mut p) })?;
+        Ok(unsafe { CStr::from_ptr(p) }.to_str().unwrap_or(""))
+    }
+}
+
 impl Drop for Model {
     fn drop(&mut self) {
         unsafe { sys::clade_model_free(self.ptr.as_ptr()) }

@@ -140,6 +140,13 @@ pub const CLADE_TOKENIZE_PARSE_SPECIAL: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
+pub struct clade_chat_message {
+    pub role: *const c_char,
+    pub content: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
 pub struct clade_special_tokens {
     pub size: usize,
     pub bos: clade_token,
@@ -331,6 +338,25 @@ extern "C" {
     ) -> clade_status;
     // int32_t clade_token_is_eog(const clade_model *model, clade_token token);
     pub fn clade_token_is_eog(model: *const clade_model, token: clade_token) -> i32;
+
+    // clade_status clade_chat_apply(const clade_model *model, const char *template_name,
+    //                               const clade_chat_message *messages, size_t n,
+    //                               int32_t add_assistant_prompt, char *buf,
+    //                               size_t capacity, size_t *n_bytes);
+    pub fn clade_chat_apply(
+        model: *const clade_model,
+        template_name: *const c_char,
+        messages: *const clade_chat_message,
+        n: usize,
+        add_assistant_prompt: i32,
+        buf: *mut c_char,
+        capacity: usize,
+        n_bytes: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_chat_template_name(const clade_model *model, const char **name);
+    pub fn clade_chat_template_name(model: *const clade_model, name: *mut *const c_char) -> clade_status;
+    // size_t clade_chat_template_list(const char **names, size_t capacity);
+    pub fn clade_chat_template_list(names: *mut *const c_char, capacity: usize) -> usize;
 
     // clade_status clade_detokenizer_create(const clade_model *model, int32_t special,
     //                                       int32_t first_in_text, clade_detokenizer **out);

@@ -255,6 +255,36 @@ fn bad_path() {
 }
 
 #[test]
+fn chat_apply() {
+    use clade::ChatMessage;
+    assert!(clade::chat_templates().contains(&"llama3"));
+    let m = small_model();
+    let conv = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Hi"),
+        ChatMessage::new("assistant", "Hello."),
+        ChatMessage::new("user", "Bye"),
+    ];
+    assert_eq!(
+        m.chat_apply(&conv, Some("llama3"), true).unwrap(),
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+    assert_eq!(m.chat_apply(&conv[1..2], Some("gemma"), false).unwrap(), "<start_of_turn>user\nHi<end_of_turn>\n");
+    // the random model has no template; unknown names are unsupported too
+    assert_eq!(m.chat_apply(&conv, None, true).unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(m.chat_template_name().unwrap_err().kind, ErrorKind::Unsupported);
+    assert_eq!(m.chat_apply(&conv, Some("vicuna"), true).unwrap_err().kind, ErrorKind::Unsupported);
+    let twice = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
+    assert_eq!(m.chat_apply(&twice, Some("llama2"), true).unwrap_err().kind, ErrorKind::InvalidArg);
+    let nul = [ChatMessage::new("user", "a\0b")];
+    assert_eq!(m.chat_apply(&nul, Some("chatml"), true).unwrap_err().kind, ErrorKind::InvalidArg);
+}
+
+#[test]
 fn tokenizer_round_trip() {
     let dir = match std::env::var("CLADE_VOCAB_DIR") {
         Ok(d) if !d.is_empty() => PathBuf::from(d),
