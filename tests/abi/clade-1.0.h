@@ -314,6 +314,106 @@ CLADE_API clade_status clade_detokenizer_flush(clade_detokenizer *detok,
                                                const char **text, size_t *len);
 CLADE_API void clade_detokenizer_free(clade_detokenizer *detok);
 
+/* ---- chat templates (on the model; thread-safe) ----------------------- */
+
+/* A conversation is a list of messages; role and content are NUL-terminated
+   UTF-8 (passed through byte for byte) and only read during the call. */
+typedef struct clade_chat_message {
+  const char *role;    /* "system", "user", "assistant", ... */
+  const char *content;
+} clade_chat_message;
+
+/* The prompt formats of the families below, chosen by name or recognized
+   from the model's template (GGUF tokenizer.chat_template) by distinctive
+   substrings of its Jinja text, checked in this order (no Jinja is run; a
+   template text that is just one of the names selects it too):
+     "<|im_start|>" (without Phi-4's "<|im_sep|>")        chatml
+     "[INST]" with "<<SYS>>"                                llama2
+     "[INST]" (without Mistral v7's "[SYSTEM_PROMPT]")      mistral
+     "<|start_header_id|>" and "<|end_header_id|>"          llama3
+     "<start_of_turn>"                                      gemma
+     "<|assistant|>" and "<|end|>"                          phi3
+     "<|user|>" and "<|assistant|>"                         zephyr
+   Anything else is CLADE_E_UNSUPPORTED (pass a name explicitly).
+
+   BOS: the formatted text never starts with the BOS token's text, where the
+   reference templates write bos_token first: tokenize it with
+   CLADE_TOKENIZE_ADD_SPECIAL (the tokenizer adds BOS as the model asks) and
+   CLADE_TOKENIZE_PARSE_SPECIAL (the markers in the text, such as
+   <|im_start|> or </s>, become their control tokens; without it they would
+   be tokenized as plain text). Llama 2 writes BOS inside the history too
+   (before each later [INST]), and Llama 2, Mistral and Zephyr end messages
+   with EOS: those are the model's BOS and EOS token texts ("<s>", "</s>"
+   in these families' vocabularies).
+
+   The formats, for (system S, user U1, assistant A1, user U2) with the
+   assistant prompt; "trimmed": leading and trailing whitespace removed, as
+   the reference template's strip()/trim does:
+   - chatml (Qwen and other ChatML models; any role, passed through; no
+     default system message is added):
+       <|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n
+       <|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n
+       <|im_start|>assistant\n
+   - llama3 (Llama 3 Instruct; any role, passed through; content trimmed):
+       <|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>
+       <|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|> ... and
+       <|start_header_id|>assistant<|end_header_id|>\n\n to end
+   - llama2 (Llama 2 Chat): an optional system message first, then user and
+     assistant alternating from user; the system message goes into the
+     first user message as a <<SYS>> block; content trimmed:
+       [INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]
+   - mistral (Mistral Instruct v0.3, Mixtral 8x22B: Mistral's tokenizer V3
+     format): roles as llama2; the system message is put before the last
+     user message's text (mistral-common's rule); assistant content trimmed:
+       [INST] U1[/INST] A1</s>[INST] S\n\nU2[/INST]
+   - gemma (Gemma 1-3): roles as llama2, "assistant" written as "model";
+     the system message is put before the first user message's text (Gemma
+     3's template; Gemma 1 and 2 have no system role); content trimmed:
+       <start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\n
+       A1<end_of_turn>\n<start_of_turn>user\nU2<end_of_turn>\n
+       <start_of_turn>model\n
+   - phi3 (Phi-3 Instruct; system, user, assistant in any order):
+       <|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n
+       <|user|>\nU2<|end|>\n<|assistant|>\n
+   - zephyr (Zephyr; system, user, assistant in any order):
+       <|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n
+       <|user|>\nU2</s>\n<|assistant|>\n
+   (The line breaks above are for reading; \n is the text's newline.) A
+   lone system message makes an empty user message of its own in llama2,
+   mistral and gemma. llama2 and mistral have no assistant opening: the
+   reply follows [/INST], so add_assistant_prompt changes nothing there. A
+   role a family does not take, or an order its template refuses, is
+   CLADE_E_INVALID_ARG naming the message. */
+
+/* Format messages[0..n) into buf[0..capacity) (not NUL-terminated; *n_bytes
+   gets the length; CLADE_BUFFER_SMALL as clade_detokenize). template_name:
+   one of the names above, or NULL for the model's own template (recognized
+   as above: CLADE_E_UNSUPPORTED when the model has none or it is not
+   recognized; an unknown name is CLADE_E_UNSUPPORTED too). model may be
+   NULL when template_name is given (BOS and EOS texts are then "<s>" and
+   "</s>"). add_assistant_prompt: end with the opening of the assistant's
+   reply, where the family has one. messages may be NULL when n is 0; a
+   NULL role or content is CLADE_E_INVALID_ARG. buf may be NULL when
+   capacity is 0. */
+CLADE_API clade_status clade_chat_apply(const clade_model *model,
+                                        const char *template_name,
+                                        const clade_chat_message *messages,
+                                        size_t n, int32_t add_assistant_prompt,
+                                        char *buf, size_t capacity,
+                                        size_t *n_bytes);
+
+/* The family recognized from the model's template: *name gets its static
+   name (one of the above). CLADE_E_UNSUPPORTED (its message says which)
+   when the model has no template or it is not recognized; *name is then
+   NULL. */
+CLADE_API clade_status clade_chat_template_name(const clade_model *model,
+                                                const char **name);
+
+/* The supported names: writes min(capacity, count) static strings to
+   names (may be NULL when capacity is 0) and returns the count. */
+CLADE_API size_t clade_chat_template_list(const char **names,
+                                          size_t capacity);
+
 /* ---- shared-cache tree ------------------------------------------------ */
 
 /* Flags for clade_tree_params.flags. */
@@ -723,6 +823,143 @@ CLADE_API clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows,
    sampler. A stream never sampled is fine. */
 CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
                                             uint64_t stream);
+
+/* ---- generation (the whole loop in one call) ------------------------- */
+
+/* One prompt of clade_generate: tokens under a parent. Prompts form a tree
+   (levels of siblings: a few-shot prefix, questions under it, ...): parent
+   is -1 for a prompt directly under the call's root node
+   (clade_generate_params.root), else the index of an earlier prompt of the
+   same array. A list of independent prompts is every parent -1. A leaf (a
+   prompt that no prompt names as its parent) must have at least one token;
+   inner prompts may be empty. This struct never grows. */
+typedef struct clade_prompt {
+  const clade_token *tokens;
+  size_t n_tokens;
+  int32_t parent;
+} clade_prompt;
+
+/* Return values of a clade_generate_fn. */
+#define CLADE_GENERATE_CONTINUE 0
+#define CLADE_GENERATE_STOP_SEQ 1 /* finish this sequence (reason callback) */
+#define CLADE_GENERATE_STOP_ALL 2 /* finish every sequence: clade_generate
+                                     returns CLADE_STOPPED, with results */
+
+/* Streaming callback, on the thread running clade_generate. Called once for
+   each token added to sequence `seq`'s output (token >= 0), with the text
+   that token releases (text[0..len), not NUL-terminated, valid during the
+   call; often empty: a UTF-8 character still incomplete, or text held back
+   because it may begin a stop string). After a sequence's last token, one
+   final call with token -1 and the rest of its text (possibly empty); its
+   return value is ignored. Every sequence gets exactly one final call, a
+   sequence stopped before its first token included. The pieces of a
+   sequence, in order, make exactly its result's text. Returns
+   CLADE_GENERATE_CONTINUE, _STOP_SEQ or _STOP_ALL (other values: continue).
+   It must not call clade functions on the tree or the model's handles that
+   the call uses. */
+typedef int32_t (*clade_generate_fn)(void *user, size_t seq, clade_token token,
+                                     const char *text, size_t len);
+
+typedef struct clade_generate_params {
+  size_t size;               /* sizeof(clade_generate_params) */
+  int32_t max_new_tokens;    /* per sequence, >= 1; default 128 */
+  int32_t n_samples;         /* sequences under each leaf prompt; default 1 */
+  int32_t ignore_eog;        /* 0 (default): the model's end-of-generation
+                                tokens (clade_token_is_eog) stop a sequence;
+                                nonzero: they do not */
+  int32_t max_live;  /* sequences decoded at once (the cache's slots); the
+                        others wait and are admitted, in order, as
+                        sequences finish; 0 (default): all at once */
+  const clade_token *stop_tokens; /* more token ids that stop a sequence; */
+  size_t n_stop_tokens;           /* NULL and 0 by default */
+  /* Stop strings: NUL-terminated UTF-8, not empty. Matched on the
+     detokenized text, across token boundaries; the text is cut before the
+     earliest match and the stop string is never streamed. Needs a model
+     with a tokenizer (else CLADE_E_UNSUPPORTED). Copied during the call. */
+  const char *const *stop_strings;
+  size_t n_stop_strings;
+  const clade_sampler_params *sampler; /* NULL (default): the defaults of
+                                          clade_sampler_params_init */
+  clade_generate_fn callback; /* NULL (default): no streaming */
+  void *user;                 /* passed to callback unchanged */
+  clade_attention attention;  /* the call's cache's (clade_cache_params);
+                                 default AUTO */
+  int32_t logprobs;  /* nonzero: keep each output token's log-probability
+                        (clade_sample_result.logprob); default 0 */
+  int32_t special;   /* nonzero: control tokens render as their text */
+  clade_node_id root; /* prompts with parent -1 go under this node of the
+                         tree (its KV is reused); default 0, the root */
+  uint64_t first_stream; /* sequence i draws on stream first_stream + i;
+                            default 0 */
+} clade_generate_params;
+
+CLADE_API void clade_generate_params_init(clade_generate_params *params);
+
+/* Why a sequence ended. */
+typedef enum clade_finish_reason {
+  CLADE_FINISH_NONE = 0,        /* (an index out of range) */
+  CLADE_FINISH_STOP_TOKEN = 1,  /* an end-of-generation or stop token
+                                   (not part of the output) */
+  CLADE_FINISH_STOP_STRING = 2, /* a stop string (cut from the text; its
+                                   tokens are in the output) */
+  CLADE_FINISH_LENGTH = 3,      /* max_new_tokens, or the context's end */
+  CLADE_FINISH_CALLBACK = 4,    /* the callback stopped it (or all) */
+  CLADE_FINISH_ABORTED = 5      /* the tree's abort callback stopped all */
+} clade_finish_reason;
+
+/* Results of clade_generate, owned by the handle: every pointer its
+   accessors return stays valid until clade_generation_free. */
+typedef struct clade_generation clade_generation;
+
+/* Generate from a tree of prompts, n_samples sequences under each leaf.
+   The prompts are evaluated by one clade_tree_append_batch (under
+   params->root), each sequence's first token is drawn from its leaf's
+   logits, and the rest by decode steps of a cache made for the call, in
+   which a finished sequence is removed at once (later steps compute only
+   live sequences; waiting ones take its slot). Sequences are numbered
+   leaf by leaf, in prompt order, n_samples each: sequence
+   leaf_rank * n_samples + s. Sequence i draws on stream first_stream + i
+   of a sampler made from params->sampler, its penalties seeing the
+   prompt path as the prompt: so its tokens depend only on the seed, its
+   stream and its prompt path, never on the other sequences, max_live or
+   the thread count (the CPU backend gives a row the same logits in any
+   batch and with any thread count: tests/test_generate.cpp checks it; a
+   backend that does not could flip a near tie).
+   Returns CLADE_OK, or CLADE_STOPPED when the callback returned
+   CLADE_GENERATE_STOP_ALL or the tree's abort callback stopped a step;
+   either way *out receives the results. Any other status (a bad argument,
+   a prompt token outside the vocabulary, CLADE_CONTEXT_FULL for a prompt,
+   CLADE_KV_BUDGET, no memory) leaves *out NULL; the callback may have been
+   called before a failure in a later step. The tree is left as before the
+   call: the prompts' nodes are released at its end (nodes above root
+   stay). params NULL: the defaults. */
+CLADE_API clade_status clade_generate(clade_tree *tree,
+                                      const clade_prompt *prompts,
+                                      size_t n_prompts,
+                                      const clade_generate_params *params,
+                                      clade_generation **out);
+/* Accepts NULL. */
+CLADE_API void clade_generation_free(clade_generation *gen);
+/* Number of sequences (0 for NULL). */
+CLADE_API size_t clade_generation_count(const clade_generation *gen);
+/* Sequence i's text, NUL-terminated (*len, if not NULL, gets its length in
+   bytes); NULL for a bad gen or i. */
+CLADE_API const char *clade_generation_text(const clade_generation *gen,
+                                            size_t i, size_t *len);
+/* Sequence i's output tokens (*n_tokens gets the count); NULL when there
+   are none or gen or i is bad. */
+CLADE_API const clade_token *clade_generation_tokens(
+    const clade_generation *gen, size_t i, size_t *n_tokens);
+/* The log-probability of each output token (as many as the tokens), or
+   NULL when params.logprobs was 0 (or there are none). */
+CLADE_API const float *clade_generation_logprobs(const clade_generation *gen,
+                                                 size_t i);
+CLADE_API clade_finish_reason clade_generation_finish(
+    const clade_generation *gen, size_t i);
+/* The index (into the prompts array) of sequence i's leaf prompt; -1 for a
+   bad gen or i. */
+CLADE_API int64_t clade_generation_prompt(const clade_generation *gen,
+                                          size_t i);
 
 /* ---- experimental ----------------------------------------------------- */
 /* Calls still moving, outside the ABI promise (zstd's way): they may change
