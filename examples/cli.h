@@ -30,6 +30,28 @@ struct Args {
 long to_long(const std::string& s, const std::string& flag);
 double to_double(const std::string& s, const std::string& flag);
 std::vector<std::string> split(const std::string& s, char sep);
+uint64_t to_u64(const std::string& s, const std::string& flag);
+
+// Shared by `generate` and `chat` (clade.cpp).
+clade_model* load_model(const std::string& path, int threads, bool vocab_only, clade_backend backend,
+                        bool map_file = true);
+std::vector<clade_token> tokenize(clade_model* m, const std::string& text, bool add_special, bool parse_special);
+std::string json_escape(const std::string& s);
+// The sampler flags (--temp --top-k --top-p --min-p --repeat-penalty
+// --presence-penalty --frequency-penalty --seed): sets p and returns true
+// when f is one; a bad value exits 2 naming the flag.
+bool parse_sampler_flag(const std::string& f, Args& a, clade_sampler_params& p);
+// Their usage text with the defaults of d.
+std::string sampler_usage(const clade_sampler_params& d);
+// The template family: --template NAME checked against the library's list,
+// or the model's own (exits 1 when it has none that is recognized).
+const char* chat_family(clade_model* m, const std::string& name);
+// The text that ends a turn in the family's format (a stop string).
+const char* chat_end_of_turn(const char* family);
+// messages formatted (with the assistant prompt when add_assistant).
+std::string chat_format(clade_model* m, const char* family, const std::vector<clade_chat_message>& msgs,
+                        bool add_assistant = true);
+int cmd_chat(Args& a);  // cli_chat.cpp
 
 // "cpu" or "cuda" (--backend); anything else exits with a usage message.
 inline clade_backend parse_backend(const std::string& s) {

@@ -3,8 +3,10 @@
 # shared and with flat attention gives the same greedy tokens; the JSON names
 # each leaf's prompt; `--backend cuda` gives the same tokens or, without a
 # device, a clean error; `bench decode` and `bench prefill` write their
-# documented CSV; bad input is a clean error (exit 1 with a message, or for a
-# bad option exit 2 with one line naming the flag), never a crash.
+# documented CSV; with a vocabulary, the sampler flags, --json lines, stop
+# strings, --chat and a three-turn `clade chat` work; bad input is a clean
+# error (exit 1 with a message, or for a bad option exit 2 with one line
+# naming the flag), never a crash.
 # usage: cli.sh PATH_TO_CLADE
 set -uo pipefail
 cli=$1
@@ -130,6 +132,85 @@ expect_flag_error --mode -m "$dir/m.gguf" --prompts 2 --lengths fixed:4 --mode p
 expect_flag_error --prompts -m "$dir/m.gguf" --prompts 0 --lengths fixed:4
 expect_flag_error --batch -m "$dir/m.gguf" --prompts 2 --lengths fixed:4 --batch -1
 expect_flag_error -m --prompts 2 --lengths fixed:4
+
+# Text: a random model with the Llama 2 vocabulary and the ChatML template
+# (`model random --chat-template`): every sampler flag of `generate`, --json
+# lines, a stop string, --chat, and `clade chat` holding three turns with each
+# token evaluated once. Skipped without the shared vocabulary files.
+vocab="$(cd "$(dirname "$0")/../.." && pwd)/shared/data/vocab/ggml-vocab-llama-spm.gguf"
+[ -f "$vocab" ] || vocab="${CLADE_VOCAB_DIR:-/nonexistent}/ggml-vocab-llama-spm.gguf"
+if [ -f "$vocab" ]; then
+  "$cli" model random -o "$dir/v.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 --type f16 \
+    --vocab-from "$vocab" --chat-template chatml > /dev/null 2>&1 || fail "model random --chat-template"
+  vg() { "$cli" generate -m "$dir/v.gguf" -p "Once upon a time" -n 8 --threads 2 "$@" 2> /dev/null; }
+  for flags in "--top-k 5" "--top-p 0.5" "--min-p 0.2" "--repeat-penalty 1.3" "--presence-penalty 0.5" \
+    "--frequency-penalty 0.5" "--seed 9" "--stop zzz" "--logprobs 1" "--chat" "--chat --template chatml"; do
+    # shellcheck disable=SC2086
+    out=$(vg --temp 0.9 $flags) && [ -n "$out" ] || fail "generate $flags: $out"
+  done
+  [ "$(vg --temp 0.9 --seed 1)" == "$(vg --temp 0.9 --seed 1)" ] || fail "generate: one seed, two texts"
+  [ "$(vg --temp 0.9 --seed 1 -n 16)" != "$(vg --temp 0.9 --seed 2 -n 16)" ] || fail "generate: --seed changes nothing"
+  [ "$(vg --logprobs 1 | tail -1 | cut -d' ' -f1)" == logprobs ] || fail "generate --logprobs 1: no logprobs line"
+  # --json: one object a line, with the fields asked for.
+  json=$(vg -p " in a land| far away" --samples 2 --temp 0.9 --top-k 20 --json --logprobs 1) || fail "generate --json"
+  /usr/bin/python3 -c '
+import json, sys
+lines = sys.stdin.read().splitlines()
+assert len(lines) == 4, lines
+for i, l in enumerate(lines):
+    o = json.loads(l)
+    assert o["id"] == i and o["leaf"] == i // 2, o
+    assert o["prompt"] == ["Once upon a time in a land", "Once upon a time far away"][i // 2], o
+    assert isinstance(o["text"], str) and o["finish_reason"] in ("stop", "stop_string", "length"), o
+    assert len(o["logprobs"]) == len(o["tokens"]) > 0 and all(p <= 0 for p in o["logprobs"]), o
+' <<< "$json" || fail "generate --json lines: $json"
+  # A stop string cuts the greedy text before it, and is not printed.
+  full=$(vg -n 24 --json) || fail "generate -n 24"
+  stop=$(/usr/bin/python3 -c 'import json,sys; t = json.loads(sys.stdin.read())["text"]; print(t[8:12])' <<< "$full")
+  cut=$(vg -n 24 --json --stop "$stop") || fail "generate --stop"
+  /usr/bin/python3 -c '
+import json, sys
+full, cut, stop = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+assert stop and cut["text"] == full["text"][:full["text"].index(stop)], (full, cut, stop)
+assert cut["finish_reason"] == "stop_string", cut
+' "$full" "$cut" "$stop" || fail "--stop '$stop' did not cut: $full / $cut"
+  # Bad values: exit 2, one line naming the flag.
+  expect_gen_flag_error() {
+    local flag=$1
+    shift
+    out=$("$cli" generate -m "$dir/v.gguf" -p "Hi" "$@" 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] || fail "generate $*: exit $rc (want 2): $out"
+    [ "$(wc -l <<< "$out")" -eq 1 ] && grep -q -- "$flag" <<< "$out" || fail "generate $*: message without $flag: $out"
+  }
+  for bad in "--temp -1" "--temp x" "--top-k -1" "--top-p 0" "--top-p 1.5" "--min-p -0.1" "--min-p 2" \
+    "--repeat-penalty 0" "--presence-penalty 1000" "--frequency-penalty nan" "--seed -3" "--seed x" \
+    "--logprobs -1" "--logprobs 5" "--template nope"; do
+    # shellcheck disable=SC2086
+    expect_gen_flag_error "${bad%% *}" $bad
+  done
+  expect_gen_flag_error --stop --stop ""
+  expect_gen_flag_error --chat --chat -p "two levels"
+  expect_gen_flag_error --chat --chat -p "a|b"
+  expect_gen_flag_error --template --template chatml
+  # clade chat: three turns, each answer one line of stdout; the tokens
+  # evaluated add up to the conversation's length (nothing twice).
+  printf 'Hello there\nWhat is your name?\nTell me a story.\n' |
+    "$cli" chat -m "$dir/v.gguf" -n 12 --seed 5 --threads 2 --verbose > "$dir/chat.out" 2> "$dir/chat.err" ||
+    fail "chat: exit $?: $(cat "$dir/chat.err")"
+  [ "$(wc -l < "$dir/chat.out")" -eq 3 ] || fail "chat: 3 answers expected: $(cat "$dir/chat.out")"
+  [ "$(grep -c '^\[turn [123]\] prompt tokens evaluated' "$dir/chat.err")" -eq 3 ] || fail "chat: 3 turns expected: $(cat "$dir/chat.err")"
+  last=$(grep '^\[turn 3\] prompt' "$dir/chat.err")
+  total=$(sed -n 's/.*total evaluated \([0-9]*\),.*/\1/p' <<< "$last")
+  length=$(sed -n 's/.*conversation \([0-9]*\) tokens.*/\1/p' <<< "$last")
+  [ -n "$total" ] && [ "$total" == "$length" ] && [ "$total" -gt 40 ] ||
+    fail "chat: evaluated $total tokens for a conversation of $length: $(cat "$dir/chat.err")"
+  grep -q "evaluating again" "$dir/chat.err" && fail "chat: ChatML re-evaluated a turn: $(cat "$dir/chat.err")"
+  out=$("$cli" chat -m "$dir/v.gguf" --top-p 2 < /dev/null 2>&1)
+  [ $? -eq 2 ] && grep -q -- --top-p <<< "$out" || fail "chat --top-p 2: $out"
+else
+  echo "cli: no $vocab: the text and chat checks are skipped"
+fi
 
 # Bad input: a token outside the vocabulary, a missing file, a corrupt file.
 expect_error() {
