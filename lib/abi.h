@@ -68,7 +68,7 @@ CLADE_ABI_STRUCT(clade_tree_params, kv_budget, 32);
 CLADE_ABI_STRUCT(clade_node_info, n_refs, 32);
 CLADE_ABI_STRUCT(clade_cache_params, attention, 24);
 CLADE_ABI_STRUCT(clade_batch, logits_rows, 64);
-CLADE_ABI_STRUCT(clade_sampler_params, penalize_prompt, 72);
+CLADE_ABI_STRUCT(clade_sampler_params, n_threads, 72);
 CLADE_ABI_STRUCT(clade_sample_result, logprob, 48);
 CLADE_ABI_STRUCT(clade_append_item, seq, 56);
 CLADE_ABI_STRUCT(clade_generate_params, first_stream, 104);

@@ -697,7 +697,8 @@ clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
 static bool sampler_params_ok(const clade_sampler_params& p) {
   return p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
          p.repeat_penalty > 0 && std::isfinite(p.temperature) && std::isfinite(p.repeat_penalty) &&
-         std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty);
+         std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty) && p.n_threads >= 0 &&
+         p.n_threads <= 256;
 }
 
 void clade_sampler_params_init(clade_sampler_params* p) {
@@ -715,6 +716,7 @@ void clade_sampler_params_init(clade_sampler_params* p) {
   p->logit_bias = nullptr;
   p->n_logit_bias = 0;
   p->penalize_prompt = 1;
+  p->n_threads = 0;
 }
 
 clade_status clade_sampler_create(const clade_sampler_params* params, clade_sampler** out) {

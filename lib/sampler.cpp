@@ -1,13 +1,19 @@
 #include "sampler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "error.h"
+#include "sampler_simd.h"
 
 namespace clade {
 
@@ -39,41 +45,76 @@ inline float key_logit(uint64_t k) {
   return v;
 }
 inline int32_t key_token(uint64_t k) { return (int32_t)(0xFFFFFFFFu - (uint32_t)k); }
-
-// e^x for x <= 0 (below -87: about 1e-38, not 0), relative error about
-// 2e-7; plain arithmetic the compiler vectorizes. Only for the softmax's
-// denominator over a whole row; the kept tokens get std::exp.
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-trapping-math"), always_inline))
-#endif
-inline float exp_neg(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504f;
-  const float fi = (t + 12582912.0f) - 12582912.0f;  // round to nearest
-  const float f = t - fi;                             // [-0.5, 0.5]
-  const float p =
-      1.0f + f * (0.693147181f + f * (0.240226507f + f * (0.0555041087f + f * (0.00961812911f +
-                                                                            f * (0.00133335581f + f * 0.000154035304f)))));
-  const int32_t e = ((int32_t)fi + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &e, 4);
-  return p * scale;
-}
 inline uint32_t bits(float v) {
   uint32_t u;
   std::memcpy(&u, &v, 4);
   return u;
 }
 
-// ef[i] = e^((l[i] - lmax) * inv), vectorized (GCC if-converts exp_neg's
-// clamp only without trapping math).
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-trapping-math")))
-#endif
-void exp_row(const float* __restrict l, float* __restrict ef, int32_t n, float lmax, float inv) {
-  for (int32_t i = 0; i < n; i++) ef[i] = exp_neg((l[i] - lmax) * inv);
-}
 }  // namespace
+
+// The threads past the caller's, for the rows of one call: run(n, fn)
+// calls fn(row, thread) for rows [0, n), thread 0 being the caller's; rows
+// go to whichever thread is free, so fn must give the same results on any.
+class RowPool {
+ public:
+  explicit RowPool(int n_workers) {
+    for (int t = 1; t <= n_workers; t++) th_.emplace_back([this, t] { work(t); });
+  }
+  ~RowPool() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : th_) t.join();
+  }
+  void run(size_t n, const std::function<void(size_t, int)>& fn) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      busy_ = (int)th_.size();
+      gen_++;
+    }
+    cv_.notify_all();
+    rows(0);
+    std::unique_lock<std::mutex> g(mu_);
+    done_.wait(g, [this] { return busy_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void rows(int t) {
+    for (size_t r; (r = next_.fetch_add(1)) < n_;) (*fn_)(r, t);
+  }
+  void work(int t) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> g(mu_);
+        cv_.wait(g, [&] { return stop_ || gen_ != seen; });
+        if (stop_) return;
+        seen = gen_;
+      }
+      rows(t);
+      std::lock_guard<std::mutex> g(mu_);
+      if (--busy_ == 0) done_.notify_one();
+    }
+  }
+  std::vector<std::thread> th_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(size_t, int)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  uint64_t gen_ = 0;
+  int busy_ = 0;
+  bool stop_ = false;
+};
+
+Sampler::~Sampler() = default;
 
 Sampler::Sampler(const clade_sampler_params& p) : p_(p) {
   if (p.n_logit_bias && !p.logit_bias) fail(CLADE_E_INVALID_ARG, "logit_bias is NULL but n_logit_bias is not 0");
@@ -94,6 +135,10 @@ Sampler::Sampler(const clade_sampler_params& p) : p_(p) {
   }
   p_.logit_bias = nullptr;  // copied; the caller's array may go
   p_.n_logit_bias = bias_.size();
+  if (p.n_threads < 0) fail(CLADE_E_INVALID_ARG, "n_threads is negative");
+  const int threads = std::min(std::max(p.n_threads, 1), 256);
+  scratch_.resize((size_t)threads);
+  if (threads > 1) pool_.reset(new RowPool(threads - 1));
 }
 
 double Sampler::uniform(uint64_t stream) {
@@ -124,7 +169,9 @@ void Sampler::check_row(const SampleRow& r, int32_t n) const {
 
 // Stages 1-3: logit bias, repetition penalty, presence and frequency
 // penalties. Returns the row itself when none applies.
-const float* Sampler::adjusted(const SampleRow& r, int32_t n) {
+const float* Sampler::adjusted(const SampleRow& r, int32_t n, SampleScratch& s) const {
+  std::vector<float>& work_ = s.work;
+  std::vector<uint32_t>& count_ = s.count;
   const size_t from = p_.penalize_prompt ? 0 : r.n_prompt;
   const bool pen = (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) &&
                    r.n_history > from;
@@ -150,21 +197,17 @@ const float* Sampler::adjusted(const SampleRow& r, int32_t n) {
   return work_.data();
 }
 
-void Sampler::sample_row(SampleRow& r, int32_t n) {
-  const float* l = adjusted(r, n);
+void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) const {
+  const smp::Kernels& K = smp::kernels();
+  std::vector<uint64_t>& cand_ = s.cand;
+  std::vector<double>& prob_ = s.prob;
+  const float* l = adjusted(r, n, s);
   r.n_top = 0;
-  float lmax = -kInf;
-  int32_t arg = -1;
-  bool nan = false;
-  for (int32_t i = 0; i < n; i++) {
-    const float v = l[i];
-    nan |= v != v;
-    if (v > lmax) {
-      lmax = v;
-      arg = i;
-    }
-  }
-  if (nan || lmax == kInf) fail(CLADE_E_INVALID_ARG, "clade_sample: a logit is NaN or +inf");
+  smp::RowMax rm;
+  K.scan(l, n, &rm);
+  const float lmax = rm.max;
+  const int32_t arg = rm.arg;
+  if (rm.bad) fail(CLADE_E_INVALID_ARG, "clade_sample: a logit is NaN or +inf");
   if (arg < 0) fail(CLADE_E_INVALID_ARG, "clade_sample: every logit is -inf (no token can be drawn)");
   auto put_top = [&r](size_t i, int32_t tok, float lp) {
     if (r.top_tokens) r.top_tokens[i] = tok;
@@ -186,23 +229,26 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
   const double zmax = (double)(lmax / temp);
   auto z = [temp, zmax](float v) { return (double)(v / temp) - zmax; };  // log(p * S)
   double S = 0;  // the softmax's denominator over the candidates, relative to the top
+  bool memo = false;  // candidates sorted, s.ke[i].e their e^z
   cand_.clear();
   const bool all = k >= (size_t)n;
   if (!all && k <= 4096) {
     // a heap of the k best so far, its worst on top: one comparison for most tokens
     cand_.reserve(k);
-    for (int32_t i = 0; i < n; i++) {
+    int32_t i = 0;
+    for (; i < n && cand_.size() < k; i++) {
       const float v = l[i];
       if (!(v > -kInf)) continue;
-      const uint64_t c = key(v, i);
-      if (cand_.size() < k) {
-        cand_.push_back(c);
-        std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-      } else if (c > cand_.front()) {
-        std::pop_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-        cand_.back() = c;
-        std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-      }
+      cand_.push_back(key(v, i));
+      std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+    }
+    // Then a token enters only above the worst kept logit (at an equal
+    // logit its higher id loses): the vector pass finds the next such one.
+    while (cand_.size() == k && (i = K.find_above(l, i, n, key_logit(cand_.front()))) < n) {
+      std::pop_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+      cand_.back() = key(l[i], i);
+      std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+      i++;
     }
   } else if (!all) {
     for (int32_t i = 0; i < n; i++)
@@ -220,10 +266,13 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
     // from the top, the bucket where the mass reaches top_p, one bucket
     // lower for rounding, is where the kept prefix surely ends; min-p's
     // threshold likewise.
-    ef_.resize((size_t)n);
-    exp_row(l, ef_.data(), n, lmax, 1.0f / temp);
-    double hist[1024] = {};
-    for (int32_t i = 0; i < n; i++) hist[bits(ef_[(size_t)i]) >> 21] += (double)ef_[(size_t)i];
+    // (The sums of one bucket's floats, whose exponent is the same, are
+    // exact in double below 2^29 tokens, in any order: integers here.)
+    s.bucket.resize((size_t)n);
+    uint64_t hsum[smp::kBuckets] = {};
+    K.exp_hist(l, n, lmax, 1.0f / temp, s.bucket.data(), hsum);
+    double hist[smp::kBuckets];
+    for (int b = 0; b < smp::kBuckets; b++) hist[b] = std::ldexp((double)hsum[b], std::max(b >> 2, 1) - 150);
     uint32_t tb = 0;  // the lowest bucket kept
     if (p_.top_p < 1.0f) {
       double total = 0, cum = 0;
@@ -240,12 +289,46 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
       const uint32_t bm = bits(p_.min_p * 0.999f) >> 21;
       tb = std::max(tb, bm > 0 ? bm - 1 : 0);
     }
-    const uint32_t tbits = tb << 21;
-    for (int32_t i = 0; i < n; i++)
-      if (bits(ef_[(size_t)i]) >= tbits && l[i] > -kInf) cand_.push_back(key(l[i], i));
+    s.idx.resize((size_t)n);
+    const int32_t nc = K.select(l, s.bucket.data(), n, tb, s.idx.data());
+    cand_.resize((size_t)nc);
+    for (int32_t j = 0; j < nc; j++) cand_[(size_t)j] = key(l[s.idx[(size_t)j]], s.idx[(size_t)j]);
     // S: the dropped tokens' rough mass, the candidates' exact
     for (uint32_t b = 0; b < tb; b++) S += hist[b];
-    for (const uint64_t c : cand_) S += std::exp(z(key_logit(c)));
+    // e^z of each candidate, once, carried with it through the sort; the
+    // candidates sorted whole (their keys are distinct: any sort gives the
+    // same order), by a counting pass on the logit, then within buckets.
+    const size_t nc_ = cand_.size();
+    std::vector<SampleScratch::KE>& ke = s.ke;
+    ke.resize(nc_);
+    double vlo = (double)lmax;
+    for (size_t j = 0; j < nc_; j++) {
+      const float v = key_logit(cand_[j]);
+      ke[j] = {cand_[j], std::exp(z(v))};
+      S += ke[j].e;
+      vlo = std::min(vlo, (double)v);
+    }
+    const size_t nb = nc_ / 2 + 1;
+    const double scale = (double)lmax > vlo ? (double)(nb - 1) / ((double)lmax - vlo) : 0.0;
+    auto bucket_of = [&](uint64_t c) {  // larger logits first, monotone
+      return std::min(nb - 1, (size_t)(((double)lmax - (double)key_logit(c)) * scale));
+    };
+    std::vector<uint32_t>& start = s.start;
+    start.assign(nb + 1, 0);
+    for (size_t j = 0; j < nc_; j++) start[bucket_of(ke[j].k) + 1]++;
+    for (size_t b = 0; b < nb; b++) start[b + 1] += start[b];
+    s.ke2.resize(nc_);
+    for (size_t j = 0; j < nc_; j++) s.ke2[start[bucket_of(ke[j].k)]++] = ke[j];
+    ke.swap(s.ke2);
+    size_t from = 0;
+    for (size_t b = 0; b < nb; b++) {  // start[b]: bucket b's end now
+      if (start[b] - from > 1)
+        std::sort(ke.begin() + (long)from, ke.begin() + (long)start[b],
+                  [](const SampleScratch::KE& x, const SampleScratch::KE& y) { return x.k > y.k; });
+      from = start[b];
+    }
+    for (size_t j = 0; j < nc_; j++) cand_[j] = ke[j].k;
+    memo = true;
   } else {
     for (const uint64_t c : cand_) S += std::exp(z(key_logit(c)));
     // Stages 6-7, top-p and min-p, keep a prefix of the candidates in
@@ -263,7 +346,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
   // The prefix walk, sorting the survivors only as far as it goes: the next
   // block (4 times the sorted part) is selected, then sorted.
   const size_t m = cand_.size();  // >= 1: the top token always survives
-  size_t sorted = 0;
+  size_t sorted = memo ? m : 0;
   auto sort_to = [&](size_t want) {
     want = std::min(want, m);
     if (want < m)
@@ -276,7 +359,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
   double thr = 0, c = 0;
   for (size_t i = 0; i < m; i++) {
     if (i == sorted) sort_to(std::max<size_t>(64, 4 * sorted));
-    const double pi = std::exp(z(key_logit(cand_[i]))) / S;
+    const double pi = (memo ? s.ke[i].e : std::exp(z(key_logit(cand_[i])))) / S;
     if (i == 0) thr = p_.min_p * pi;
     else if (p_.min_p > 0 && pi < thr) break;  // min-p: below min_p * the top probability
     prob_.push_back(pi);
@@ -290,7 +373,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n) {
   double mass = 0;
   for (size_t i = 0; i < keep; i++) mass += prob_[i];
   const double log_norm = std::log(S) + std::log(mass);
-  double u = uniform(r.stream) * mass;
+  u *= mass;
   size_t pick = keep - 1;
   for (size_t i = 0; i < keep; i++) {
     u -= prob_[i];
@@ -321,7 +404,25 @@ void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
     saved.push_back({rows[i].stream, it != state_.end(), it != state_.end() ? it->second : 0});
   }
   try {
-    for (size_t i = 0; i < n_rows; i++) sample_row(rows[i], n);
+    // The draws, in row order (greedy draws none): a row's number depends
+    // only on its stream, never on which thread samples it.
+    std::vector<double> us(n_rows, 0.0);
+    if (p_.temperature > 0.0f)
+      for (size_t i = 0; i < n_rows; i++) us[i] = uniform(rows[i].stream);
+    if (!pool_ || n_rows < 2) {
+      for (size_t i = 0; i < n_rows; i++) sample_row(rows[i], n, scratch_[0], us[i]);
+    } else {
+      std::vector<std::exception_ptr> err(n_rows);
+      pool_->run(n_rows, [&](size_t i, int t) {
+        try {
+          sample_row(rows[i], n, scratch_[(size_t)t], us[i]);
+        } catch (...) {
+          err[i] = std::current_exception();
+        }
+      });
+      for (size_t i = 0; i < n_rows; i++)  // the first row's error, as in order
+        if (err[i]) std::rethrow_exception(err[i]);
+    }
   } catch (...) {
     for (size_t i = n_rows; i-- > 0;) {  // the first snapshot of a stream wins
       if (saved[i].had) state_[saved[i].stream] = saved[i].state;

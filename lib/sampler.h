@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -32,12 +33,33 @@ struct SampleRow {
   size_t n_top = 0;
 };
 
+class RowPool;
+
+// One thread's buffers (the results never depend on what they held).
+struct SampleScratch {
+  std::vector<uint64_t> cand;    // candidates: (logit, token) keys, larger first
+  std::vector<uint16_t> bucket;  // e^z's histogram bucket of each token of a row
+  std::vector<int32_t> idx;
+  std::vector<double> prob;
+  std::vector<float> work;
+  std::vector<uint32_t> count;  // history counts, all zero between calls
+  struct KE {
+    uint64_t k;  // candidate key
+    double e;    // its e^z
+  };
+  std::vector<KE> ke, ke2;
+  std::vector<uint32_t> start;
+};
+
 class Sampler {
  public:
   // Copies p.logit_bias. Throws Error for a bias token below 0
   // (CLADE_E_TOKEN) or a NaN / +inf bias, penalty or temperature
   // (CLADE_E_INVALID_ARG).
+  // p.n_threads (0: 1) threads sample the rows of one call, the results
+  // the same for any number.
   explicit Sampler(const clade_sampler_params& p);
+  ~Sampler();
   // Throws Error(CLADE_E_TOKEN) for a history or bias token outside
   // [0, n_vocab), CLADE_E_INVALID_ARG for n_prompt > n_history, a NaN or
   // +inf logit, or a row whose logits are all -inf.
@@ -50,16 +72,14 @@ class Sampler {
  private:
   double uniform(uint64_t stream);  // [0, 1)
   void check_row(const SampleRow& r, int32_t n) const;
-  void sample_row(SampleRow& r, int32_t n);
-  const float* adjusted(const SampleRow& r, int32_t n);  // bias and penalties
+  // u: the row's uniform number (drawn beforehand, in row order)
+  void sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) const;
+  const float* adjusted(const SampleRow& r, int32_t n, SampleScratch& s) const;  // bias and penalties
   clade_sampler_params p_;
   std::vector<std::pair<int32_t, float>> bias_;  // merged per token, sorted
   std::unordered_map<uint64_t, uint64_t> state_;
-  std::vector<uint64_t> cand_;  // candidates: (logit, token) keys, larger first
-  std::vector<float> ef_;       // e^z of a whole row
-  std::vector<double> prob_;
-  std::vector<float> work_;
-  std::vector<uint32_t> count_;  // history counts, all zero between calls
+  std::vector<SampleScratch> scratch_;  // one per thread
+  std::unique_ptr<RowPool> pool_;       // the threads past the caller's
 };
 
 }  // namespace clade

@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "clade/clade.h"
+#include "sampler_simd.h"
 
 #define CHECK_ST(call, want)                                                                  \
   do {                                                                                        \
@@ -614,6 +615,145 @@ void test_compat() {
   clade_sampler_free(b);
 }
 
+// The vector exponential against std::exp, every path's passes against
+// the portable one's bit for bit (row lengths off the vector width, -inf,
+// ties, zeros of both signs).
+void test_simd() {
+  // the relative error: the polynomial's (2.4e-7) plus the float reduction
+  // x * log2(e)'s, which grows with |x|
+  double worst = 0, worst_near = 0;
+  for (int i = 0; i <= 1000000; i++) {
+    const float x = -87.0f * (float)i / 1000000.0f;
+    const double want = std::exp((double)x);
+    const double err = std::fabs((double)clade::smp::exp_neg(x) - want) / want;
+    worst = std::max(worst, err / (3e-7 + 8e-8 * std::fabs((double)x)));
+    if (x >= -1.0f) worst_near = std::max(worst_near, err);
+  }
+  std::printf("exp_neg: max relative error %.3g on [-1, 0]; %.3g of the bound 3e-7 + 8e-8 |x| on [-87, 0]\n",
+              worst_near, worst);
+  CHECK_MSG(worst <= 1.0, "exp_neg's relative error is %g of its bound", worst);
+  CHECK(clade::smp::exp_neg(-kInf) > 0 && clade::smp::exp_neg(-kInf) < 2e-38f);
+  CHECK(clade::smp::exp_neg(0.0f) == 1.0f);
+
+  const clade::smp::Kernels* plain = clade::smp::kernels_portable();
+  const clade::smp::Kernels* paths[] = {clade::smp::kernels_avx2(), clade::smp::kernels_avx512()};
+  std::mt19937 rng(5);
+  for (int32_t n : {1, 7, 15, 16, 17, 31, 33, 64, 100, 1000, 4099, 40000}) {
+    for (int kind = 0; kind < 4; kind++) {
+      std::normal_distribution<float> nd(0.0f, kind == 3 ? 30.0f : 3.0f);
+      std::vector<float> l((size_t)n);
+      for (float& v : l) v = nd(rng);
+      if (kind == 1)
+        for (size_t i = 0; i < l.size(); i += 3) l[i] = -kInf;
+      if (kind == 2)
+        for (float& v : l) v = (float)(rng() % 5) - 2.0f - 0.0f * (rng() % 2 ? 1.0f : -1.0f);
+      if (kind == 2 && n > 3) l[2] = -0.0f;
+      clade::smp::RowMax want;
+      plain->scan(l.data(), n, &want);
+      std::vector<uint16_t> bw((size_t)n);
+      std::vector<uint64_t> hw(clade::smp::kBuckets, 0);
+      const float lmax = want.arg >= 0 ? want.max : 0.0f;
+      plain->exp_hist(l.data(), n, lmax, 1.25f, bw.data(), hw.data());
+      std::vector<int32_t> iw((size_t)n), ig((size_t)n);
+      const uint32_t tb = bw[(size_t)n / 2];
+      const int32_t cw = plain->select(l.data(), bw.data(), n, tb, iw.data());
+      const float thr = l[(size_t)n / 3];
+      const int32_t fw = plain->find_above(l.data(), n / 5, n, thr);
+      for (const clade::smp::Kernels* k : paths) {
+        if (!k) continue;
+        clade::smp::RowMax got;
+        k->scan(l.data(), n, &got);
+        CHECK_MSG(got.arg == want.arg && got.bad == want.bad &&
+                      std::memcmp(&got.max, &want.max, 4) == 0,
+                  "%s scan, n %d kind %d", k->name, n, kind);
+        std::vector<uint16_t> bg((size_t)n);
+        std::vector<uint64_t> hg(clade::smp::kBuckets, 0);
+        k->exp_hist(l.data(), n, lmax, 1.25f, bg.data(), hg.data());
+        CHECK_MSG(bg == bw && hg == hw, "%s exp_hist, n %d kind %d", k->name, n, kind);
+        const int32_t cg = k->select(l.data(), bw.data(), n, tb, ig.data());
+        CHECK_MSG(cg == cw && std::equal(iw.begin(), iw.begin() + cw, ig.begin()), "%s select, n %d kind %d",
+                  k->name, n, kind);
+        CHECK_MSG(k->find_above(l.data(), n / 5, n, thr) == fw, "%s find_above, n %d kind %d", k->name, n, kind);
+      }
+    }
+  }
+  // NaN and +inf are seen wherever they are
+  for (const clade::smp::Kernels* k : {plain, paths[0], paths[1]}) {
+    if (!k) continue;
+    for (int32_t at : {0, 5, 16, 37}) {
+      std::vector<float> l(38, 1.0f);
+      l[(size_t)at] = std::numeric_limits<float>::quiet_NaN();
+      clade::smp::RowMax got;
+      k->scan(l.data(), 38, &got);
+      CHECK_MSG(got.bad, "%s scan misses a NaN at %d", k->name, at);
+      l[(size_t)at] = kInf;
+      k->scan(l.data(), 38, &got);
+      CHECK_MSG(got.bad, "%s scan misses +inf at %d", k->name, at);
+    }
+  }
+}
+
+// Batches over a sampler's own threads give what one thread gives, a
+// failing row (NaN) included: the same error, no stream advanced.
+void test_threads() {
+  const int32_t V = 5000;
+  const size_t R = 13;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> l(R * (size_t)V);
+  for (float& v : l) v = nd(rng);
+  std::vector<uint64_t> st(R);
+  for (size_t r = 0; r < R; r++) st[r] = r % 4;  // streams repeat: draws in row order
+  for (int setting = 0; setting < 3; setting++) {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<float>> lps;
+    for (int threads : {0, 1, 2, 3, 8}) {
+      clade_sampler_params p;
+      clade_sampler_params_init(&p);
+      if (setting == 1) p.top_k = 0;
+      if (setting == 2) {
+        p.top_k = 0;
+        p.top_p = 1.0f;
+        p.temperature = 1.5f;
+      }
+      p.seed = 3;
+      p.n_threads = threads;
+      clade_sampler* s = make(p);
+      std::vector<int32_t> tok;
+      std::vector<float> lp;
+      std::vector<clade_sample_result> res(R);
+      for (int rep = 0; rep < 3; rep++) {
+        for (auto& x : res) {
+          std::memset(&x, 0, sizeof x);
+          x.size = sizeof x;
+        }
+        std::vector<float> bad = l;
+        bad[7 * (size_t)V + 11] = std::numeric_limits<float>::quiet_NaN();
+        CHECK_ST(clade_sample_batch(s, R, bad.data(), V, st.data(), nullptr, nullptr, nullptr, res.data()),
+                 CLADE_E_INVALID_ARG);
+        CHECK_OK(clade_sample_batch(s, R, l.data(), V, st.data(), nullptr, nullptr, nullptr, res.data()));
+        for (const auto& x : res) {
+          tok.push_back(x.token);
+          lp.push_back(x.logprob);
+        }
+      }
+      tokens.push_back(tok);
+      lps.push_back(lp);
+      clade_sampler_free(s);
+    }
+    for (size_t i = 1; i < tokens.size(); i++) {
+      CHECK_MSG(tokens[i] == tokens[0], "setting %d: tokens differ with threads (case %zu)", setting, i);
+      CHECK_MSG(std::memcmp(lps[i].data(), lps[0].data(), lps[0].size() * 4) == 0,
+                "setting %d: log-probabilities differ with threads (case %zu)", setting, i);
+    }
+  }
+  clade_sampler_params p;
+  clade_sampler_params_init(&p);
+  p.n_threads = -1;
+  clade_sampler* s = nullptr;
+  CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
+}
+
 }  // namespace
 
 int main() {
@@ -622,5 +762,7 @@ int main() {
   test_logprobs();
   test_batch();
   test_compat();
+  test_simd();
+  test_threads();
   return check_exit();
 }
