@@ -4,14 +4,15 @@
 // Public API only.
 //
 // usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S]
-//                      [--top 5]
+//                      [--top 5] [--threads T]
 //
 // The logits are Gaussian with standard deviation S (default 3) plus a few
 // rows' worth of peaked tokens, a spread like a model's: a softmax at
 // temperature 0.8 puts most of its mass on a few hundred tokens. Each line
 // is one setting: the median and minimum ms per call of N calls, and the
 // mean number of tokens top-p kept. --top asks for that many
-// log-probabilities per row too.
+// log-probabilities per row too; --threads, the sampler's own threads
+// (clade_sampler_params.n_threads).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   int calls = 20;
   double sigma = 3.0;
   size_t top = 0;
+  int32_t threads = 0;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -51,8 +53,9 @@ int main(int argc, char** argv) {
     else if (a == "--calls") calls = std::atoi(next());
     else if (a == "--sigma") sigma = std::atof(next());
     else if (a == "--top") top = (size_t)std::atol(next());
+    else if (a == "--threads") threads = std::atoi(next());
     else {
-      std::fprintf(stderr, "usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S] [--top K]\n");
+      std::fprintf(stderr, "usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S] [--top K] [--threads T]\n");
       return 2;
     }
   }
@@ -91,8 +94,8 @@ int main(int argc, char** argv) {
       {"top-p 0.9, temperature 1", 1.0f, 0, 0.9f, 0.0f, 0.0f},
       {"greedy", 0.0f, 0, 1.0f, 0.0f, 0.0f},
   };
-  std::printf("bench_sampler: %zu rows x %d vocabulary, sigma %.1f, %d calls, top %zu\n", rows, vocab, sigma, calls,
-              top);
+  std::printf("bench_sampler: %zu rows x %d vocabulary, sigma %.1f, %d calls, top %zu, threads %d\n", rows, vocab,
+              sigma, calls, top, threads);
   for (const Setting& s : settings) {
     clade_sampler_params p;
     clade_sampler_params_init(&p);
@@ -102,6 +105,7 @@ int main(int argc, char** argv) {
     p.min_p = s.min_p;
     p.presence_penalty = s.presence;
     p.penalize_prompt = 1;
+    p.n_threads = threads;
     clade_sampler* smp = nullptr;
     if (clade_sampler_create(&p, &smp) != CLADE_OK) {
       std::fprintf(stderr, "clade_sampler_create: %s\n", clade_last_error());
