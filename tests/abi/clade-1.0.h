@@ -757,6 +757,10 @@ typedef struct clade_sampler_params {
   int32_t penalize_prompt; /* nonzero (default 1): the prompt's tokens count
                               for the penalties; 0: only the history past
                               n_prompt (clade_sample_ex, clade_sample_batch) */
+  int32_t n_threads; /* threads sampling the rows of a clade_sample_batch
+                        call, the sampler's own (made at create); 0
+                        (default) or 1: the caller's only. Results are the
+                        same for any number. */
 } clade_sampler_params;
 
 CLADE_API void clade_sampler_params_init(clade_sampler_params *params);
