@@ -677,5 +677,153 @@ class TokenizerTest(unittest.TestCase):
         self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG)
 
 
+class GenerateTest(unittest.TestCase):
+    """Tree.generate / generate_stream over clade_generate, on a random model
+    with a real tokenizer (stop strings need text)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(SPM_VOCAB):
+            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+        cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
+        cls.a = cls.model.tokenize("Once upon a time")
+        cls.b = cls.model.tokenize(" there was", add_special=False)
+        cls.prompts = [cls.a, (cls.b, 0)]  # b under a: one leaf
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+
+    def gen(self, tree, **kw):
+        kw.setdefault("max_new_tokens", 5)
+        kw.setdefault("samples", 2)
+        kw.setdefault("temperature", 0)
+        return tree.generate(self.prompts, **kw)
+
+    def test_greedy_tree_matches_step_loop(self):
+        m = self.model
+        with clade.Tree(m, kv_type=clade.KV_F32) as tree:
+            res = self.gen(tree)
+            self.assertEqual(res, self.gen(tree))  # deterministic
+            # the same by hand: the prompt tree, then greedy decode steps
+            na = tree.append(clade.Tree.ROOT, self.a)
+            nb, row = tree.append(na, self.b, want_logits=True)
+            with clade.Cache(tree, kv_type=clade.KV_F32) as cache:
+                s = cache.add(nb)
+                want = []
+                while len(want) < 5:
+                    t = argmax(row)
+                    if m.is_eog(t):
+                        break
+                    want.append(t)
+                    (row,) = cache.decode({s: [t]})
+            tree.release(nb)
+            tree.release(na)
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])  # generate left no node
+        self.assertEqual(len(res), 2)
+        for g in res:
+            self.assertEqual(g.tokens, want)
+            self.assertEqual(g.prompt, 1)
+            self.assertEqual(g.finish, "length" if len(want) == 5 else "stop_token")
+            self.assertIsNone(g.logprobs)
+
+    def test_stop_string_cuts_the_text(self):
+        with clade.Tree(self.model) as tree:
+            full = self.gen(tree)[0]
+            self.assertGreaterEqual(len(full.text), 4, full)
+            stop = full.text[2:4]
+            cut = self.gen(tree, stop=["\x01never", stop])
+        for g in cut:
+            self.assertEqual(g.text, full.text[:full.text.find(stop)])
+            self.assertEqual(g.finish, "stop_string")
+            self.assertEqual(g.tokens, full.tokens[:len(g.tokens)])
+
+    def test_stream_pieces_make_the_text(self):
+        kw = dict(max_new_tokens=8, samples=2, temperature=0.9, seed=3, logprobs=True)
+        with clade.Tree(self.model) as tree:
+            res = tree.generate(self.prompts, **kw)
+            for g in res:
+                self.assertEqual(len(g.logprobs), len(g.tokens))
+                self.assertTrue(all(lp <= 0 for lp in g.logprobs))
+            texts = ["", ""]
+            calls = []
+
+            def cb(seq, token, piece):
+                texts[seq] += piece
+                calls.append((seq, token))
+
+            self.assertEqual(tree.generate(self.prompts, callback=cb, **kw), res)
+            self.assertEqual(texts, [g.text for g in res])
+            self.assertEqual(sorted(c for c in calls if c[1] is None), [(0, None), (1, None)])
+            self.assertEqual(len(calls), sum(len(g.tokens) + 1 for g in res))
+            stream = tree.generate_stream(self.prompts, **kw)
+            texts = ["", ""]
+            for seq, piece in stream:
+                self.assertTrue(piece)
+                texts[seq] += piece
+            self.assertEqual(stream.results, res)
+            self.assertFalse(stream.stopped)
+            self.assertEqual(texts, [g.text for g in res])
+        got = self.model.generate(self.prompts, **kw)  # on a tree of its own
+        self.assertEqual([g.tokens for g in got], [g.tokens for g in res])
+
+    def test_callback_stops_one_sequence(self):
+        with clade.Tree(self.model) as tree:
+            res = self.gen(tree, callback=lambda seq, tok, piece: clade.STOP_SEQ if seq == 1 else None,
+                           ignore_eog=True)
+            self.assertEqual(res[1].finish, "callback")
+            self.assertEqual(len(res[1].tokens), 1)
+            self.assertEqual((res[0].finish, len(res[0].tokens)), ("length", 5))
+            self.assertEqual(res[1].tokens, res[0].tokens[:1])
+            # STOP_ALL: results still come back
+            res = self.gen(tree, callback=lambda seq, tok, piece: clade.STOP_ALL, ignore_eog=True)
+            self.assertEqual([g.finish for g in res], ["callback", "callback"])
+            # breaking out of a stream stops the generation
+            stream = tree.generate_stream(self.prompts, max_new_tokens=50, samples=2,
+                                          temperature=0, ignore_eog=True)
+            next(stream)
+            stream.close()
+            self.assertTrue(stream.stopped)
+            self.assertIn("callback", [g.finish for g in stream.results])
+            self.assertEqual(len(self.gen(tree)), 2)  # the tree works on
+
+    def test_callback_exception_stops_and_is_raised(self):
+        seen = []
+
+        def cb(seq, token, piece):
+            seen.append(seq)
+            if len(seen) == 2:
+                raise KeyError("boom")
+
+        with clade.Tree(self.model) as tree:
+            with self.assertRaises(KeyError):
+                self.gen(tree, callback=cb, max_new_tokens=50, ignore_eog=True)
+            self.assertLess(len(seen), 20)
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])
+            stream = tree.generate_stream(self.prompts, max_new_tokens=5, callback=cb)
+            with self.assertRaises(TypeError):  # generate_stream takes no callback
+                list(stream)
+            self.assertEqual(len(self.gen(tree)), 2)
+
+    def test_errors(self):
+        nv = self.model.n_vocab
+        with clade.Tree(self.model) as tree:
+            for prompts, kw, status in [
+                    ([[1, nv + 3]], {}, _lib.CLADE_E_TOKEN),
+                    ([[1, 2], ([], 0)], {}, _lib.CLADE_E_INVALID_ARG),  # an empty leaf
+                    ([[1, 2]], {"max_new_tokens": 0}, _lib.CLADE_E_INVALID_ARG),
+                    ([[1, 2], ([3], 1)], {}, _lib.CLADE_E_INVALID_ARG),  # not an earlier prompt
+                    ([[1, 2]], {"top_p": 2.0, "temperature": 1.0}, _lib.CLADE_E_INVALID_ARG)]:
+                with self.assertRaises(clade.CladeError, msg=repr((prompts, kw))) as e:
+                    tree.generate(prompts, **kw)
+                self.assertEqual(e.exception.status, status, e.exception)
+            stream = tree.generate_stream([[nv + 1]])
+            with self.assertRaises(clade.CladeError):
+                list(stream)
+        with self.assertRaises(clade.CladeError):  # no tokenizer: no stop strings
+            with clade.Model(random_model("small.gguf", "--vocab", "300"), n_threads=1) as m:
+                m.generate([[1, 2]], stop=["x"], max_new_tokens=2)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,10 +1,13 @@
 """Pythonic layer over the clade C library (see clade/_lib.py for the raw API).
 
     import clade
-    with clade.Model("model.gguf") as m:
+    with clade.Model("model.gguf") as m, clade.Tree(m) as tree:
         ids = m.tokenize("Hello")
-        out = clade.generate(m, ids, 16, samples=4, temperature=0.7)
-        print([m.detokenize(o) for o in out])
+        for seq, piece in tree.generate_stream([ids], max_new_tokens=16, samples=4,
+                                               temperature=0.7, stop=["."]):
+            print(seq, piece)
+        for g in tree.generate([ids], max_new_tokens=16, temperature=0):
+            print(g.finish, g.text)
 
 Handles own their C objects: close() frees them (and is called by the
 context managers and, as a last resort, by the garbage collector). The C
@@ -33,6 +36,7 @@ from . import _lib
 __all__ = [
     "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
     "Model", "Tree", "Cache", "Sampler", "SampleResult", "Detokenizer", "generate",
+    "Prompt", "Generation", "GenerationStream", "STOP_SEQ", "STOP_ALL",
     "AppendItem", "AppendResult", "ItemNode",
     "version", "status_string", "set_log", "chat_apply", "chat_templates",
     "KV_F32", "KV_F16", "KV_BF16",
@@ -349,6 +353,15 @@ class Model(_Handle):
         _check(_lib.clade_chat_template_name(self._get(), ctypes.byref(p)))
         return p.value.decode()
 
+    def generate(self, prompts, kv_type=KV_F16, **kw):
+        """Tree.generate on a tree made for the call (see Tree.generate)."""
+        with Tree(self, kv_type=kv_type) as tree:
+            return tree.generate(prompts, **kw)
+
+    def generate_stream(self, prompts, kv_type=KV_F16, **kw):
+        """Tree.generate_stream on a tree made for the call."""
+        return Tree(self, kv_type=kv_type).generate_stream(prompts, **kw)
+
     def stream(self, tokens, special=False, first_in_text=True):
         """Iterate over the text of a token stream, piece by piece, never
         splitting a UTF-8 character."""
@@ -645,6 +658,38 @@ class Tree(_Handle):
         _check(_lib.clade_tree_set_abort(h, new, None))
         self._abort = new  # the old thunk is no longer reachable from C
 
+    def generate(self, prompts, max_new_tokens=128, samples=1, stop=(), callback=None, **kw):
+        """Generate from prompts in one call (clade_generate): `samples`
+        sequences under each leaf prompt, numbered leaf by leaf in prompt
+        order. prompts: token lists (independent prompts), or Prompt(tokens,
+        parent) / (tokens, parent) pairs where parent is the index of an
+        earlier prompt (a tree: a shared prefix evaluated once). Returns a
+        list of Generation(text, tokens, finish, prompt, logprobs).
+
+        Options: stop (strings, cut from the text), stop_tokens,
+        temperature (0: greedy), top_k, top_p, min_p, repeat_penalty, seed,
+        presence_penalty, frequency_penalty, logit_bias, penalize_prompt,
+        logprobs, ignore_eog, max_live, special, attention, root (the node
+        the prompts go under), first_stream. Defaults are the C library's
+        (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
+
+        callback(seq, token, piece), on this thread, for each token of a
+        sequence (token None and the rest of the text at its end): return
+        None to go on, STOP_SEQ to finish that sequence or STOP_ALL to
+        finish all (the results are still returned). If it raises, the
+        generation stops (STOP_ALL) and the exception is raised here."""
+        return _generate(self, prompts, callback, max_new_tokens=max_new_tokens,
+                         samples=samples, stop=stop, **kw)[0]
+
+    def generate_stream(self, prompts, max_new_tokens=128, samples=1, stop=(), **kw):
+        """generate() as an iterator of (seq, piece): the text pieces of each
+        sequence as they are produced; a GenerationStream, whose .results
+        holds the Generation list once it is exhausted. Stopping early
+        (break, then close(), or a with block) stops the generation. The
+        tree must not be used until the stream is exhausted or closed."""
+        kw.update(max_new_tokens=max_new_tokens, samples=samples, stop=stop)
+        return GenerationStream(self, prompts, kw)
+
 
 class Cache(_Handle):
     """Unique caches of the sequences of a tree, and decode steps. The cache
@@ -897,6 +942,238 @@ class Sampler(_Handle):
     def forget(self, stream):
         """Drop a finished stream's random state; sampling it again starts afresh."""
         _check(_lib.clade_sampler_forget(self._get(), stream))
+
+
+# ---- generation (clade_generate) -------------------------------------------------
+
+STOP_SEQ = _lib.CLADE_GENERATE_STOP_SEQ  # a generate callback's return: stop this sequence
+STOP_ALL = _lib.CLADE_GENERATE_STOP_ALL  # ... or every sequence
+
+_FINISH_NAMES = {
+    _lib.CLADE_FINISH_NONE: "none",
+    _lib.CLADE_FINISH_STOP_TOKEN: "stop_token",
+    _lib.CLADE_FINISH_STOP_STRING: "stop_string",
+    _lib.CLADE_FINISH_LENGTH: "length",
+    _lib.CLADE_FINISH_CALLBACK: "callback",
+    _lib.CLADE_FINISH_ABORTED: "aborted",
+}
+
+Prompt = collections.namedtuple("Prompt", "tokens parent")
+Prompt.__new__.__defaults__ = (None,)
+Prompt.__doc__ = """A prompt of generate: tokens under parent (None: under the call's root
+node, else the index of an earlier prompt of the same list)."""
+
+Generation = collections.namedtuple("Generation", "text tokens finish prompt logprobs")
+Generation.__doc__ = """One generated sequence: text (str), tokens (the output token ids),
+finish ("stop_token", "stop_string", "length", "callback" or "aborted"),
+prompt (the index of its leaf prompt) and logprobs (one float per token, or
+None unless logprobs=True)."""
+
+
+def _prompt(x, i):
+    if isinstance(x, Prompt):
+        return x
+    if isinstance(x, dict):
+        return Prompt(x["tokens"], x.get("parent"))
+    if isinstance(x, tuple) and len(x) == 2 and not isinstance(x[0], int):
+        return Prompt(x[0], x[1])
+    return Prompt(x, None)
+
+
+def _piece(text, n):
+    return ctypes.string_at(text, n).decode("utf-8", "replace") if n else ""
+
+
+def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), stop_tokens=(),
+              temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=0,
+              presence_penalty=0.0, frequency_penalty=0.0, logit_bias=None, penalize_prompt=True,
+              logprobs=False, ignore_eog=False, max_live=0, special=False,
+              attention=ATTENTION_AUTO, root=0, first_stream=0):
+    """clade_generate on tree; callback(seq, token, piece) -> None, STOP_SEQ or
+    STOP_ALL, or None. Returns (list of Generation, stopped)."""
+    _need("clade_generate")
+    h = tree._get()
+    prompts = [_prompt(x, i) for i, x in enumerate(prompts)]
+    arr = (_lib.clade_prompt * max(len(prompts), 1))()
+    keep = []
+    for i, p in enumerate(prompts):
+        toks, n = _tokens(p.tokens)
+        keep.append(toks)
+        arr[i].tokens = toks
+        arr[i].n_tokens = n
+        arr[i].parent = -1 if p.parent is None else _parent_index(p.parent, i)
+    sp = _lib.clade_sampler_params()
+    _lib.clade_sampler_params_init(ctypes.byref(sp))
+    sp.temperature = temperature
+    sp.top_k = top_k
+    sp.top_p = top_p
+    sp.min_p = min_p
+    sp.repeat_penalty = repeat_penalty
+    sp.seed = seed
+    sp.presence_penalty = presence_penalty
+    sp.frequency_penalty = frequency_penalty
+    sp.penalize_prompt = 1 if penalize_prompt else 0
+    pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else list(logit_bias or ())
+    if pairs:
+        lb = (_lib.clade_logit_bias * len(pairs))(*[_lib.clade_logit_bias(t, b) for t, b in pairs])
+        keep.append(lb)
+        sp.logit_bias = lb
+        sp.n_logit_bias = len(pairs)
+    gp = _lib.clade_generate_params()
+    _lib.clade_generate_params_init(ctypes.byref(gp))
+    gp.max_new_tokens = max_new_tokens
+    gp.n_samples = samples
+    gp.ignore_eog = 1 if ignore_eog else 0
+    gp.max_live = max_live
+    if isinstance(stop, (str, bytes)):
+        stop = [stop]
+    stop = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stop]
+    if stop:
+        ss = (ctypes.c_char_p * len(stop))(*stop)
+        keep.append(ss)
+        gp.stop_strings = ss
+        gp.n_stop_strings = len(stop)
+    if stop_tokens:
+        st, n = _tokens(stop_tokens)
+        keep.append(st)
+        gp.stop_tokens = st
+        gp.n_stop_tokens = n
+    gp.sampler = ctypes.pointer(sp)
+    gp.attention = attention
+    gp.logprobs = 1 if logprobs else 0
+    gp.special = 1 if special else 0
+    gp.root = root
+    gp.first_stream = first_stream
+    err = [None]  # an exception the callback raised
+    if callback is not None:
+        def thunk(user, seq, token, text, n):
+            if err[0] is not None:
+                return STOP_ALL
+            try:
+                r = callback(seq, token if token >= 0 else None, _piece(text, n))
+                return int(r) if r else 0
+            except BaseException as e:  # nothing may propagate into C
+                err[0] = e
+                return STOP_ALL
+        gp.callback = _lib.clade_generate_fn(thunk)
+    out = _lib.clade_generation_p()
+    tree._abort_exc[0] = None
+    status = _lib.clade_generate(h, arr, len(prompts), ctypes.byref(gp), ctypes.byref(out))
+    try:
+        if err[0] is not None:
+            raise err[0]
+        abort_exc, tree._abort_exc[0] = tree._abort_exc[0], None
+        if abort_exc is not None:
+            raise abort_exc
+        if status not in (_lib.CLADE_OK, _lib.CLADE_STOPPED):
+            raise _error(status)
+        g = out
+        res = []
+        n = ctypes.c_size_t(0)
+        for i in range(_lib.clade_generation_count(g)):
+            text = _lib.clade_generation_text(g, i, ctypes.byref(n))
+            text = _piece(text, n.value) if text else ""
+            tp = _lib.clade_generation_tokens(g, i, ctypes.byref(n))
+            toks = tp[:n.value] if tp else []
+            lp = _lib.clade_generation_logprobs(g, i)
+            lps = lp[:len(toks)] if (logprobs and lp) else ([] if logprobs else None)
+            fin = _lib.clade_generation_finish(g, i)
+            res.append(Generation(text, toks, _FINISH_NAMES.get(fin, str(fin)),
+                                  int(_lib.clade_generation_prompt(g, i)), lps))
+        return res, status == _lib.CLADE_STOPPED
+    finally:
+        _lib.clade_generation_free(out)
+
+
+def _parent_index(parent, i):
+    if isinstance(parent, ItemNode):
+        parent = parent.index
+    if not isinstance(parent, int) or not 0 <= parent < i:
+        raise CladeError(_lib.CLADE_E_INVALID_ARG,
+                         "prompt %d: parent is None or the index of an earlier prompt" % i)
+    return parent
+
+
+class GenerationStream:
+    """The iterator of Tree.generate_stream: yields (seq, piece) as the text
+    of sequence seq grows (pieces in order make its text). clade_generate
+    runs on a thread of its own, one piece ahead of the consumer at most.
+    After the last piece, .results holds the Generation list and .stopped
+    whether the call was stopped. close() (or leaving a with block, or
+    dropping the iterator) stops the generation: STOP_ALL."""
+
+    _DONE = object()
+
+    def __init__(self, tree, prompts, kw):
+        import queue
+        import threading
+        self.results = None
+        self.stopped = False
+        # The thread's closures hold the queue and the flag, never self: an
+        # abandoned stream is collected, and __del__ stops the thread.
+        closing = self._closing = [False]
+        q = self._q = queue.Queue(maxsize=1)
+        done = self._DONE
+        self._finished = False
+
+        def callback(seq, token, piece):
+            if closing[0]:
+                return STOP_ALL
+            if piece:
+                q.put((seq, piece))
+            return STOP_ALL if closing[0] else None
+
+        def run():
+            try:
+                r = _generate(tree, prompts, callback, **kw)
+                q.put((done, r))
+            except BaseException as e:
+                q.put((done, e))
+
+        self._thread = threading.Thread(target=run, name="clade-generate", daemon=True)
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._finished:
+            raise StopIteration
+        seq, piece = self._q.get()
+        if seq is self._DONE:
+            self._finished = True
+            self._thread.join()
+            if isinstance(piece, BaseException):
+                raise piece
+            self.results, self.stopped = piece
+            raise StopIteration
+        return seq, piece
+
+    def close(self):
+        """Stop the generation (if still running) and wait for its thread."""
+        if self._finished:
+            return
+        self._closing[0] = True
+        while True:
+            seq, piece = self._q.get()
+            if seq is self._DONE:
+                break
+        self._finished = True
+        self._thread.join()
+        if not isinstance(piece, BaseException):
+            self.results, self.stopped = piece
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 def generate(model, prompt_tokens, n, samples=1, temperature=0.0, seed=0, kv_type=KV_F16,

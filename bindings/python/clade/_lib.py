@@ -515,6 +515,7 @@ class clade_sampler_params(Structure):
         ("logit_bias", POINTER(clade_logit_bias)),
         ("n_logit_bias", c_size_t),
         ("penalize_prompt", c_int32),
+        ("n_threads", c_int32),
     ]
 
 
@@ -560,3 +561,88 @@ clade_sample_batch = _fn("clade_sample_batch", clade_status,
                           POINTER(clade_sample_result)])
 # clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
 clade_sampler_forget = _fn("clade_sampler_forget", clade_status, [clade_sampler_p, c_uint64])
+
+# ---- generation (the whole loop in one call) --------------------------------
+
+
+class clade_prompt(Structure):
+    _fields_ = [
+        ("tokens", POINTER(clade_token)),
+        ("n_tokens", c_size_t),
+        ("parent", c_int32),
+    ]
+
+
+CLADE_GENERATE_CONTINUE = 0
+CLADE_GENERATE_STOP_SEQ = 1
+CLADE_GENERATE_STOP_ALL = 2
+
+# typedef int32_t (*clade_generate_fn)(void *user, size_t seq, clade_token token,
+#                                      const char *text, size_t len);
+# text is a c_void_p: it is not NUL-terminated (read len bytes with ctypes.string_at).
+clade_generate_fn = CFUNCTYPE(c_int32, c_void_p, c_size_t, clade_token, c_void_p, c_size_t)
+
+
+class clade_generate_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("max_new_tokens", c_int32),
+        ("n_samples", c_int32),
+        ("ignore_eog", c_int32),
+        ("max_live", c_int32),
+        ("stop_tokens", POINTER(clade_token)),
+        ("n_stop_tokens", c_size_t),
+        ("stop_strings", POINTER(c_char_p)),
+        ("n_stop_strings", c_size_t),
+        ("sampler", POINTER(clade_sampler_params)),
+        ("callback", clade_generate_fn),
+        ("user", c_void_p),
+        ("attention", clade_attention),
+        ("logprobs", c_int32),
+        ("special", c_int32),
+        ("root", clade_node_id),
+        ("first_stream", c_uint64),
+    ]
+
+
+CLADE_FINISH_NONE = 0
+CLADE_FINISH_STOP_TOKEN = 1
+CLADE_FINISH_STOP_STRING = 2
+CLADE_FINISH_LENGTH = 3
+CLADE_FINISH_CALLBACK = 4
+CLADE_FINISH_ABORTED = 5
+
+
+class clade_generation(Structure):
+    pass
+
+
+clade_generation_p = POINTER(clade_generation)
+
+# void clade_generate_params_init(clade_generate_params *params);
+clade_generate_params_init = _fn_opt("clade_generate_params_init", None,
+                                     [POINTER(clade_generate_params)])
+# clade_status clade_generate(clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
+#                             const clade_generate_params *params, clade_generation **out);
+clade_generate = _fn_opt("clade_generate", clade_status,
+                         [clade_tree_p, POINTER(clade_prompt), c_size_t,
+                          POINTER(clade_generate_params), POINTER(clade_generation_p)])
+# void clade_generation_free(clade_generation *gen);
+clade_generation_free = _fn_opt("clade_generation_free", None, [clade_generation_p])
+# size_t clade_generation_count(const clade_generation *gen);
+clade_generation_count = _fn_opt("clade_generation_count", c_size_t, [clade_generation_p])
+# const char *clade_generation_text(const clade_generation *gen, size_t i, size_t *len);
+clade_generation_text = _fn_opt("clade_generation_text", c_void_p,
+                                [clade_generation_p, c_size_t, POINTER(c_size_t)])
+# const clade_token *clade_generation_tokens(const clade_generation *gen, size_t i,
+#                                            size_t *n_tokens);
+clade_generation_tokens = _fn_opt("clade_generation_tokens", POINTER(clade_token),
+                                  [clade_generation_p, c_size_t, POINTER(c_size_t)])
+# const float *clade_generation_logprobs(const clade_generation *gen, size_t i);
+clade_generation_logprobs = _fn_opt("clade_generation_logprobs", POINTER(c_float),
+                                    [clade_generation_p, c_size_t])
+# clade_finish_reason clade_generation_finish(const clade_generation *gen, size_t i);
+clade_generation_finish = _fn_opt("clade_generation_finish", c_int, [clade_generation_p, c_size_t])
+# int64_t clade_generation_prompt(const clade_generation *gen, size_t i);
+clade_generation_prompt = _fn_opt("clade_generation_prompt", ctypes.c_int64,
+                                  [clade_generation_p, c_size_t])
