@@ -2,11 +2,18 @@
 //! that share prefixes, through clade's stable C ABI.
 //!
 //! ```no_run
+//! use clade::{Flow, GenerateParams, Prompt};
 //! let model = clade::Model::load("model.gguf")?;
+//! let tree = clade::Tree::new(&model, clade::TreeParams::default())?;
 //! let prompt = model.tokenize("Once upon a time", true, false)?;
-//! let samples = clade::generate(&model, &prompt, 16, 4, 0.8, 1)?;
-//! for s in &samples {
-//!     println!("{}", model.detokenize(s, false)?);
+//! let mut params = GenerateParams { max_new_tokens: 16, n_samples: 4, ..GenerateParams::default() };
+//! params.stop_strings = vec!["\n".into()];
+//! let results = tree.generate_stream(&[Prompt::new(&prompt)], &params, |seq, _token, piece| {
+//!     print!("[{seq}]{piece}");
+//!     Flow::Continue
+//! })?;
+//! for g in &results {
+//!     println!("{:?}: {}", g.finish, g.text);
 //! }
 //! # Ok::<(), clade::Error>(())
 //! ```
@@ -1466,6 +1473,305 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         unsafe { sys::clade_sampler_free(self.ptr.as_ptr()) }
     }
+}
+
+// ---- generation (clade_generate) ----------------------------------------------------------
+
+/// One prompt of [`Tree::generate`]: tokens under a parent, `None` for the
+/// call's root node ([`GenerateParams::root`]) or the index of an earlier
+/// prompt of the same slice (a tree of prompts: a shared prefix is
+/// evaluated once). A leaf prompt needs at least one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prompt<'a> {
+    pub tokens: &'a [Token],
+    pub parent: Option<usize>,
+}
+
+impl<'a> Prompt<'a> {
+    /// A prompt under the call's root node.
+    pub fn new(tokens: &'a [Token]) -> Self {
+        Prompt { tokens, parent: None }
+    }
+    /// A prompt under prompt `parent` (an earlier index).
+    pub fn under(parent: usize, tokens: &'a [Token]) -> Self {
+        Prompt { tokens, parent: Some(parent) }
+    }
+}
+
+/// Options of [`Tree::generate`] (clade_generate_params); `Default` gives
+/// the C library's defaults.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Per sequence, at least 1.
+    pub max_new_tokens: i32,
+    /// Sequences under each leaf prompt.
+    pub n_samples: i32,
+    /// Whether the model's end-of-generation tokens do not stop a sequence.
+    pub ignore_eog: bool,
+    /// Sequences decoded at once (0: all).
+    pub max_live: i32,
+    /// More token ids that stop a sequence.
+    pub stop_tokens: Vec<Token>,
+    /// Stop strings: matched on the text across tokens and cut from it.
+    pub stop_strings: Vec<String>,
+    pub sampler: SamplerParams,
+    /// Keep each output token's log-probability.
+    pub logprobs: bool,
+    /// Control tokens render as their text.
+    pub special: bool,
+    pub attention: Attention,
+    /// The node prompts with no parent go under.
+    pub root: NodeId,
+    /// Sequence i draws on stream first_stream + i.
+    pub first_stream: u64,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        let mut p = unsafe { MaybeUninit::<sys::clade_generate_params>::zeroed().assume_init() };
+        unsafe { sys::clade_generate_params_init(&mut p) };
+        GenerateParams {
+            max_new_tokens: p.max_new_tokens,
+            n_samples: p.n_samples,
+            ignore_eog: p.ignore_eog != 0,
+            max_live: p.max_live,
+            stop_tokens: Vec::new(),
+            stop_strings: Vec::new(),
+            sampler: SamplerParams::default(),
+            logprobs: p.logprobs != 0,
+            special: p.special != 0,
+            attention: Attention::Auto,
+            root: p.root,
+            first_stream: p.first_stream,
+        }
+    }
+}
+
+/// Why a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// An end-of-generation or stop token (not part of the output).
+    StopToken,
+    /// A stop string (cut from the text; its tokens are in the output).
+    StopString,
+    /// max_new_tokens, or the context's end.
+    Length,
+    /// The streaming callback stopped it (or all).
+    Callback,
+    /// The tree's abort callback stopped all.
+    Aborted,
+    /// Unknown to this binding.
+    Other(i32),
+}
+
+impl FinishReason {
+    fn from_c(r: sys::clade_finish_reason) -> Self {
+        match r {
+            sys::CLADE_FINISH_STOP_TOKEN => FinishReason::StopToken,
+            sys::CLADE_FINISH_STOP_STRING => FinishReason::StopString,
+            sys::CLADE_FINISH_LENGTH => FinishReason::Length,
+            sys::CLADE_FINISH_CALLBACK => FinishReason::Callback,
+            sys::CLADE_FINISH_ABORTED => FinishReason::Aborted,
+            other => FinishReason::Other(other),
+        }
+    }
+}
+
+/// One generated sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The text (UTF-8; invalid bytes replaced).
+    pub text: String,
+    /// The output tokens.
+    pub tokens: Vec<Token>,
+    pub finish: FinishReason,
+    /// The index of its leaf prompt.
+    pub prompt: usize,
+    /// One per token, when [`GenerateParams::logprobs`] was set.
+    pub logprobs: Option<Vec<f32>>,
+}
+
+/// What a streaming callback of [`Tree::generate_stream`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Finish this sequence (FinishReason::Callback).
+    StopSeq,
+    /// Finish every sequence; the results are still returned.
+    StopAll,
+}
+
+struct StreamSlot<'f> {
+    f: &'f mut dyn FnMut(usize, Option<Token>, &str) -> Flow,
+    /// A panic of `f`, resumed once C has returned.
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+unsafe extern "C" fn generate_trampoline(user: *mut c_void, seq: usize, token: Token, text: *const c_char,
+                                         len: usize) -> i32 {
+    // SAFETY: `user` is the StreamSlot of the running Tree::generate_stream,
+    // called on its own thread during the call only.
+    let slot = &mut *(user as *mut StreamSlot<'_>);
+    if slot.panic.is_some() {
+        return sys::CLADE_GENERATE_STOP_ALL;
+    }
+    let bytes = if len == 0 { &[][..] } else { std::slice::from_raw_parts(text as *const u8, len) };
+    let piece = String::from_utf8_lossy(bytes);
+    let tok = if token >= 0 { Some(token) } else { None };
+    // No unwinding across C: catch, stop everything, resume after the call.
+    match panic::catch_unwind(AssertUnwindSafe(|| (slot.f)(seq, tok, &piece))) {
+        Ok(Flow::Continue) => sys::CLADE_GENERATE_CONTINUE,
+        Ok(Flow::StopSeq) => sys::CLADE_GENERATE_STOP_SEQ,
+        Ok(Flow::StopAll) => sys::CLADE_GENERATE_STOP_ALL,
+        Err(p) => {
+            slot.panic = Some(p);
+            sys::CLADE_GENERATE_STOP_ALL
+        }
+    }
+}
+
+impl Tree {
+    /// Generate from prompts in one call (clade_generate): n_samples
+    /// sequences under each leaf prompt, numbered leaf by leaf in prompt
+    /// order. The results come back also when the tree's abort callback
+    /// stopped the call (FinishReason::Aborted).
+    pub fn generate(&self, prompts: &[Prompt<'_>], params: &GenerateParams) -> Result<Vec<Generation>> {
+        self.generate_impl(prompts, params, None)
+    }
+
+    /// As [`Tree::generate`], streaming: `f(seq, Some(token), piece)` for
+    /// each token of sequence `seq` with the text it releases (often empty),
+    /// then `f(seq, None, rest)` once at the sequence's end (its return
+    /// value ignored). The pieces of a sequence make its text. Returning
+    /// Flow::StopSeq or Flow::StopAll stops that sequence or all (the
+    /// results are still returned). A panic in `f` stops the call and is
+    /// resumed once C has returned. `f` runs with the tree's lock held: it
+    /// must not use this tree or its caches.
+    pub fn generate_stream<F>(&self, prompts: &[Prompt<'_>], params: &GenerateParams, mut f: F)
+        -> Result<Vec<Generation>>
+    where
+        F: FnMut(usize, Option<Token>, &str) -> Flow,
+    {
+        let mut slot = StreamSlot { f: &mut f, panic: None };
+        let r = self.generate_impl(prompts, params, Some(&mut slot));
+        if let Some(p) = slot.panic.take() {
+            panic::resume_unwind(p);
+        }
+        r
+    }
+
+    fn generate_impl(&self, prompts: &[Prompt<'_>], params: &GenerateParams, slot: Option<&mut StreamSlot<'_>>)
+        -> Result<Vec<Generation>> {
+        let mut raw = Vec::with_capacity(prompts.len());
+        for (i, p) in prompts.iter().enumerate() {
+            let parent = match p.parent {
+                None => -1,
+                Some(j) if j < i => j as i32,
+                Some(j) => {
+                    return Err(Error::new(sys::CLADE_E_INVALID_ARG,
+                                          format!("prompt {i}: parent {j} is not an earlier prompt")))
+                }
+            };
+            raw.push(sys::clade_prompt { tokens: p.tokens.as_ptr(), n_tokens: p.tokens.len(), parent });
+        }
+        let s = &params.sampler;
+        let mut sp = unsafe { MaybeUninit::<sys::clade_sampler_params>::zeroed().assume_init() };
+        unsafe { sys::clade_sampler_params_init(&mut sp) };
+        sp.temperature = s.temperature;
+        sp.top_k = s.top_k;
+        sp.top_p = s.top_p;
+        sp.min_p = s.min_p;
+        sp.repeat_penalty = s.repeat_penalty;
+        sp.seed = s.seed;
+        sp.presence_penalty = s.presence_penalty;
+        sp.frequency_penalty = s.frequency_penalty;
+        sp.penalize_prompt = s.penalize_prompt as i32;
+        let bias: Vec<sys::clade_logit_bias> =
+            s.logit_bias.iter().map(|&(token, bias)| sys::clade_logit_bias { token, bias }).collect();
+        if !bias.is_empty() {
+            sp.logit_bias = bias.as_ptr();
+            sp.n_logit_bias = bias.len();
+        }
+        let stops = params.stop_strings.iter().map(|x| c_string(x, "a stop string")).collect::<Result<Vec<_>>>()?;
+        let stop_ptrs: Vec<*const c_char> = stops.iter().map(|c| c.as_ptr()).collect();
+        let mut gp = unsafe { MaybeUninit::<sys::clade_generate_params>::zeroed().assume_init() };
+        unsafe { sys::clade_generate_params_init(&mut gp) };
+        gp.max_new_tokens = params.max_new_tokens;
+        gp.n_samples = params.n_samples;
+        gp.ignore_eog = params.ignore_eog as i32;
+        gp.max_live = params.max_live;
+        if !params.stop_tokens.is_empty() {
+            gp.stop_tokens = params.stop_tokens.as_ptr();
+            gp.n_stop_tokens = params.stop_tokens.len();
+        }
+        if !stop_ptrs.is_empty() {
+            gp.stop_strings = stop_ptrs.as_ptr();
+            gp.n_stop_strings = stop_ptrs.len();
+        }
+        gp.sampler = &sp;
+        if let Some(slot) = slot {
+            gp.callback = Some(generate_trampoline);
+            gp.user = slot as *mut StreamSlot<'_> as *mut c_void;
+        }
+        gp.attention = params.attention as c_int;
+        gp.logprobs = params.logprobs as i32;
+        gp.special = params.special as i32;
+        gp.root = params.root;
+        gp.first_stream = params.first_stream;
+        let mut out: *mut sys::clade_generation = ptr::null_mut();
+        let g = self.shared.guard();
+        let st = unsafe { sys::clade_generate(self.as_ptr(), raw.as_ptr(), raw.len(), &gp, &mut out) };
+        let err = if st == sys::CLADE_OK || st == sys::CLADE_STOPPED { None } else { Some(Error::last(st)) };
+        // SAFETY: lock held.
+        let caught = unsafe {
+            let a = *self.shared.abort.get();
+            if a.is_null() { None } else { (*a).panic.take() }
+        };
+        drop(g);
+        let results = unsafe { read_generation(out, params.logprobs) };
+        unsafe { sys::clade_generation_free(out) };
+        if let Some(p) = caught {
+            panic::resume_unwind(p);
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    }
+}
+
+/// The results of a clade_generation (NULL: none).
+unsafe fn read_generation(g: *const sys::clade_generation, logprobs: bool) -> Vec<Generation> {
+    let n = sys::clade_generation_count(g);
+    (0..n)
+        .map(|i| {
+            let mut len = 0usize;
+            let t = sys::clade_generation_text(g, i, &mut len);
+            let text = if t.is_null() || len == 0 {
+                String::new()
+            } else {
+                String::from_utf8_lossy(std::slice::from_raw_parts(t as *const u8, len)).into_owned()
+            };
+            let mut nt = 0usize;
+            let tp = sys::clade_generation_tokens(g, i, &mut nt);
+            let tokens = if tp.is_null() { Vec::new() } else { std::slice::from_raw_parts(tp, nt).to_vec() };
+            let lp = sys::clade_generation_logprobs(g, i);
+            let logprobs = if !logprobs {
+                None
+            } else if lp.is_null() {
+                Some(Vec::new())
+            } else {
+                Some(std::slice::from_raw_parts(lp, tokens.len()).to_vec())
+            };
+            Generation {
+                text,
+                tokens,
+                finish: FinishReason::from_c(sys::clade_generation_finish(g, i)),
+                prompt: sys::clade_generation_prompt(g, i).max(0) as usize,
+                logprobs,
+            }
+        })
+        .collect()
 }
 
 // ---- generate ------------------------------------------------------------------------------

@@ -264,6 +264,61 @@ pub struct clade_sample_result {
     pub logprob: f32,
 }
 
+// ---- generation ----------------------------------------------------------------
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_prompt {
+    pub tokens: *const clade_token,
+    pub n_tokens: usize,
+    pub parent: i32,
+}
+
+pub const CLADE_GENERATE_CONTINUE: i32 = 0;
+pub const CLADE_GENERATE_STOP_SEQ: i32 = 1;
+pub const CLADE_GENERATE_STOP_ALL: i32 = 2;
+
+// typedef int32_t (*clade_generate_fn)(void *user, size_t seq, clade_token token,
+//                                      const char *text, size_t len);
+pub type clade_generate_fn = Option<
+    unsafe extern "C" fn(user: *mut c_void, seq: usize, token: clade_token, text: *const c_char, len: usize) -> i32,
+>;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_generate_params {
+    pub size: usize,
+    pub max_new_tokens: i32,
+    pub n_samples: i32,
+    pub ignore_eog: i32,
+    pub max_live: i32,
+    pub stop_tokens: *const clade_token,
+    pub n_stop_tokens: usize,
+    pub stop_strings: *const *const c_char,
+    pub n_stop_strings: usize,
+    pub sampler: *const clade_sampler_params,
+    pub callback: clade_generate_fn,
+    pub user: *mut c_void,
+    pub attention: c_int,
+    pub logprobs: i32,
+    pub special: i32,
+    pub root: clade_node_id,
+    pub first_stream: u64,
+}
+
+pub type clade_finish_reason = c_int;
+pub const CLADE_FINISH_NONE: clade_finish_reason = 0;
+pub const CLADE_FINISH_STOP_TOKEN: clade_finish_reason = 1;
+pub const CLADE_FINISH_STOP_STRING: clade_finish_reason = 2;
+pub const CLADE_FINISH_LENGTH: clade_finish_reason = 3;
+pub const CLADE_FINISH_CALLBACK: clade_finish_reason = 4;
+pub const CLADE_FINISH_ABORTED: clade_finish_reason = 5;
+
+#[repr(C)]
+pub struct clade_generation {
+    _private: [u8; 0],
+}
+
 // ---- functions -----------------------------------------------------------------
 
 extern "C" {
@@ -573,6 +628,34 @@ extern "C" {
     ) -> clade_status;
     // clade_status clade_sampler_forget(clade_sampler *sampler, uint64_t stream);
     pub fn clade_sampler_forget(sampler: *mut clade_sampler, stream: u64) -> clade_status;
+
+    // void clade_generate_params_init(clade_generate_params *params);
+    pub fn clade_generate_params_init(params: *mut clade_generate_params);
+    // clade_status clade_generate(clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
+    //                             const clade_generate_params *params, clade_generation **out);
+    pub fn clade_generate(
+        tree: *mut clade_tree,
+        prompts: *const clade_prompt,
+        n_prompts: usize,
+        params: *const clade_generate_params,
+        out: *mut *mut clade_generation,
+    ) -> clade_status;
+    // void clade_generation_free(clade_generation *gen);
+    pub fn clade_generation_free(gen: *mut clade_generation);
+    // size_t clade_generation_count(const clade_generation *gen);
+    pub fn clade_generation_count(gen: *const clade_generation) -> usize;
+    // const char *clade_generation_text(const clade_generation *gen, size_t i, size_t *len);
+    pub fn clade_generation_text(gen: *const clade_generation, i: usize, len: *mut usize) -> *const c_char;
+    // const clade_token *clade_generation_tokens(const clade_generation *gen, size_t i,
+    //                                            size_t *n_tokens);
+    pub fn clade_generation_tokens(gen: *const clade_generation, i: usize, n_tokens: *mut usize)
+        -> *const clade_token;
+    // const float *clade_generation_logprobs(const clade_generation *gen, size_t i);
+    pub fn clade_generation_logprobs(gen: *const clade_generation, i: usize) -> *const f32;
+    // clade_finish_reason clade_generation_finish(const clade_generation *gen, size_t i);
+    pub fn clade_generation_finish(gen: *const clade_generation, i: usize) -> clade_finish_reason;
+    // int64_t clade_generation_prompt(const clade_generation *gen, size_t i);
+    pub fn clade_generation_prompt(gen: *const clade_generation, i: usize) -> i64;
 }
 
 #[cfg(test)]
@@ -595,6 +678,8 @@ mod layout {
         assert_eq!(size_of::<clade_sampler_params>(), 72);
         assert_eq!(size_of::<clade_sample_result>(), 48);
         assert_eq!(size_of::<clade_logit_bias>(), 8);
+        assert_eq!(size_of::<clade_prompt>(), 24);
+        assert_eq!(size_of::<clade_generate_params>(), 104);
         assert_eq!(align_of::<clade_model_info>(), 8);
     }
 

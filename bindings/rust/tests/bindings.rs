@@ -757,3 +757,170 @@ fn sampler_penalties_bias_logprobs_batch() {
     }
     assert!(Sampler::new(SamplerParams { logit_bias: vec![(-1, 1.0)], ..SamplerParams::default() }).is_err());
 }
+
+// ---- generate (clade_generate) -------------------------------------------------------------
+
+/// A random model with the reference SPM tokenizer (stop strings need
+/// text), made once; None without the vocabulary.
+fn spm_model() -> Option<Model> {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        let dir = match std::env::var("CLADE_VOCAB_DIR") {
+            Ok(d) if !d.is_empty() => PathBuf::from(d),
+            _ => manifest().join("../../../shared/data/vocab"),
+        };
+        let vocab = dir.join("ggml-vocab-llama-spm.gguf");
+        if !vocab.exists() {
+            eprintln!("SKIP generate tests: no reference vocabulary at {}", vocab.display());
+            return None;
+        }
+        Some(random_model("spm-generate.gguf", &["--vocab-from", vocab.to_str().unwrap()]))
+    });
+    path.as_ref().map(|p| Model::load_with(p, &ModelParams { n_threads: 1, ..ModelParams::default() }).unwrap())
+}
+
+/// Two prompts, the second under the first (one leaf); greedy, 2 samples,
+/// 5 new tokens.
+fn gen_setup(m: &Model) -> (Vec<Token>, Vec<Token>, clade::GenerateParams) {
+    let a = m.tokenize("Once upon a time", true, false).unwrap();
+    let b = m.tokenize(" there was", false, false).unwrap();
+    let mut p = clade::GenerateParams::default();
+    p.max_new_tokens = 5;
+    p.n_samples = 2;
+    p.sampler.temperature = 0.0;
+    (a, b, p)
+}
+
+#[test]
+fn generate_tree_greedy_matches_steps() {
+    use clade::{FinishReason, Prompt};
+    let Some(m) = spm_model() else { return };
+    let (a, b, params) = gen_setup(&m);
+    let prompts = [Prompt::new(&a), Prompt::under(0, &b)];
+    let tree = f32_tree(&m);
+    let res = tree.generate(&prompts, &params).unwrap();
+    assert_eq!(res, tree.generate(&prompts, &params).unwrap()); // deterministic
+    // by hand: the prompt nodes, then greedy decode steps
+    let na = tree.append(ROOT, &a).unwrap();
+    let (nb, mut row) = tree.append_logits(na, &b).unwrap();
+    let mut c = Cache::new(&tree, CacheParams { kv_type: Some(KvType::F32), ..CacheParams::default() }).unwrap();
+    let s = c.add(nb, &[], false).unwrap();
+    let mut want = Vec::new();
+    while want.len() < 5 {
+        let t = argmax(&row);
+        if m.is_eog(t) {
+            break;
+        }
+        want.push(t);
+        row = one(&mut c, s, &[t]).unwrap();
+    }
+    drop(c);
+    tree.release(nb).unwrap();
+    tree.release(na).unwrap();
+    assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new()); // generate left no node
+    assert_eq!(res.len(), 2);
+    for g in &res {
+        assert_eq!(g.tokens, want);
+        assert_eq!(g.prompt, 1);
+        assert_eq!(g.finish, if want.len() == 5 { FinishReason::Length } else { FinishReason::StopToken });
+        assert_eq!(g.logprobs, None);
+    }
+}
+
+#[test]
+fn generate_stop_string_and_stream() {
+    use clade::{FinishReason, Flow, Prompt};
+    let Some(m) = spm_model() else { return };
+    let (a, b, mut params) = gen_setup(&m);
+    let prompts = [Prompt::new(&a), Prompt::under(0, &b)];
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let full = tree.generate(&prompts, &params).unwrap().remove(0);
+    let chars: Vec<char> = full.text.chars().collect();
+    assert!(chars.len() >= 4, "{full:?}");
+    let stop: String = chars[2..4].iter().collect();
+    params.stop_strings = vec!["\u{1}never".into(), stop.clone()];
+    let cut = tree.generate(&prompts, &params).unwrap();
+    for g in &cut {
+        assert_eq!(g.text, full.text[..full.text.find(&stop).unwrap()]);
+        assert_eq!(g.finish, FinishReason::StopString);
+        assert_eq!(g.tokens[..], full.tokens[..g.tokens.len()]);
+    }
+    // streaming: the pieces make the text; one final call per sequence
+    params.stop_strings.clear();
+    params.max_new_tokens = 8;
+    params.sampler = SamplerParams { temperature: 0.9, seed: 3, ..SamplerParams::default() };
+    params.logprobs = true;
+    let plain = tree.generate(&prompts, &params).unwrap();
+    let mut texts = vec![String::new(); 2];
+    let mut finals = vec![0; 2];
+    let streamed = tree
+        .generate_stream(&prompts, &params, |seq, tok, piece| {
+            texts[seq].push_str(piece);
+            if tok.is_none() {
+                finals[seq] += 1;
+            }
+            Flow::Continue
+        })
+        .unwrap();
+    assert_eq!(streamed, plain);
+    assert_eq!(finals, vec![1, 1]);
+    for (g, t) in plain.iter().zip(&texts) {
+        assert_eq!(&g.text, t);
+        let lp = g.logprobs.as_ref().unwrap();
+        assert_eq!(lp.len(), g.tokens.len());
+        assert!(lp.iter().all(|&x| x <= 0.0));
+    }
+}
+
+#[test]
+fn generate_callback_stops_and_errors() {
+    use clade::{FinishReason, Flow, Prompt};
+    let Some(m) = spm_model() else { return };
+    let (a, b, mut params) = gen_setup(&m);
+    params.ignore_eog = true;
+    let prompts = [Prompt::new(&a), Prompt::under(0, &b)];
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let res = tree
+        .generate_stream(&prompts, &params, |seq, _, _| if seq == 1 { Flow::StopSeq } else { Flow::Continue })
+        .unwrap();
+    assert_eq!(res[1].finish, FinishReason::Callback);
+    assert_eq!(res[1].tokens.len(), 1);
+    assert_eq!((res[0].finish, res[0].tokens.len()), (FinishReason::Length, 5));
+    assert_eq!(res[1].tokens[..], res[0].tokens[..1]);
+    let res = tree.generate_stream(&prompts, &params, |_, _, _| Flow::StopAll).unwrap();
+    assert!(res.iter().all(|g| g.finish == FinishReason::Callback));
+    // a panic stops the call, is resumed after it, and leaves the tree usable
+    let mut calls = 0;
+    let mut long = params.clone();
+    long.max_new_tokens = 50;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tree.generate_stream(&prompts, &long, |_, _, _| {
+            calls += 1;
+            if calls == 2 {
+                panic!("boom");
+            }
+            Flow::Continue
+        })
+    }));
+    assert_eq!(*caught.unwrap_err().downcast::<&str>().unwrap(), "boom");
+    assert!(calls < 20, "{calls} calls after the panic");
+    assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+    assert_eq!(tree.generate(&prompts, &params).unwrap().len(), 2);
+    // errors are errors
+    let nv = m.n_vocab() as Token;
+    let bad = [1, nv + 3];
+    let e = tree.generate(&[Prompt::new(&bad)], &params).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Token);
+    let e = tree.generate(&[Prompt::new(&a), Prompt::under(0, &[])], &params).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArg); // an empty leaf
+    let e = tree.generate(&[Prompt::new(&a), Prompt::under(1, &b)], &params).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArg); // not an earlier prompt
+    let e = tree.generate(&prompts, &clade::GenerateParams { max_new_tokens: 0, ..params.clone() }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArg);
+    let small = small_model();
+    let t2 = Tree::new(&small, TreeParams::default()).unwrap();
+    let e = t2
+        .generate(&[Prompt::new(&[1, 2])], &clade::GenerateParams { stop_strings: vec!["x".into()], ..params })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unsupported); // no tokenizer: no stop strings
+}
