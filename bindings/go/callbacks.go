@@ -4,6 +4,7 @@ package clade
 // them. A file with //export may only declare C in its preamble.
 
 /*
+#include <stddef.h>
 #include <stdint.h>
 */
 import "C"
@@ -74,4 +75,28 @@ func SetLog(f func(level int, message string), minLevel int) {
 		on = 1
 	}
 	setLog(on, minLevel)
+}
+
+// cladeGoGenerate runs a streaming callback behind a cgo.Handle
+// (Tree.GenerateFunc), on the goroutine that made the call, which holds the
+// tree's mutex. A panic is recovered, stops everything (STOP_ALL) and is
+// raised again once C has returned.
+//
+//export cladeGoGenerate
+func cladeGoGenerate(handle C.uintptr_t, seq C.size_t, token C.int32_t, text *C.char, n C.size_t) (ret C.int32_t) {
+	st := cgo.Handle(handle).Value().(*generateState)
+	if st.panicked {
+		return C.int32_t(StopAll)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			st.panicked, st.value = true, r
+			ret = C.int32_t(StopAll)
+		}
+	}()
+	piece := ""
+	if n > 0 {
+		piece = C.GoStringN(text, C.int(n))
+	}
+	return C.int32_t(st.f(int(seq), Token(token), piece))
 }

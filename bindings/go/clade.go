@@ -18,10 +18,21 @@
 // the recoverable states (StatusCacheFull, StatusStopped, StatusKVBudget,
 // StatusContextFull) mean nothing changed.
 //
-// Callbacks (Tree.SetAbort, SetLog) are Go funcs called from C. C never sees
-// a Go pointer: it gets a runtime/cgo.Handle (abort) or nothing at all (log,
-// kept in a package variable), and fixed C trampolines call the exported Go
-// functions in callbacks.go.
+// Generation in one call: Tree.Generate (clade_generate), with streaming
+// through a callback (Tree.GenerateFunc) or a channel (Tree.GenerateStream):
+//
+//	params := clade.DefaultGenerateParams()
+//	params.MaxNewTokens, params.Samples = 32, 4
+//	st := tree.GenerateStream([]clade.Prompt{clade.RootPrompt(ids)}, &params)
+//	for p := range st.Pieces {
+//		fmt.Printf("[%d]%s", p.Seq, p.Text)
+//	}
+//	results, err := st.Wait()
+//
+// Callbacks (Tree.SetAbort, SetLog, GenerateFunc's) are Go funcs called
+// from C. C never sees a Go pointer: it gets a runtime/cgo.Handle (abort,
+// generate) or nothing at all (log, kept in a package variable), and fixed C
+// trampolines call the exported Go functions in callbacks.go.
 package clade
 
 /*
@@ -33,6 +44,7 @@ package clade
 // Exported from callbacks.go.
 extern int32_t cladeGoAbort(uintptr_t handle);
 extern void cladeGoLog(int level, char *message);
+extern int32_t cladeGoGenerate(uintptr_t handle, size_t seq, int32_t token, char *text, size_t len);
 
 static int32_t clade_go_abort_trampoline(void *user) { return cladeGoAbort((uintptr_t)user); }
 
@@ -44,6 +56,17 @@ static clade_status clade_go_set_abort(clade_tree *tree, uintptr_t handle) {
 static void clade_go_log_trampoline(clade_log_level level, const char *message, void *user) {
 	(void)user;
 	cladeGoLog((int)level, (char *)message);
+}
+
+static int32_t clade_go_generate_trampoline(void *user, size_t seq, clade_token token,
+                                            const char *text, size_t len) {
+	return cladeGoGenerate((uintptr_t)user, seq, token, (char *)text, len);
+}
+
+// handle 0: no streaming.
+static void clade_go_set_generate_callback(clade_generate_params *p, uintptr_t handle) {
+	p->callback = handle ? clade_go_generate_trampoline : NULL;
+	p->user = (void *)handle;
 }
 
 static void clade_go_set_log(int on, int min_level) {
@@ -1588,6 +1611,302 @@ func (s *Sampler) Forget(stream uint64) error {
 		return closedErr("sampler")
 	}
 	return check(func() C.clade_status { return C.clade_sampler_forget(s.p, C.uint64_t(stream)) })
+}
+
+// ---- generation (clade_generate) ---------------------------------------------
+
+// NoParent is the Prompt.Parent of a prompt under the call's root node.
+const NoParent = -1
+
+// Prompt is one prompt of Tree.Generate: tokens under Parent, the index of
+// an earlier prompt of the same slice (a tree of prompts: a shared prefix is
+// evaluated once) or NoParent. A leaf prompt needs at least one token.
+type Prompt struct {
+	Tokens []Token
+	Parent int
+}
+
+// RootPrompt is a prompt under the call's root node.
+func RootPrompt(tokens []Token) Prompt { return Prompt{Tokens: tokens, Parent: NoParent} }
+
+// GenerateParams are clade_generate_params; DefaultGenerateParams gives the
+// library's defaults.
+type GenerateParams struct {
+	MaxNewTokens int  // per sequence, >= 1
+	Samples      int  // sequences under each leaf prompt
+	IgnoreEOG    bool // the model's end-of-generation tokens do not stop
+	MaxLive      int  // sequences decoded at once (0: all)
+	StopTokens   []Token
+	StopStrings  []string // matched on the text across tokens, cut from it
+	Sampler      SamplerParams
+	Logprobs     bool // keep each output token's log-probability
+	Special      bool // control tokens render as their text
+	Attention    int
+	Root         NodeID // the node prompts with NoParent go under
+	FirstStream  uint64 // sequence i draws on stream FirstStream + i
+}
+
+// DefaultGenerateParams are the library's defaults.
+func DefaultGenerateParams() GenerateParams {
+	var p C.clade_generate_params
+	C.clade_generate_params_init(&p)
+	return GenerateParams{MaxNewTokens: int(p.max_new_tokens), Samples: int(p.n_samples),
+		Sampler: DefaultSamplerParams(), Attention: int(p.attention), Root: NodeID(p.root)}
+}
+
+// Finish reasons (clade_finish_reason).
+const (
+	FinishNone       = int(C.CLADE_FINISH_NONE)
+	FinishStopToken  = int(C.CLADE_FINISH_STOP_TOKEN)
+	FinishStopString = int(C.CLADE_FINISH_STOP_STRING)
+	FinishLength     = int(C.CLADE_FINISH_LENGTH)
+	FinishCallback   = int(C.CLADE_FINISH_CALLBACK)
+	FinishAborted    = int(C.CLADE_FINISH_ABORTED)
+)
+
+// Generation is one generated sequence.
+type Generation struct {
+	Text     string
+	Tokens   []Token
+	Finish   int       // FinishStopToken, FinishStopString, FinishLength, ...
+	Prompt   int       // the index of its leaf prompt
+	Logprobs []float32 // one per token with GenerateParams.Logprobs, else nil
+}
+
+// Flow is what a streaming callback returns.
+type Flow int
+
+const (
+	Continue = Flow(C.CLADE_GENERATE_CONTINUE)
+	StopSeq  = Flow(C.CLADE_GENERATE_STOP_SEQ) // finish this sequence
+	StopAll  = Flow(C.CLADE_GENERATE_STOP_ALL) // finish every sequence
+)
+
+// generateState is what a streaming callback's cgo.Handle refers to.
+type generateState struct {
+	f        func(seq int, token Token, piece string) Flow
+	panicked bool
+	value    interface{}
+}
+
+// Generate runs prompts to finished texts in one call (clade_generate):
+// params.Samples sequences under each leaf prompt, numbered leaf by leaf in
+// prompt order. params nil: the defaults. The results come back also when
+// the abort callback stopped the call (FinishAborted).
+func (t *Tree) Generate(prompts []Prompt, params *GenerateParams) ([]Generation, error) {
+	return t.GenerateFunc(prompts, params, nil)
+}
+
+// GenerateFunc is Generate with streaming: f(seq, token, piece) for each
+// token of sequence seq and the text it releases (often empty), then once
+// with token -1 and the rest of the text at the sequence's end (its result
+// ignored); a sequence's pieces make its text. StopSeq or StopAll stops
+// that sequence or all (the results still come back). A panic in f stops
+// the call and is raised again after it. f runs with the tree's mutex
+// held: it must not use the tree or its caches.
+func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
+	f func(seq int, token Token, piece string) Flow) ([]Generation, error) {
+	gp := DefaultGenerateParams()
+	if params != nil {
+		gp = *params
+	}
+	// C memory throughout: what C reads may not hold Go pointers.
+	var allocs []unsafe.Pointer
+	defer func() {
+		for _, a := range allocs {
+			C.free(a)
+		}
+	}()
+	alloc := func(n uintptr) unsafe.Pointer {
+		p := C.calloc(1, C.size_t(n+1))
+		allocs = append(allocs, p)
+		return p
+	}
+	np := len(prompts)
+	cp := (*[1 << 26]C.clade_prompt)(alloc(uintptr(max1(np)) * unsafe.Sizeof(C.clade_prompt{})))
+	for i, pr := range prompts {
+		if pr.Parent != NoParent && (pr.Parent < 0 || pr.Parent >= i) {
+			return nil, &Error{Status: StatusInvalidArg,
+				Msg: fmt.Sprintf("prompt %d: parent %d is not an earlier prompt", i, pr.Parent)}
+		}
+		cp[i].parent = C.int32_t(pr.Parent)
+		cp[i].n_tokens = C.size_t(len(pr.Tokens))
+		if len(pr.Tokens) > 0 {
+			tk := (*[1 << 28]C.clade_token)(alloc(uintptr(len(pr.Tokens)) * 4))
+			for j, x := range pr.Tokens {
+				tk[j] = C.clade_token(x)
+			}
+			cp[i].tokens = &tk[0]
+		}
+	}
+	sp := (*C.clade_sampler_params)(alloc(unsafe.Sizeof(C.clade_sampler_params{})))
+	C.clade_sampler_params_init(sp)
+	s := gp.Sampler
+	sp.temperature, sp.top_k, sp.top_p, sp.min_p = C.float(s.Temperature), C.int32_t(s.TopK), C.float(s.TopP), C.float(s.MinP)
+	sp.repeat_penalty, sp.seed = C.float(s.RepeatPenalty), C.uint64_t(s.Seed)
+	sp.presence_penalty, sp.frequency_penalty = C.float(s.PresencePenalty), C.float(s.FrequencyPenalty)
+	sp.penalize_prompt = 0
+	if s.PenalizePrompt {
+		sp.penalize_prompt = 1
+	}
+	if n := len(s.LogitBias); n > 0 {
+		b := (*[1 << 26]C.clade_logit_bias)(alloc(uintptr(n) * unsafe.Sizeof(C.clade_logit_bias{})))
+		for i, e := range s.LogitBias {
+			b[i].token, b[i].bias = C.clade_token(e.Token), C.float(e.Bias)
+		}
+		sp.logit_bias, sp.n_logit_bias = &b[0], C.size_t(n)
+	}
+	p := (*C.clade_generate_params)(alloc(unsafe.Sizeof(C.clade_generate_params{})))
+	C.clade_generate_params_init(p)
+	p.max_new_tokens, p.n_samples, p.max_live = C.int32_t(gp.MaxNewTokens), C.int32_t(gp.Samples), C.int32_t(gp.MaxLive)
+	p.ignore_eog, p.logprobs, p.special = cbool(gp.IgnoreEOG), cbool(gp.Logprobs), cbool(gp.Special)
+	if n := len(gp.StopTokens); n > 0 {
+		st := (*[1 << 28]C.clade_token)(alloc(uintptr(n) * 4))
+		for i, x := range gp.StopTokens {
+			st[i] = C.clade_token(x)
+		}
+		p.stop_tokens, p.n_stop_tokens = &st[0], C.size_t(n)
+	}
+	if n := len(gp.StopStrings); n > 0 {
+		ss := (*[1 << 26]*C.char)(alloc(uintptr(n) * unsafe.Sizeof((*C.char)(nil))))
+		for i, x := range gp.StopStrings {
+			if strings.IndexByte(x, 0) >= 0 {
+				return nil, &Error{Status: StatusInvalidArg, Msg: "a stop string contains a NUL byte"}
+			}
+			ss[i] = C.CString(x)
+			allocs = append(allocs, unsafe.Pointer(ss[i]))
+		}
+		p.stop_strings, p.n_stop_strings = &ss[0], C.size_t(n)
+	}
+	p.sampler = sp
+	p.attention = C.clade_attention(gp.Attention)
+	p.root = C.clade_node_id(gp.Root)
+	p.first_stream = C.uint64_t(gp.FirstStream)
+	var state *generateState
+	if f != nil {
+		state = &generateState{f: f}
+		h := cgo.NewHandle(state)
+		defer h.Delete()
+		C.clade_go_set_generate_callback(p, C.uintptr_t(h))
+	}
+	var out *C.clade_generation
+	err := t.abortable(func() error {
+		if t.p == nil {
+			return closedErr("tree")
+		}
+		st, err := call(false, func() C.clade_status {
+			return C.clade_generate(t.p, &cp[0], C.size_t(np), p, &out)
+		})
+		if st == StatusStopped {
+			return nil
+		}
+		return err
+	})
+	defer C.clade_generation_free(out)
+	if state != nil && state.panicked {
+		panic(state.value)
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := int(C.clade_generation_count(out))
+	res := make([]Generation, n)
+	for i := 0; i < n; i++ {
+		ci := C.size_t(i)
+		var ln C.size_t
+		if txt := C.clade_generation_text(out, ci, &ln); txt != nil && ln > 0 {
+			res[i].Text = C.GoStringN(txt, C.int(ln))
+		}
+		var nt C.size_t
+		tp := C.clade_generation_tokens(out, ci, &nt)
+		res[i].Tokens = make([]Token, int(nt))
+		if tp != nil {
+			toks := unsafe.Slice(tp, int(nt))
+			for j := range res[i].Tokens {
+				res[i].Tokens[j] = Token(toks[j])
+			}
+		}
+		if gp.Logprobs {
+			res[i].Logprobs = make([]float32, len(res[i].Tokens))
+			if lp := C.clade_generation_logprobs(out, ci); lp != nil {
+				for j, x := range unsafe.Slice(lp, int(nt)) {
+					res[i].Logprobs[j] = float32(x)
+				}
+			}
+		}
+		res[i].Finish = int(C.clade_generation_finish(out, ci))
+		res[i].Prompt = int(C.clade_generation_prompt(out, ci))
+	}
+	return res, nil
+}
+
+func cbool(b bool) C.int32_t {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Piece is one text piece of a Stream: sequence Seq's text grew by Text
+// (never empty).
+type Piece struct {
+	Seq  int
+	Text string
+}
+
+// Stream is a generation running on its own goroutine (Tree.GenerateStream):
+// receive its pieces from Pieces until the channel closes, then Wait for the
+// results.
+type Stream struct {
+	Pieces  <-chan Piece
+	stop    chan struct{}
+	once    sync.Once
+	done    chan struct{}
+	results []Generation
+	err     error
+}
+
+// GenerateStream runs Generate on a goroutine of its own and sends each
+// sequence's text pieces, in order, on the returned Stream's channel. The
+// tree's other calls wait until it ends. Stop ends it early (StopAll).
+func (t *Tree) GenerateStream(prompts []Prompt, params *GenerateParams) *Stream {
+	ch := make(chan Piece)
+	s := &Stream{Pieces: ch, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer close(ch)
+		s.results, s.err = t.GenerateFunc(prompts, params, func(seq int, _ Token, piece string) Flow {
+			if piece != "" {
+				select {
+				case ch <- Piece{Seq: seq, Text: piece}:
+				case <-s.stop:
+					return StopAll
+				}
+			}
+			select {
+			case <-s.stop:
+				return StopAll
+			default:
+				return Continue
+			}
+		})
+	}()
+	return s
+}
+
+// Stop ends the generation (its sequences finish with FinishCallback) and
+// drops the pieces not yet received. Safe to call more than once.
+func (s *Stream) Stop() {
+	s.once.Do(func() { close(s.stop) })
+}
+
+// Wait waits for the generation to end (receiving or dropping the pieces
+// left) and returns its results.
+func (s *Stream) Wait() ([]Generation, error) {
+	for range s.Pieces {
+	}
+	<-s.done
+	return s.results, s.err
 }
 
 // ---- generate ------------------------------------------------------------------

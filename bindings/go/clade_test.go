@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"sort"
 	"strings"
@@ -1145,4 +1146,216 @@ func TestSamplerPenaltiesBiasLogprobsBatch(t *testing.T) {
 	if _, err := NewSampler(&bad); err == nil {
 		t.Fatal("a negative logit-bias token was accepted")
 	}
+}
+
+// ---- generate (clade_generate) ---------------------------------------------
+
+// spmModel is a random model with the reference SPM tokenizer (stop strings
+// need text); the test is skipped without the vocabulary.
+func spmModel(t *testing.T) *Model {
+	t.Helper()
+	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../../shared/data/vocab"), "ggml-vocab-llama-spm.gguf")
+	if _, err := os.Stat(vocab); err != nil {
+		t.Skipf("no reference vocabulary at %s (set CLADE_VOCAB_DIR)", vocab)
+	}
+	m := must(LoadModel(randomModel(t, "spm.gguf", "--vocab-from", vocab), &ModelParams{NThreads: 1}))
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// genSetup: two prompts, the second under the first (one leaf); greedy, 2
+// samples, 5 new tokens.
+func genSetup(m *Model) ([]Token, []Token, []Prompt, GenerateParams) {
+	a := must(m.Tokenize("Once upon a time", true, false))
+	b := must(m.Tokenize(" there was", false, false))
+	p := DefaultGenerateParams()
+	p.MaxNewTokens, p.Samples, p.Sampler.Temperature = 5, 2, 0
+	return a, b, []Prompt{RootPrompt(a), {Tokens: b, Parent: 0}}, p
+}
+
+func TestGenerateTreeGreedyMatchesSteps(t *testing.T) {
+	defer catch(t)
+	m := spmModel(t)
+	a, b, prompts, params := genSetup(m)
+	tree := f32Tree(t, m)
+	res := must(tree.Generate(prompts, &params))
+	if again := must(tree.Generate(prompts, &params)); !reflect.DeepEqual(res, again) {
+		t.Fatalf("not deterministic: %+v vs %+v", res, again)
+	}
+	// by hand: the prompt nodes, then greedy decode steps
+	na, _, err := tree.Append(Root, a, false)
+	ok(t, err)
+	nb, row, err := tree.Append(na, b, true)
+	ok(t, err)
+	cp := DefaultCacheParams()
+	cp.KVType = KVF32
+	c := must(tree.NewCache(&cp))
+	s := must(c.Add(nb, nil, false))
+	var want []Token
+	for len(want) < 5 {
+		tok := argmax(row)
+		if m.IsEOG(tok) {
+			break
+		}
+		want = append(want, tok)
+		row = must(one(c, s, tok))
+	}
+	ok(t, c.Close())
+	ok(t, tree.Release(nb))
+	ok(t, tree.Release(na))
+	if kids := must(tree.Children(Root)); len(kids) != 0 {
+		t.Fatalf("generate left nodes: %v", kids)
+	}
+	wantFinish := FinishLength
+	if len(want) < 5 {
+		wantFinish = FinishStopToken
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results", len(res))
+	}
+	for _, g := range res {
+		if !equal(g.Tokens, want) || g.Prompt != 1 || g.Finish != wantFinish || g.Logprobs != nil {
+			t.Fatalf("got %+v, want tokens %v, finish %d", g, want, wantFinish)
+		}
+	}
+}
+
+func TestGenerateStopStringAndStream(t *testing.T) {
+	defer catch(t)
+	m := spmModel(t)
+	_, _, prompts, params := genSetup(m)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	full := must(tree.Generate(prompts, &params))[0]
+	runes := []rune(full.Text)
+	if len(runes) < 4 {
+		t.Fatalf("text too short: %+v", full)
+	}
+	stop := string(runes[2:4])
+	params.StopStrings = []string{"\x01never", stop}
+	for _, g := range must(tree.Generate(prompts, &params)) {
+		if g.Text != full.Text[:strings.Index(full.Text, stop)] || g.Finish != FinishStopString ||
+			!equal(g.Tokens, full.Tokens[:len(g.Tokens)]) {
+			t.Fatalf("stop %q: got %+v from %+v", stop, g, full)
+		}
+	}
+	// streaming: the pieces make the text, one final call per sequence
+	params.StopStrings = nil
+	params.MaxNewTokens, params.Logprobs = 8, true
+	params.Sampler = DefaultSamplerParams()
+	params.Sampler.Temperature, params.Sampler.Seed = 0.9, 3
+	plain := must(tree.Generate(prompts, &params))
+	texts, finals := make([]string, 2), make([]int, 2)
+	streamed := must(tree.GenerateFunc(prompts, &params, func(seq int, tok Token, piece string) Flow {
+		texts[seq] += piece
+		if tok < 0 {
+			finals[seq]++
+		}
+		return Continue
+	}))
+	if !reflect.DeepEqual(streamed, plain) || finals[0] != 1 || finals[1] != 1 {
+		t.Fatalf("streamed %+v (finals %v), plain %+v", streamed, finals, plain)
+	}
+	for i, g := range plain {
+		if texts[i] != g.Text || len(g.Logprobs) != len(g.Tokens) {
+			t.Fatalf("sequence %d: pieces %q, result %+v", i, texts[i], g)
+		}
+		for _, lp := range g.Logprobs {
+			if lp > 0 {
+				t.Fatalf("logprob %g > 0", lp)
+			}
+		}
+	}
+	// the channel form
+	st := tree.GenerateStream(prompts, &params)
+	texts = make([]string, 2)
+	for p := range st.Pieces {
+		if p.Text == "" {
+			t.Fatal("empty piece")
+		}
+		texts[p.Seq] += p.Text
+	}
+	got := must(st.Wait())
+	if !reflect.DeepEqual(got, plain) || texts[0] != plain[0].Text || texts[1] != plain[1].Text {
+		t.Fatalf("channel: %+v, pieces %q", got, texts)
+	}
+}
+
+func TestGenerateCallbackStopsAndErrors(t *testing.T) {
+	defer catch(t)
+	m := spmModel(t)
+	a, b, prompts, params := genSetup(m)
+	params.IgnoreEOG = true
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	res := must(tree.GenerateFunc(prompts, &params, func(seq int, _ Token, _ string) Flow {
+		if seq == 1 {
+			return StopSeq
+		}
+		return Continue
+	}))
+	if res[1].Finish != FinishCallback || len(res[1].Tokens) != 1 || res[0].Finish != FinishLength ||
+		len(res[0].Tokens) != 5 || res[1].Tokens[0] != res[0].Tokens[0] {
+		t.Fatalf("stop one: %+v", res)
+	}
+	res = must(tree.GenerateFunc(prompts, &params, func(int, Token, string) Flow { return StopAll }))
+	if res[0].Finish != FinishCallback || res[1].Finish != FinishCallback {
+		t.Fatalf("stop all: %+v", res)
+	}
+	// stopping a stream early
+	long := params
+	long.MaxNewTokens = 50
+	st := tree.GenerateStream(prompts, &long)
+	<-st.Pieces
+	st.Stop()
+	res = must(st.Wait())
+	if res[0].Finish != FinishCallback && res[1].Finish != FinishCallback {
+		t.Fatalf("stream stop: %+v", res)
+	}
+	// a panic stops the call and is raised again after it
+	calls := 0
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		tree.GenerateFunc(prompts, &long, func(int, Token, string) Flow {
+			calls++
+			if calls == 2 {
+				panic("boom")
+			}
+			return Continue
+		})
+		t.Fatal("no panic")
+	}()
+	if calls >= 20 {
+		t.Fatalf("%d calls after the panic", calls)
+	}
+	if kids := must(tree.Children(Root)); len(kids) != 0 {
+		t.Fatalf("generate left nodes: %v", kids)
+	}
+	if len(must(tree.Generate(prompts, &params))) != 2 {
+		t.Fatal("the tree no longer generates")
+	}
+	// errors are errors
+	nv := Token(m.NVocab())
+	_, err := tree.Generate([]Prompt{RootPrompt([]Token{1, nv + 3})}, &params)
+	wantStatus(t, err, StatusToken)
+	_, err = tree.Generate([]Prompt{RootPrompt(a), {Tokens: nil, Parent: 0}}, &params) // an empty leaf
+	wantStatus(t, err, StatusInvalidArg)
+	_, err = tree.Generate([]Prompt{RootPrompt(a), {Tokens: b, Parent: 1}}, &params) // not earlier
+	wantStatus(t, err, StatusInvalidArg)
+	zero := params
+	zero.MaxNewTokens = 0
+	_, err = tree.Generate(prompts, &zero)
+	wantStatus(t, err, StatusInvalidArg)
+	_, err = tree.GenerateStream([]Prompt{RootPrompt([]Token{nv + 1})}, &params).Wait()
+	wantStatus(t, err, StatusToken)
+	small := must(smallModel(t).NewTree(nil))
+	defer small.Close()
+	withStop := params
+	withStop.StopStrings = []string{"x"}
+	_, err = small.Generate([]Prompt{RootPrompt([]Token{1, 2})}, &withStop)
+	wantStatus(t, err, StatusUnsupported) // no tokenizer: no stop strings
 }
