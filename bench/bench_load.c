@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   long batch = 1, prefix = 512, steps = 200, threads = 2;
   clade_attention attention = CLADE_ATTENTION_AUTO;
   const char* attention_name = "shared";
-  for (int i = 2; i < argc; i++) {
+  for (int i = 2; i < argc; i += 2) {  /* flag, value */
     const char* f = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(f, "--batch")) batch = arg_long(f, v);
@@ -96,7 +96,6 @@ int main(int argc, char** argv) {
       fprintf(stderr, "bench_load: unknown option %s\n", f);
       return 2;
     }
-    i++;
   }
   if (batch > 4096 || prefix > 1 << 20 || steps > 1 << 20 || threads > 1024) {
     fprintf(stderr, "bench_load: --batch at most 4096, --prefix and --steps at most 2^20, --threads at most 1024\n");

@@ -11,6 +11,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <cpuid.h>
 #endif
 
 
@@ -132,9 +133,16 @@ const CpuKernels kPortable = {
 
 // Fetch the n bytes at p toward the cache level of hint, a line at a time (a
 // prefetch never faults, so running past the end of a span is harmless).
+// The hint is spelled as the _MM_HINT_ constant itself in each branch: GCC
+// declares _mm_prefetch's hint as its own enum _mm_hint, clang as a plain
+// int, and each refuses the other's spelling of a cast.
 template <int HINT>
 inline void prefetch_bytes(const uint8_t* p, size_t n) {
-  for (size_t b = 0; b < n; b += 64) _mm_prefetch((const char*)(p + b), (enum _mm_hint)HINT);
+  static_assert(HINT == _MM_HINT_T0 || HINT == _MM_HINT_T1, "prefetch_bytes: T0 or T1");
+  for (size_t b = 0; b < n; b += 64) {
+    if constexpr (HINT == _MM_HINT_T0) _mm_prefetch((const char*)(p + b), _MM_HINT_T0);
+    else _mm_prefetch((const char*)(p + b), _MM_HINT_T1);
+  }
 }
 
 AVX2 inline float hsum(__m256 v) {
@@ -551,7 +559,9 @@ const CpuKernels kAvx2 = {
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their
 // own _mm512_undefined values.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 // Software prefetch distance in rows of K or V (prefetch_bytes).
@@ -1202,10 +1212,19 @@ void gemm_q8dot_ref(const uint8_t* w, uint64_t wstride, int rows, const uint8_t*
   }
 }
 
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+// does not know "f16c" (GCC's does); the OS side (XSAVE of the YMM
+// registers) is what "avx2" already checks.
+static bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 const CpuKernels& cpu_kernels() {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                              __builtin_cpu_supports("avx512vl") && !std::getenv("CLADE_NO_AVX512");
   // The dot-product paths of many-row products (kernels.h), where the CPU

@@ -17,14 +17,15 @@
 
 // `init` expands to the library's clade_X_init_current; #init and init##
 // keep the public name.
-#define CLADE_INIT_VERSIONS(T, init)                                                   \
-  extern "C" CLADE_API __attribute__((symver(#init "@CLADE_1"))) void init##_1_0(T* p) { \
-    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &init);                 \
-  }                                                                                    \
-  extern "C" CLADE_API __attribute__((symver(#init "@@CLADE_FUTURE"))) void            \
-      init##_future(T* p) {                                                            \
-    init(p);                                                                           \
-  }
+// The versions are given with the assembler's .symver directive, which GCC
+// and clang both pass through (clang 14 has no symver attribute).
+#define CLADE_INIT_VERSIONS(T, init)                                        \
+  extern "C" CLADE_API void init##_1_0(T* p) {                              \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &init);      \
+  }                                                                         \
+  extern "C" CLADE_API void init##_future(T* p) { init(p); }                \
+  __asm__(".symver " #init "_1_0, " #init "@CLADE_1\n\t"                    \
+          ".symver " #init "_future, " #init "@@CLADE_FUTURE");
 
 CLADE_INIT_VERSIONS(clade_model_params, clade_model_params_init)
 CLADE_INIT_VERSIONS(clade_tree_params, clade_tree_params_init)
