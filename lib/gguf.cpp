@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -428,12 +429,36 @@ void GGUFWriter::set_alignment(uint32_t a) {
   alignment_ = a;
 }
 
+uint64_t GGUFWriter::tensor_bytes(TensorType type, const std::vector<uint64_t>& dims) {
+  if (dims.empty() || dims.size() > kMaxDims)
+    fail(CLADE_E_INVALID_ARG, "GGUF writer: " + std::to_string(dims.size()) + " dimensions (1 to 4 allowed)");
+  uint64_t rows = 1;
+  for (size_t d = 0; d < dims.size(); d++) {
+    if (dims[d] == 0 || dims[d] > (1ull << 40))
+      fail(CLADE_E_INVALID_ARG, "GGUF writer: dimension " + std::to_string(d) + " is " + std::to_string(dims[d]));
+    if (d > 0) {
+      if (rows > (1ull << 50) / dims[d]) fail(CLADE_E_INVALID_ARG, "GGUF writer: element count overflows");
+      rows *= dims[d];
+    }
+  }
+  if (dims[0] % (uint64_t)tensor_block_elems(type) != 0)
+    fail(CLADE_E_INVALID_ARG, "GGUF writer: row length " + std::to_string(dims[0]) + " is not a multiple of the " +
+                                  tensor_type_name(type) + " block");
+  const uint64_t rb = tensor_row_bytes(type, (int64_t)dims[0]);
+  if (rows > (1ull << 50) / rb) fail(CLADE_E_INVALID_ARG, "GGUF writer: tensor size overflows");
+  return rb * rows;
+}
+
 void GGUFWriter::add_tensor(const std::string& name, TensorType type, const std::vector<uint64_t>& dims,
                             const void* data, size_t nbytes) {
-  Tensor t{name, type, dims, {}};
+  Tensor t{name, type, dims, {}, nbytes, true};
   const uint8_t* p = static_cast<const uint8_t*>(data);
   t.data.assign(p, p + nbytes);
   tensors_.push_back(std::move(t));
+}
+
+void GGUFWriter::add_tensor_info(const std::string& name, TensorType type, const std::vector<uint64_t>& dims) {
+  tensors_.push_back(Tensor{name, type, dims, {}, tensor_bytes(type, dims), false});
 }
 
 namespace {
@@ -474,7 +499,7 @@ void write_scalar(Out& o, GGUFType t, double f, int64_t i, bool bl) {
 
 }  // namespace
 
-std::vector<uint8_t> GGUFWriter::to_bytes() const {
+uint64_t GGUFWriter::layout_alignment() const {
   // A general.alignment key (for instance copied from another file) decides
   // the layout, as it does for readers.
   uint64_t alignment = alignment_;
@@ -484,6 +509,12 @@ std::vector<uint8_t> GGUFWriter::to_bytes() const {
         fail(CLADE_E_INVALID_ARG, "GGUF writer: general.alignment must be a power of two from 8 to 65536");
       alignment = kv.value.u;
     }
+  return alignment;
+}
+
+// Everything before the tensor data: header, metadata, tensor infos,
+// padding to the alignment.
+std::vector<uint8_t> GGUFWriter::header_bytes(uint64_t alignment) const {
   Out o;
   o.put<uint32_t>(kMagic);
   o.put<uint32_t>(3);
@@ -523,23 +554,112 @@ std::vector<uint8_t> GGUFWriter::to_bytes() const {
     for (uint64_t d : t.dims) o.put<uint64_t>(d);
     o.put<uint32_t>((uint32_t)t.type);
     o.put<uint64_t>(offset);
-    offset += (t.data.size() + alignment - 1) / alignment * alignment;
+    offset += (t.nbytes + alignment - 1) / alignment * alignment;
   }
   o.pad(alignment);
+  return o.b;
+}
+
+std::vector<uint8_t> GGUFWriter::to_bytes() const {
+  const uint64_t alignment = layout_alignment();
+  Out o;
+  o.b = header_bytes(alignment);
   for (const Tensor& t : tensors_) {
+    if (!t.held) fail(CLADE_E_INVALID_ARG, "GGUF writer: tensor '" + t.name + "' has no data (write it with a fill)");
     o.b.insert(o.b.end(), t.data.begin(), t.data.end());
     o.pad(alignment);
   }
   return o.b;
 }
 
-void GGUFWriter::write(const std::string& path) const {
-  std::vector<uint8_t> bytes = to_bytes();
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) fail(CLADE_E_IO, "cannot create '" + path + "': " + std::strerror(errno));
-  size_t n = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  int rc = std::fclose(f);
-  if (n != bytes.size() || rc != 0) fail(CLADE_E_IO, "cannot write '" + path + "'");
+uint64_t GGUFWriter::file_size() const {
+  const uint64_t alignment = layout_alignment();
+  uint64_t n = header_bytes(alignment).size();
+  for (const Tensor& t : tensors_) n += (t.nbytes + alignment - 1) / alignment * alignment;
+  return n;
+}
+
+namespace {
+
+// A file being written under a temporary name in its target's folder,
+// renamed over the target by commit(); removed if never committed (an
+// error, an exception from a fill). A process killed meanwhile leaves the
+// temporary file (".NAME.tmp-PID-N", beside the target), never a partial
+// file under the target's name.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& path) : path_(path) {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (base.empty()) fail(CLADE_E_IO, "cannot create '" + path + "': not a file name");
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0; attempt < 100 && fd_ < 0; attempt++) {
+      tmp_ = dir + "." + base + ".tmp-" + std::to_string((long)getpid()) + "-" + std::to_string(counter++);
+      // 0666 less the umask, as fopen would create the target itself.
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ < 0 && errno != EEXIST) break;
+    }
+    if (fd_ < 0) fail(CLADE_E_IO, "cannot create '" + tmp_ + "' (to write '" + path + "'): " + std::strerror(errno));
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  void write(const uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, std::min(n, (size_t)1 << 30));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail(CLADE_E_IO, "cannot write '" + path_ + "': " + std::strerror(w < 0 ? errno : ENOSPC));
+      p += w;
+      n -= (size_t)w;
+    }
+  }
+  void commit() {
+    // The data reaches the disk before the name does, so a crash after the
+    // rename never leaves a short file under the target's name either.
+    if (::fsync(fd_) != 0) fail(CLADE_E_IO, "cannot write '" + path_ + "': " + std::strerror(errno));
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) fail(CLADE_E_IO, "cannot write '" + path_ + "': " + std::strerror(errno));
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+      fail(CLADE_E_IO, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(errno));
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void GGUFWriter::write(const std::string& path, const TensorFill& fill) const {
+  const uint64_t alignment = layout_alignment();
+  TempFile f(path);
+  std::vector<uint8_t> buf = header_bytes(alignment);
+  f.write(buf.data(), buf.size());
+  static const uint8_t zeros[65536] = {};
+  for (size_t k = 0; k < tensors_.size(); k++) {
+    const Tensor& t = tensors_[k];
+    const std::vector<uint8_t>* data = &t.data;
+    if (!t.held) {
+      if (!fill) fail(CLADE_E_INVALID_ARG, "GGUF writer: tensor '" + t.name + "' has no data and no fill was given");
+      buf.clear();
+      fill(k, buf);
+      if (buf.size() != t.nbytes)
+        fail(CLADE_E_INTERNAL, "GGUF writer: tensor '" + t.name + "' was given " + std::to_string(buf.size()) +
+                                   " bytes for " + std::to_string(t.nbytes));
+      data = &buf;
+    }
+    f.write(data->data(), data->size());
+    f.write(zeros, (size_t)((alignment - data->size() % alignment) % alignment));
+  }
+  f.commit();
 }
 
 }  // namespace clade

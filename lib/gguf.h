@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -129,11 +130,25 @@ class GGUFWriter {
   void add_tensor(const std::string& name, TensorType type,
                   const std::vector<uint64_t>& dims, const void* data,
                   size_t nbytes);
+  // A tensor whose data the writer does not hold: write(path, fill) asks
+  // for it when its turn comes, so a model is never whole in memory.
+  void add_tensor_info(const std::string& name, TensorType type, const std::vector<uint64_t>& dims);
+  // The data size of a tensor of this type and shape (dims[0] a whole number
+  // of blocks), or Error(CLADE_E_INVALID_ARG).
+  static uint64_t tensor_bytes(TensorType type, const std::vector<uint64_t>& dims);
   // A power of two from 8 to 65536 (GGUF asks for a multiple of 8), else
   // Error(CLADE_E_INVALID_ARG).
   void set_alignment(uint32_t a);
+  // Every tensor's data must be held (add_tensor).
   std::vector<uint8_t> to_bytes() const;
-  void write(const std::string& path) const;  // throws CLADE_E_IO
+  // The file's size in bytes as written.
+  uint64_t file_size() const;
+  // Writes a temporary file in path's folder and renames it to path, so
+  // path never holds a partial file; throws CLADE_E_IO (the temporary file
+  // removed). fill(k, data) gives tensor k's bytes (exactly its size) for
+  // tensors added with add_tensor_info, in the order they were added.
+  using TensorFill = std::function<void(size_t index, std::vector<uint8_t>& data)>;
+  void write(const std::string& path, const TensorFill& fill = nullptr) const;
 
  private:
   struct Tensor {
@@ -141,7 +156,11 @@ class GGUFWriter {
     TensorType type;
     std::vector<uint64_t> dims;
     std::vector<uint8_t> data;
+    uint64_t nbytes = 0;
+    bool held = true;  // data holds the bytes (else fill gives them)
   };
+  uint64_t layout_alignment() const;
+  std::vector<uint8_t> header_bytes(uint64_t alignment) const;
   struct KV {
     std::string key;
     GGUFValue value;
