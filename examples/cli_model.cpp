@@ -1,4 +1,5 @@
 // `clade model random`.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -27,6 +28,15 @@ void write_vocab_with_template(const std::string& path, const std::string& vocab
   w.write(path);
 }
 
+// A size flag's value as an int; past int's range it is refused here (the
+// model's own limits, far smaller, are checked by write_random_model, each
+// naming its flag).
+int size_flag(const std::string& v, const std::string& flag) {
+  long x = to_long(v, flag);
+  if (x < -1000000000L || x > 1000000000L) Args::die("model random: " + flag + " " + v + " is far too large");
+  return (int)x;
+}
+
 }  // namespace
 
 int cmd_model_random(Args& a) {
@@ -36,13 +46,13 @@ int cmd_model_random(Args& a) {
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "-o" || f == "--output") out = a.next(f);
-    else if (f == "--layers") layers = (int)to_long(a.next(f), f);
-    else if (f == "--dim") dim = (int)to_long(a.next(f), f);
-    else if (f == "--heads") heads = (int)to_long(a.next(f), f);
-    else if (f == "--kv-heads") kv_heads = (int)to_long(a.next(f), f);
-    else if (f == "--ff") ff = (int)to_long(a.next(f), f);
-    else if (f == "--vocab") vocab = (int)to_long(a.next(f), f);
-    else if (f == "--ctx") ctx = (int)to_long(a.next(f), f);
+    else if (f == "--layers") layers = size_flag(a.next(f), f);
+    else if (f == "--dim") dim = size_flag(a.next(f), f);
+    else if (f == "--heads") heads = size_flag(a.next(f), f);
+    else if (f == "--kv-heads") kv_heads = size_flag(a.next(f), f);
+    else if (f == "--ff") ff = size_flag(a.next(f), f);
+    else if (f == "--vocab") vocab = size_flag(a.next(f), f);
+    else if (f == "--ctx") ctx = size_flag(a.next(f), f);
     else if (f == "--type") type = a.next(f);
     else if (f == "--seed") seed = (uint64_t)to_long(a.next(f), f);
     else if (f == "--vocab-from") vocab_from = a.next(f);
@@ -55,9 +65,7 @@ int cmd_model_random(Args& a) {
   }
   if (out.empty()) Args::die("model random: -o FILE is required");
   if (kv_heads == 0) kv_heads = heads;
-  if (ff == 0) ff = dim * 11 / 4 / 32 * 32;
-  if (layers < 1 || dim < 2 || heads < 1 || kv_heads < 1 || ff < 1 || vocab < 1 || ctx < 1)
-    Args::die("model random: sizes must be positive");
+  if (ff == 0) ff = (int)std::min(std::max((long)dim * 11 / 4 / 32 * 32, 32L), 1L << 30);
   if (!chat_template.empty() && vocab_from.empty())
     Args::die("--chat-template needs --vocab-from GGUF (a template needs a tokenizer)");
   std::string tmp_vocab;
@@ -76,7 +84,7 @@ int cmd_model_random(Args& a) {
     write_random_model(out, sp);
   } catch (const std::exception& e) {
     if (!tmp_vocab.empty()) std::remove(tmp_vocab.c_str());
-    Args::die(e.what());
+    Args::die("model random: " + std::string(e.what()));
   }
   if (!tmp_vocab.empty()) std::remove(tmp_vocab.c_str());
   std::fprintf(stderr, "wrote %s (random weights)\n", out.c_str());

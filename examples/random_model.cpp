@@ -3,15 +3,24 @@
 // tests.
 #include "random_model.h"
 
+#include <sys/statvfs.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "backend.h"
 #include "gguf.h"
 #include "quant.h"
 
 namespace cli {
 
 namespace {
+
+// The largest model `clade model random` writes: far above any test's, far
+// below what would fill a disk by a slip of a flag.
+constexpr uint64_t kMaxRandomModelBytes = 16ull << 30;
 
 struct Rng {
   uint64_t s;
@@ -39,6 +48,38 @@ clade::TensorType parse_type(const std::string& t) {
   throw clade::Error(CLADE_E_INVALID_ARG, "unknown --type '" + t + "' (f32, f16, bf16, q8_0, q4_0)");
 }
 
+// The model's limits (lib/model.cpp's read_config, kMaxHeadDim), checked
+// before anything is built, each naming the `clade model random` flag.
+void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, clade::TensorType type) {
+  using clade::Error;
+  auto range = [](const char* flag, long v, long lo, long hi, const char* what) {
+    if (v < lo || v > hi)
+      throw Error(CLADE_E_INVALID_ARG, std::string(flag) + " " + std::to_string(v) + " is outside " +
+                                           std::to_string(lo) + ".." + std::to_string(hi) + " (" + what + ")");
+  };
+  range("--layers", spec.layers, 1, 1024, "the block count the loader takes");
+  range("--dim", spec.dim, 2, 1 << 16, "the embedding length the loader takes");
+  range("--heads", spec.heads, 1, 1024, "the head count the loader takes");
+  range("--kv-heads", kv_heads, 1, spec.heads, "at most --heads");
+  range("--ff", spec.ff, 1, 1 << 18, "the feed-forward length the loader takes");
+  range("--vocab", vocab, 1, 1 << 30, "the vocabulary the loader takes");
+  range("--ctx", spec.ctx, 1, 1 << 24, "the context length the loader takes");
+  if (spec.dim % spec.heads != 0)
+    throw Error(CLADE_E_INVALID_ARG, "--dim " + std::to_string(spec.dim) + " is not a multiple of --heads " +
+                                         std::to_string(spec.heads));
+  const int hd = spec.dim / spec.heads;
+  if (hd % 2 != 0 || hd > clade::kMaxHeadDim)
+    throw Error(CLADE_E_INVALID_ARG, "--dim " + std::to_string(spec.dim) + " over --heads " +
+                                         std::to_string(spec.heads) + " gives heads of " + std::to_string(hd) +
+                                         " (an even size up to " + std::to_string(clade::kMaxHeadDim) +
+                                         " is supported)");
+  if (spec.heads % kv_heads != 0)
+    throw Error(CLADE_E_INVALID_ARG, "--heads " + std::to_string(spec.heads) + " is not a multiple of --kv-heads " +
+                                         std::to_string(kv_heads));
+  if ((type == clade::TensorType::Q8_0 || type == clade::TensorType::Q4_0) && (spec.dim % 32 || spec.ff % 32))
+    throw Error(CLADE_E_INVALID_ARG, "--type q8_0/q4_0 need --dim and --ff to be multiples of 32");
+}
+
 }  // namespace
 
 void write_random_model(const std::string& path, const RandomModelSpec& spec) {
@@ -49,9 +90,6 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
   const std::string& vocab_from = spec.vocab_from;
   uint64_t seed = spec.seed;
   TensorType type = parse_type(spec.type);
-  if (dim % heads || heads % kv_heads || (dim / heads) % 2) throw clade::Error(CLADE_E_INVALID_ARG, "dim must split into heads of even size, heads into kv-heads");
-  if ((type == TensorType::Q8_0 || type == TensorType::Q4_0) && (dim % 32 || ff % 32))
-    throw clade::Error(CLADE_E_INVALID_ARG, "q8_0/q4_0 need dim and ff to be multiples of 32");
   GGUFWriter w;
   std::unique_ptr<GGUFFile> vf;
   if (!vocab_from.empty()) {
@@ -60,8 +98,9 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
       if (kv.key.rfind("tokenizer.", 0) == 0) w.set_value(kv.key, kv.value);
     const GGUFValue* toks = vf->find("tokenizer.ggml.tokens");
     if (!toks) throw clade::Error(CLADE_E_INVALID_ARG, "--vocab-from file has no tokenizer.ggml.tokens");
-    vocab = (int)toks->strs.size();
+    vocab = (int)std::min<size_t>(toks->strs.size(), (size_t)1 << 30);
   }
+  check_shape(spec, kv_heads, vocab, type);
   w.set_str("general.architecture", arch);
   w.set_str("general.name", "clade-random");
   w.set_u32("general.file_type", type == TensorType::F32 ? 0 : type == TensorType::F16 ? 1 : type == TensorType::Q4_0 ? 2 : type == TensorType::Q8_0 ? 7 : 32);
@@ -84,24 +123,22 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
     }
   }
 
-  Rng rng{seed * 0x9e3779b97f4a7c15ull + 12345};
-  (void)ctx;
-  std::vector<float> buf;
-  std::vector<uint8_t> bytes;
+  // The tensors are declared here and generated one at a time as the
+  // writer reaches them (in this order, so the weights are those of the
+  // same seed as ever): only one tensor is in memory at once.
+  struct Gen {
+    int n_in, n_out;  // n_out == 0: a vector of n_in
+    TensorType t;
+    float a, b;       // matrix: scale; vector: base, noise
+  };
+  std::vector<Gen> gens;
   auto matrix = [&](const std::string& name, int n_in, int n_out, TensorType t, float scale) {
-    buf.resize((size_t)n_in);
-    uint64_t rb = tensor_row_bytes(t, n_in);
-    bytes.resize(rb * (size_t)n_out);
-    for (int o = 0; o < n_out; o++) {
-      for (int i = 0; i < n_in; i++) buf[(size_t)i] = rng.normal() * scale;
-      quantize_row(t, buf.data(), bytes.data() + rb * (size_t)o, n_in);
-    }
-    w.add_tensor(name, t, {(uint64_t)n_in, (uint64_t)n_out}, bytes.data(), bytes.size());
+    w.add_tensor_info(name, t, {(uint64_t)n_in, (uint64_t)n_out});
+    gens.push_back({n_in, n_out, t, scale, 0});
   };
   auto vec = [&](const std::string& name, int n, float base, float noise) {
-    buf.resize((size_t)n);
-    for (int i = 0; i < n; i++) buf[(size_t)i] = base + noise * rng.normal();
-    w.add_tensor(name, TensorType::F32, {(uint64_t)n}, buf.data(), (size_t)n * 4);
+    w.add_tensor_info(name, TensorType::F32, {(uint64_t)n});
+    gens.push_back({n, 0, TensorType::F32, base, noise});
   };
   const int hd = dim / heads;
   matrix("token_embd.weight", dim, vocab, type, 1.0f);
@@ -124,7 +161,44 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
     matrix(p + "ffn_up.weight", dim, ff, type, 1.0f / std::sqrt((float)dim));
     matrix(p + "ffn_down.weight", ff, dim, type, 0.5f / std::sqrt((float)ff));
   }
-  w.write(path);
+
+  // The whole size, before anything is generated or written.
+  const uint64_t size = w.file_size();
+  if (size > kMaxRandomModelBytes)
+    throw clade::Error(CLADE_E_INVALID_ARG,
+                       "the model would take " + std::to_string(size >> 20) + " MiB, above the " +
+                           std::to_string(kMaxRandomModelBytes >> 30) +
+                           " GiB limit of random models (lower --dim, --ff, --vocab or --layers)");
+  {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    struct statvfs vfs;
+    if (statvfs(dir.c_str(), &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < size)
+      throw clade::Error(CLADE_E_IO, "the model would take " + std::to_string(size >> 20) + " MiB, more than the " +
+                                         std::to_string(((uint64_t)vfs.f_bavail * vfs.f_frsize) >> 20) +
+                                         " MiB free in '" + dir + "'");
+  }
+
+  Rng rng{seed * 0x9e3779b97f4a7c15ull + 12345};
+  (void)ctx;
+  std::vector<float> buf;
+  auto fill = [&](size_t k, std::vector<uint8_t>& bytes) {
+    const Gen& g = gens[k];
+    buf.resize((size_t)g.n_in);
+    if (g.n_out == 0) {
+      for (int i = 0; i < g.n_in; i++) buf[(size_t)i] = g.a + g.b * rng.normal();
+      bytes.resize((size_t)g.n_in * 4);
+      std::memcpy(bytes.data(), buf.data(), bytes.size());
+      return;
+    }
+    const uint64_t rb = tensor_row_bytes(g.t, g.n_in);
+    bytes.resize(rb * (size_t)g.n_out);
+    for (int o = 0; o < g.n_out; o++) {
+      for (int i = 0; i < g.n_in; i++) buf[(size_t)i] = rng.normal() * g.a;
+      quantize_row(g.t, buf.data(), bytes.data() + rb * (size_t)o, g.n_in);
+    }
+  };
+  w.write(path, fill);
 }
 
 }  // namespace cli

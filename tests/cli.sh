@@ -17,6 +17,25 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 "$cli" model random -o "$dir/m.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 --vocab 300 \
   --type f16 > /dev/null || { echo "FAIL: model random"; exit 1; }
+# The file is written under a temporary name and renamed: none is left.
+[ -z "$(ls -A "$dir" | grep -v '^m\.gguf$')" ] || fail "model random left other files: $(ls -A "$dir")"
+# The shape is checked against the model's limits before anything is built
+# (a 100000-wide model would need tens of GiB): exit 2 at once, one line
+# naming the flag, no file.
+for bad in "--dim 100000:--dim" "--dim 50000 --heads 2:--heads" "--heads 3:--heads" "--kv-heads 3:--kv-heads" \
+    "--ctx 2147483648:--ctx" "--layers 0:--layers" "--dim 8192 --heads 64 --layers 1000:MiB"; do
+  out=$(timeout 10 "$cli" model random -o "$dir/bad.gguf" ${bad%%:*} 2>&1); rc=$?
+  [ $rc -eq 2 ] && [[ "$out" == *"${bad##*:}"* ]] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] ||
+    fail "model random ${bad%%:*}: exit $rc, expected 2 and one line naming ${bad##*:}: $out"
+  [ ! -e "$dir/bad.gguf" ] || fail "model random ${bad%%:*} left a file"
+done
+# A run killed while writing leaves nothing under the target's name.
+"$cli" model random -o "$dir/killed.gguf" --dim 1024 --layers 16 --vocab 32000 > /dev/null 2>&1 &
+sleep 0.3
+kill -9 $! 2> /dev/null
+wait $! 2> /dev/null; rc=$?
+[ $rc -eq 0 ] || [ ! -e "$dir/killed.gguf" ] || fail "a killed model random left a partial killed.gguf"
+rm -f "$dir"/.killed.gguf.tmp-* "$dir/killed.gguf"
 
 gen() { "$cli" generate -m "$dir/m.gguf" --tokens "1 2 3" --tokens "4 5|6 7" --samples 2 -n 12 --threads 2 "$@" 2> /dev/null; }
 shared=$(gen --attention shared) || fail "generate shared"
