@@ -81,6 +81,7 @@ int cmd_model_random(Args& a) {
     RandomModelSpec sp;
     sp.layers = layers; sp.dim = dim; sp.heads = heads; sp.kv_heads = kv_heads; sp.ff = ff; sp.vocab = vocab;
     sp.ctx = ctx; sp.type = type; sp.seed = seed; sp.vocab_from = vocab_from; sp.arch = arch;
+    sp.supported_only = true;
     write_random_model(out, sp);
   } catch (const std::exception& e) {
     if (!tmp_vocab.empty()) std::remove(tmp_vocab.c_str());

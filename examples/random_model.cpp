@@ -48,8 +48,9 @@ clade::TensorType parse_type(const std::string& t) {
   throw clade::Error(CLADE_E_INVALID_ARG, "unknown --type '" + t + "' (f32, f16, bf16, q8_0, q4_0)");
 }
 
-// The model's limits (lib/model.cpp's read_config, kMaxHeadDim), checked
-// before anything is built, each naming the `clade model random` flag.
+// The model's limits (lib/model.cpp's read_config; kMaxHeadDim where
+// spec.supported_only), checked before anything is built, each naming the
+// `clade model random` flag.
 void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, clade::TensorType type) {
   using clade::Error;
   auto range = [](const char* flag, long v, long lo, long hi, const char* what) {
@@ -68,7 +69,7 @@ void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, clade::Te
     throw Error(CLADE_E_INVALID_ARG, "--dim " + std::to_string(spec.dim) + " is not a multiple of --heads " +
                                          std::to_string(spec.heads));
   const int hd = spec.dim / spec.heads;
-  if (hd % 2 != 0 || hd > clade::kMaxHeadDim)
+  if (hd % 2 != 0 || (spec.supported_only && hd > clade::kMaxHeadDim))
     throw Error(CLADE_E_INVALID_ARG, "--dim " + std::to_string(spec.dim) + " over --heads " +
                                          std::to_string(spec.heads) + " gives heads of " + std::to_string(hd) +
                                          " (an even size up to " + std::to_string(clade::kMaxHeadDim) +

@@ -16,6 +16,10 @@ struct RandomModelSpec {
   float rope_factor = 1.0f;
   bool tied_output = false;
   bool qkv_bias = false;     // always on for qwen2
+  // Refuse the shapes the loader refuses as unsupported (a head size above
+  // 256), as `clade model random` does; off, tests can build such a model
+  // to check the loader's refusal.
+  bool supported_only = false;
 };
 
 // Throws clade::Error on bad sizes or I/O failure.
