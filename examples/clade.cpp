@@ -104,19 +104,52 @@ clade_model* load_model(const std::string& path, int threads, bool vocab_only, c
   return m;
 }
 
+// Length of the valid UTF-8 sequence at s[i..n), or 0 if it is not one
+// (a stray continuation byte, a truncated or overlong sequence, a
+// surrogate, past U+10FFFF).
+static size_t utf8_len(const unsigned char* s, size_t i, size_t n) {
+  const unsigned char c = s[i];
+  if (c < 0x80) return 1;
+  size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (!len || i + len > n) return 0;
+  for (size_t k = 1; k < len; k++)
+    if ((s[i + k] & 0xC0) != 0x80) return 0;
+  if (c == 0xE0 && s[i + 1] < 0xA0) return 0;   // overlong
+  if (c == 0xED && s[i + 1] >= 0xA0) return 0;  // surrogate
+  if (c == 0xF0 && s[i + 1] < 0x90) return 0;   // overlong
+  if (c == 0xF4 && s[i + 1] >= 0x90) return 0;  // past U+10FFFF
+  return len;
+}
+
+// A JSON string body; bytes that are not valid UTF-8 (a model can emit a
+// lone byte token) become U+FFFD, so every line stays valid JSON.
 std::string json_escape(const std::string& s) {
   std::string o;
-  for (unsigned char c : s) {
+  const unsigned char* u = reinterpret_cast<const unsigned char*>(s.data());
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = u[i];
+    const size_t len = utf8_len(u, i, s.size());
+    if (len == 0) {
+      o += "\\ufffd";
+      i++;
+      continue;
+    }
+    if (len > 1) {
+      o.append(s, i, len);
+      i += len;
+      continue;
+    }
     if (c == '"') o += "\\\"";
     else if (c == '\\') o += "\\\\";
     else if (c == '\n') o += "\\n";
     else if (c == '\r') o += "\\r";
     else if (c == '\t') o += "\\t";
-    else if (c < 0x20) {
+    else if (c < 0x20 || c == 0x7F) {
       char b[8];
       std::snprintf(b, sizeof b, "\\u%04x", c);
       o += b;
     } else o += (char)c;
+    i++;
   }
   return o;
 }
