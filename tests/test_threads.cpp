@@ -16,14 +16,21 @@ namespace {
 constexpr int kVocab = 300;
 constexpr int kSteps = 12;
 
-// Decode kSteps steps of 3 sequences of cache c (under node), greedy on
-// their own logits; all the logits, in order.
-std::vector<float> run_cache(clade_cache* c, clade_node_id node, int salt) {
+// Add 3 sequences of cache c under node (a call that changes node
+// references: never while another thread uses the tree).
+std::vector<clade_seq_id> add_seqs(clade_cache* c, clade_node_id node, int salt) {
   std::vector<clade_seq_id> seqs(3);
   for (size_t i = 0; i < seqs.size(); i++) {
     clade_token first = (clade_token)((salt * 7 + (int)i * 3) % kVocab);
     if (clade_cache_add(c, node, &first, 1, 0, &seqs[i]) != CLADE_OK) return {};
   }
+  return seqs;
+}
+
+// Decode kSteps steps of the sequences (the only calls that may overlap
+// on two caches of one tree), greedy on their own logits; all the logits.
+std::vector<float> decode_seqs(clade_cache* c, const std::vector<clade_seq_id>& seqs) {
+  if (seqs.empty()) return {};
   std::vector<float> all, lg(seqs.size() * kVocab);
   std::vector<int32_t> counts(seqs.size(), 0);
   std::vector<clade_token> toks;
@@ -76,14 +83,17 @@ void two_caches_one_tree(clade_model* m) {
   std::vector<float> want[2];
   for (int k = 0; k < 2; k++) {
     clade_cache* c = new_cache(t);
-    want[k] = run_cache(c, node, k);
+    want[k] = decode_seqs(c, add_seqs(c, node, k));
     clade_cache_free(c);
   }
   for (int round = 0; round < 3; round++) {
+    // Caches made and sequences added first, on this thread: only the
+    // decode steps overlap (the header's rule).
     clade_cache* c[2] = {new_cache(t), new_cache(t)};
+    const std::vector<clade_seq_id> s0 = add_seqs(c[0], node, 0), s1 = add_seqs(c[1], node, 1);
     std::vector<float> got[2];
-    std::thread th([&] { got[1] = run_cache(c[1], node, 1); });
-    got[0] = run_cache(c[0], node, 0);
+    std::thread th([&] { got[1] = decode_seqs(c[1], s1); });
+    got[0] = decode_seqs(c[0], s0);
     th.join();
     for (int k = 0; k < 2; k++) {
       CHECK_MSG(!got[k].empty(), "round %d: cache %d failed: %s", round, k, clade_last_error());
@@ -101,7 +111,7 @@ void one_model_four_threads(clade_model* m) {
     if (clade_tree_create(m, nullptr, &t) != CLADE_OK) return std::vector<float>();
     const clade_node_id node = prompt(t, 10 + k);
     clade_cache* c = new_cache(t);
-    std::vector<float> r = run_cache(c, node, k);
+    std::vector<float> r = decode_seqs(c, add_seqs(c, node, k));
     clade_cache_free(c);
     clade_tree_free(t);
     return r;
