@@ -79,7 +79,7 @@ struct Bytes {
   }
 };
 
-constexpr uint32_t F32 = 0, F16 = 1, Q8_0 = 8;
+constexpr uint32_t F32 = 0, Q8_0 = 8;
 const uint64_t P40 = 1ull << 40, P60 = 1ull << 60, P62 = 1ull << 62, MAX64 = ~0ull;
 
 struct Case {
