@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,16 @@ void check(clade_status st, const char* what);
 int cmd_model_random(Args& a);
 int cmd_bench(Args& a);
 int cmd_bench_prefill(Args& a);  // cli_prefill.cpp
+
+// cli_perplexity.cpp: perplexity the llama.cpp way (chunks of ctx tokens,
+// BOS first, the second half of each scored).
+struct PerplexityResult {
+  int ctx = 0, chunks = 0, done = 0;
+  int64_t scored = 0;
+  double perplexity = 0, stderr_ppl = 0, nll = 0, seconds = 0;
+};
+PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text, int ctx, int max_chunks,
+                            const std::function<void(const PerplexityResult&)>& progress);
+int cmd_perplexity(Args& a);
 
 }  // namespace cli
