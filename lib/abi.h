@@ -72,6 +72,9 @@ CLADE_ABI_STRUCT(clade_sampler_params, n_threads, 72);
 CLADE_ABI_STRUCT(clade_sample_result, logprob, 48);
 CLADE_ABI_STRUCT(clade_append_item, seq, 56);
 CLADE_ABI_STRUCT(clade_generate_params, first_stream, 104);
+// Added in clade 1.1 (first_size: their size in 1.1).
+CLADE_ABI_STRUCT(clade_speculative_params, adaptive, 48);
+CLADE_ABI_STRUCT(clade_generation_stats, draft_seconds, 72);
 #ifdef CLADE_EXPERIMENTAL
 // Experimental (outside the ABI promise), but grown by the same rule.
 CLADE_ABI_STRUCT(clade_cache_stats, last_flat, 48);

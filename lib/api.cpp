@@ -19,6 +19,7 @@
 #include "log.h"
 #include "model.h"
 #include "sampler.h"
+#include "speculative.h"
 #include "tree.h"
 
 // Freeing is deferred (sqlite's close_v2): a model counts its handle and
@@ -917,6 +918,80 @@ clade_finish_reason clade_generation_finish(const clade_generation* gen, size_t 
 int64_t clade_generation_prompt(const clade_generation* gen, size_t i) {
   const clade::GenSeq* s = gen_seq(gen, i);
   return s ? s->prompt : -1;
+}
+
+/* ---- speculative decoding ---- */
+
+void clade_speculative_params_init(clade_speculative_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->size = sizeof *p;
+  p->draft = nullptr;
+  p->user = nullptr;
+  p->draft_model = nullptr;
+  p->lookup_ngram = 0;
+  p->max_draft = 8;
+  p->adaptive = 1;
+}
+
+clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
+                                        const clade_generate_params* params, const clade_speculative_params* spec,
+                                        clade_generation** out) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(out, "out is NULL");
+    *out = nullptr;
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    CLADE_CHECK_ARG(spec, "clade_generate_speculative: spec is NULL (use clade_generate for plain decoding)");
+    CLADE_CHECK_ARG(prompts || n_prompts == 0, "prompts is NULL");
+    clade_generate_params p;
+    clade_generate_params_init(&p);
+    if (params) clade::abi::read_in(params, &p);
+    clade_sampler_params sp;
+    clade_sampler_params_init(&sp);
+    if (p.sampler) clade::abi::read_in(p.sampler, &sp);
+    CLADE_CHECK_ARG(sampler_params_ok(sp), "clade_generate_speculative: a sampler parameter is out of range");
+    clade_speculative_params s;
+    clade_speculative_params_init(&s);
+    clade::abi::read_in(spec, &s);
+    const int drafters = (s.draft != nullptr) + (s.draft_model != nullptr) + (s.lookup_ngram != 0);
+    CLADE_CHECK_ARG(drafters == 1, "clade_generate_speculative: give exactly one drafter (draft, draft_model or "
+                                   "lookup_ngram); " + std::to_string(drafters) + " given");
+    CLADE_CHECK_ARG(s.lookup_ngram >= 0 && s.lookup_ngram <= 64,
+                    "clade_generate_speculative: lookup_ngram must be 0..64 (it is " + std::to_string(s.lookup_ngram) + ")");
+    CLADE_CHECK_ARG(s.max_draft >= 1 && s.max_draft <= 64,
+                    "clade_generate_speculative: max_draft must be 1..64 (it is " + std::to_string(s.max_draft) + ")");
+    CLADE_CHECK_ARG(s.adaptive == 0 || s.adaptive == 1, "clade_generate_speculative: adaptive must be 0 or 1");
+    if (s.draft_model && s.draft_model->m->vocab_only)
+      return set_error(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model was loaded vocab_only");
+    clade::SpecConfig c;
+    c.draft = s.draft;
+    c.user = s.user;
+    c.draft_model = s.draft_model ? s.draft_model->m.get() : nullptr;
+    c.lookup_ngram = s.lookup_ngram;
+    c.max_draft = s.max_draft;
+    c.adaptive = s.adaptive != 0;
+    std::unique_ptr<clade_generation> g(new clade_generation());
+    clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g, &c);
+    if (st != CLADE_OK && st != CLADE_STOPPED) {
+      if (g_last_error.empty())
+        set_error(st, std::string("clade_generate_speculative: a decode step gave ") + clade_status_string(st));
+      return st;
+    }
+    *out = g.release();
+    return st;
+  });
+}
+
+clade_status clade_generation_get_stats(const clade_generation* gen, clade_generation_stats* stats) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(gen, "gen is NULL");
+    CLADE_CHECK_ARG(stats, "stats is NULL");
+    clade::abi::check_out(stats);
+    clade_generation_stats full = gen->g.stats;
+    full.size = sizeof full;
+    clade::abi::write_out(stats, full);
+    return CLADE_OK;
+  });
 }
 
 /* ---- logging, tree search, budget, abort ---- */

@@ -2,12 +2,15 @@
 #include "generate.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "cache.h"
 #include "error.h"
 #include "sampler.h"
+#include "speculative.h"
 #include "tokenizer.h"
 
 namespace clade {
@@ -60,12 +63,19 @@ struct SeqState {
   clade_seq_id seq = -1;        // in the cache, while there
   int32_t pending = -1;         // the token the next step evaluates
   bool done = false;
+  bool drafting = false;        // admitted to the drafter
+  double acc = 0, drafted = 0;  // decayed counts of accepted / drafted tokens
+  double alpha() const { return (acc + 0.5) / (drafted + 1.0); }
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 }  // namespace
 
 clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts, const clade_generate_params& p,
-                      const clade_sampler_params& sp, Generation& out) {
+                      const clade_sampler_params& sp, Generation& out, const SpecConfig* spec) {
   const Model& model = tree.model;
   const int32_t n_vocab = model.cfg.n_vocab;
   const Tokenizer* tok = model.tokenizer.get();
@@ -147,7 +157,19 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   tree.append_batch(items);
   ReleaseNodes release{tree, items};
 
-  Cache cache(tree, (int32_t)max_live, p.max_new_tokens, tree.kv_type, (clade_attention)att);
+  // A step evaluates a sequence's next token and up to max_draft drafts.
+  const int32_t max_draft = spec ? spec->max_draft : 0;
+  Cache cache(tree, (int32_t)max_live, p.max_new_tokens + max_draft + 1, tree.kv_type, (clade_attention)att);
+  std::unique_ptr<Drafter> drafter;
+  if (spec) {
+    std::vector<int32_t> root_path;
+    Tree::path_tokens(root, root_path);
+    drafter = make_drafter(*spec, model, prompts, n_prompts, root_path, sp, (int32_t)max_live,
+                           p.max_new_tokens + max_draft + 2);
+  }
+  const bool greedy = sp.temperature <= 0.0f;
+  SpecCost cost;
+  clade_generation_stats& stats = out.stats;
 
   out.seqs.assign(total, GenSeq());
   out.logprobs = p.logprobs != 0;
@@ -170,13 +192,18 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     s.done = true;
     s.detok.reset();
     std::vector<int32_t>().swap(s.history);
+    if (s.drafting) {
+      drafter->finish(i);
+      s.drafting = false;
+    }
     if (s.seq >= 0) {
       cache.remove(s.seq);
       s.seq = -1;
     }
   };
-  // Sequence i drew token: true when it has ended.
-  auto take = [&](size_t i, int32_t token, float logprob) -> bool {
+  // Sequence i drew token, which a step would evaluate at position pos:
+  // true when it has ended.
+  auto take = [&](size_t i, int32_t token, float logprob, int64_t pos) -> bool {
     SeqState& s = st[i];
     GenSeq& g = out.seqs[i];
     if (stop_tok[(size_t)token]) {
@@ -210,9 +237,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       finish(i, CLADE_FINISH_LENGTH);
       return true;
     }
-    // The token is evaluated next at this position; past the context the
-    // sequence ends there.
-    int64_t pos = (int64_t)s.node->end() + (s.seq >= 0 ? cache.length(s.seq) : 0);
+    // Past the context the sequence ends there.
     if (!long_ctx && pos >= model.cfg.n_ctx) {
       finish(i, CLADE_FINISH_LENGTH);
       return true;
@@ -228,7 +253,11 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
 
   std::vector<size_t> live, still;
   std::vector<clade_seq_id> ids;
-  std::vector<int32_t> ones, toks;
+  std::vector<int32_t> counts, toks, lens, n_draft;
+  std::vector<double> alphas, dense;
+  std::vector<DraftSeq> dreq;
+  std::vector<DraftSeq*> dptr;
+  RowDist dist;
   std::vector<float> logits;
   std::vector<SampleRow> rows;
   size_t next = 0;  // the first sequence not admitted yet
@@ -251,9 +280,13 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       row.n_prompt = s.n_prompt;
       sampler.sample_rows(&row, 1, n_vocab);
       if (i % n_samples == n_samples - 1) std::vector<float>().swap(leaf_logits[l]);
-      if (take(i, row.token, row.logprob)) continue;
+      if (take(i, row.token, row.logprob, (int64_t)s.node->end())) continue;
       clade_status a = cache.add(s.node->id, nullptr, 0, 0, &s.seq);
       if (a != CLADE_OK) fail(CLADE_E_INTERNAL, "clade_generate: no cache slot for an admitted sequence");
+      if (drafter) {
+        drafter->admit(i, leaves[l]);
+        s.drafting = true;
+      }
       live.push_back(i);
     }
     if (stop_all) {
@@ -262,50 +295,174 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     }
     if (live.empty()) break;
 
-    // One decode step of the live sequences.
+    // Drafts: the step's draft length from the cost model (or max_draft),
+    // each sequence's budget, then the drafter.
+    int32_t k = 0;
+    if (drafter) {
+      if (spec->adaptive) {
+        alphas.clear();
+        for (size_t i : live) alphas.push_back(st[i].alpha());
+        k = cost.choose(alphas, max_draft, spec->draft_model != nullptr);
+      } else {
+        k = max_draft;
+      }
+    }
+    n_draft.assign(live.size(), 0);
+    if (k > 0) {
+      dreq.resize(live.size());
+      dptr.clear();
+      for (size_t r = 0; r < live.size(); r++) {
+        dreq[r].max = 0;
+        dreq[r].tokens.clear();
+        const SeqState& s = st[live[r]];
+        const int64_t left = (int64_t)p.max_new_tokens - (int64_t)out.seqs[live[r]].tokens.size();
+        const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq);  // the pending token's
+        int64_t budget = std::min<int64_t>(k, left - 1);
+        if (!long_ctx) budget = std::min<int64_t>(budget, model.cfg.n_ctx - 1 - pos);
+        if (budget < 1) continue;
+        DraftSeq& d = dreq[r];
+        d.index = live[r];
+        d.history = &s.history;
+        d.n_prompt = s.n_prompt;
+        d.n_path = (size_t)s.node->end();
+        d.max = (int32_t)budget;
+        d.tokens.clear();
+        d.q_tokens.clear();
+        d.q_probs.clear();
+        dptr.push_back(&d);
+      }
+      if (!dptr.empty()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t steps0 = drafter->steps;
+        drafter->draft(dptr);
+        const double ds = seconds_since(t0);
+        stats.draft_seconds += ds;
+        stats.draft_steps += drafter->steps - steps0;
+        cost.add_draft(dptr.size(), k, ds);
+        for (size_t r = 0; r < live.size(); r++)
+          if (dreq[r].max > 0) n_draft[r] = (int32_t)dreq[r].tokens.size();
+      }
+    }
+    bool any_draft = false;
+    for (int32_t nd : n_draft) any_draft = any_draft || nd > 0;
+
+    // One decode step of the live sequences: each one's pending token, then
+    // its drafts (a logits row for each when there are drafts).
     ids.clear();
     toks.clear();
-    for (size_t i : live) {
-      ids.push_back(st[i].seq);
-      toks.push_back(st[i].pending);
+    counts.clear();
+    lens.clear();
+    size_t n_rows = 0;
+    for (size_t r = 0; r < live.size(); r++) {
+      const SeqState& s = st[live[r]];
+      ids.push_back(s.seq);
+      lens.push_back(cache.length(s.seq));
+      toks.push_back(s.pending);
+      for (int32_t j = 0; j < n_draft[r]; j++) toks.push_back(dreq[r].tokens[(size_t)j]);
+      counts.push_back(1 + n_draft[r]);
+      n_rows += any_draft ? (size_t)(1 + n_draft[r]) : 1;
     }
-    ones.assign(live.size(), 1);
-    logits.resize(live.size() * (size_t)n_vocab);
+    logits.resize(n_rows * (size_t)n_vocab);
     clade_batch b;
     std::memset(&b, 0, sizeof b);
     b.size = sizeof b;
     b.n_seqs = live.size();
     b.seq_ids = ids.data();
-    b.n_tokens = ones.data();
+    b.n_tokens = counts.data();
     b.tokens = toks.data();
+    b.all_logits = any_draft ? 1 : 0;
     b.logits = logits.data();
-    b.logits_rows = live.size();
+    b.logits_rows = n_rows;
+    const auto t0 = std::chrono::steady_clock::now();
     clade_status ds = cache.decode(b);
+    const double step_s = seconds_since(t0);
     if (ds == CLADE_STOPPED) {
       finish_rest(CLADE_FINISH_ABORTED);
       return CLADE_STOPPED;
     }
     if (ds != CLADE_OK) return ds;
+    stats.steps++;
+    stats.target_seconds += step_s;
+    cost.add_target(toks.size(), step_s);
 
-    rows.assign(live.size(), SampleRow());
-    for (size_t r = 0; r < live.size(); r++) {
-      const SeqState& s = st[live[r]];
-      rows[r].stream = p.first_stream + live[r];
-      rows[r].logits = logits.data() + r * (size_t)n_vocab;
-      rows[r].history = s.history.data();
-      rows[r].n_history = s.history.size();
-      rows[r].n_prompt = s.n_prompt;
-    }
-    sampler.sample_rows(rows.data(), rows.size(), n_vocab);
     still.clear();
-    for (size_t r = 0; r < live.size() && !stop_all; r++)
-      if (!take(live[r], rows[r].token, rows[r].logprob)) still.push_back(live[r]);
+    if (!any_draft) {
+      rows.assign(live.size(), SampleRow());
+      for (size_t r = 0; r < live.size(); r++) {
+        const SeqState& s = st[live[r]];
+        rows[r].stream = p.first_stream + live[r];
+        rows[r].logits = logits.data() + r * (size_t)n_vocab;
+        rows[r].history = s.history.data();
+        rows[r].n_history = s.history.size();
+        rows[r].n_prompt = s.n_prompt;
+      }
+      sampler.sample_rows(rows.data(), rows.size(), n_vocab);
+      for (size_t r = 0; r < live.size() && !stop_all; r++) {
+        const SeqState& s = st[live[r]];
+        const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq);
+        if (!take(live[r], rows[r].token, rows[r].logprob, pos)) still.push_back(live[r]);
+      }
+    } else {
+      // Verification: each sequence's rows in order, while its drafts are
+      // accepted; then the rejected drafts' KV is cut away.
+      stats.spec_steps++;
+      if (dense.size() != (size_t)n_vocab) dense.assign((size_t)n_vocab, 0.0);
+      size_t row0 = 0;
+      for (size_t r = 0; r < live.size() && !stop_all; r++) {
+        const size_t i = live[r];
+        SeqState& s = st[i];
+        const int32_t nd = n_draft[r];
+        const int64_t base = (int64_t)s.node->end() + lens[r];  // the pending token's position
+        const uint64_t stream = p.first_stream + i;
+        int32_t accepted = 0;
+        bool ended = false;
+        for (int32_t j = 0; j <= nd; j++) {
+          SampleRow row;
+          row.stream = stream;
+          row.logits = logits.data() + (row0 + (size_t)j) * (size_t)n_vocab;
+          row.history = s.history.data();
+          row.n_history = s.history.size();
+          row.n_prompt = s.n_prompt;
+          sampler.distribution(row, n_vocab, dist.tokens, dist.probs);
+          bool acc = false;
+          int32_t t;
+          if (j < nd) {
+            const DraftSeq& d = dreq[r];
+            const bool has_q = (size_t)j < d.q_tokens.size();
+            t = accept_or_resample(dist, d.tokens[(size_t)j], has_q ? &d.q_tokens[(size_t)j] : nullptr,
+                                   has_q ? &d.q_probs[(size_t)j] : nullptr, greedy, sampler, stream, dense, &acc);
+          } else {
+            t = draw_from(dist, greedy, sampler, stream);
+          }
+          float lp = 0;
+          for (size_t q = 0; q < dist.tokens.size(); q++)
+            if (dist.tokens[q] == t) lp = (float)std::log(dist.probs[q]);
+          if (acc) accepted++;
+          if (take(i, t, lp, base + 1 + j)) {
+            ended = true;
+            break;
+          }
+          if (!acc) break;
+        }
+        row0 += (size_t)(1 + nd);
+        stats.drafted += (uint64_t)nd;
+        stats.accepted += (uint64_t)accepted;
+        if (nd > 0) {
+          s.acc = 0.8 * s.acc + accepted;
+          s.drafted = 0.8 * s.drafted + nd;
+        }
+        if (ended) continue;
+        cache.truncate(s.seq, lens[r] + 1 + accepted);
+        still.push_back(i);
+      }
+    }
     if (stop_all) {
       finish_rest(CLADE_FINISH_CALLBACK);
       return CLADE_STOPPED;
     }
     live.swap(still);
   }
+  for (const GenSeq& g : out.seqs) stats.tokens += g.tokens.size();
   return CLADE_OK;
 }
 

@@ -26,7 +26,10 @@ struct GenSeq {
 struct Generation {
   std::vector<GenSeq> seqs;
   bool logprobs = false;
+  clade_generation_stats stats{};  // size unset: the C boundary fills it
 };
+
+struct SpecConfig;
 
 // p and sp are whole structs of this library (read in and checked by the
 // C boundary, which also checks the sampler parameters' ranges). Throws
@@ -34,8 +37,10 @@ struct Generation {
 // or the sampler throw; returns CLADE_OK or CLADE_STOPPED with *out filled,
 // or an error status of a decode step (out undefined then). The prompts'
 // nodes are released on every path.
+// spec: NULL for plain decoding, else the drafter and its settings
+// (speculative.h), checked by the C boundary.
 clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts, const clade_generate_params& p,
-                      const clade_sampler_params& sp, Generation& out);
+                      const clade_sampler_params& sp, Generation& out, const SpecConfig* spec = nullptr);
 
 // Stop strings on a growing text: where the earliest one starts, and how
 // many trailing bytes may still begin one (held back from streaming).

@@ -432,6 +432,22 @@ void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
   }
 }
 
+void Sampler::distribution(const SampleRow& row, int32_t n, std::vector<int32_t>& tokens, std::vector<double>& probs) {
+  check_row(row, n);
+  SampleRow r = row;
+  tokens.resize((size_t)n);
+  lp_.resize((size_t)n);
+  r.top_tokens = tokens.data();
+  r.top_logprobs = lp_.data();
+  r.top_capacity = (size_t)n;
+  sample_row(r, n, scratch_[0], 0.0);
+  tokens.resize(r.n_top);
+  probs.resize(r.n_top);
+  double total = 0;
+  for (size_t i = 0; i < r.n_top; i++) total += probs[i] = std::exp((double)lp_[i]);
+  for (double& v : probs) v /= total;
+}
+
 int32_t Sampler::sample(uint64_t stream, const float* logits, int32_t n, const int32_t* history, size_t n_history) {
   SampleRow r;
   r.stream = stream;

@@ -68,6 +68,14 @@ class Sampler {
   // other). On an error no stream has advanced.
   void sample_rows(SampleRow* rows, size_t n, int32_t n_vocab);
   void forget(uint64_t stream) { state_.erase(stream); }
+  // The distribution row r is drawn from, after every stage: the kept
+  // tokens, most likely first, and their probabilities (summing to 1);
+  // greedy: the one token, probability 1. Draws nothing. Throws as
+  // sample_rows.
+  void distribution(const SampleRow& r, int32_t n_vocab, std::vector<int32_t>& tokens, std::vector<double>& probs);
+  // The stream's next uniform number in [0, 1) (speculative sampling's
+  // acceptance and residual draws).
+  double draw(uint64_t stream) { return uniform(stream); }
 
  private:
   double uniform(uint64_t stream);  // [0, 1)
@@ -80,6 +88,7 @@ class Sampler {
   std::unordered_map<uint64_t, uint64_t> state_;
   std::vector<SampleScratch> scratch_;  // one per thread
   std::unique_ptr<RowPool> pool_;       // the threads past the caller's
+  std::vector<float> lp_;               // distribution()'s log-probabilities
 };
 
 }  // namespace clade

@@ -68,11 +68,11 @@ extern "C" {
 /* ---- version ---------------------------------------------------------- */
 
 #define CLADE_VERSION_MAJOR 1
-#define CLADE_VERSION_MINOR 0
+#define CLADE_VERSION_MINOR 1
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "1.0.0"
+#define CLADE_VERSION_STRING "1.1.0"
 /* The shared library's soname carries this number. */
 #define CLADE_ABI_MAJOR 1
 
@@ -964,6 +964,101 @@ CLADE_API clade_finish_reason clade_generation_finish(
    bad gen or i. */
 CLADE_API int64_t clade_generation_prompt(const clade_generation *gen,
                                           size_t i);
+
+/* ---- speculative decoding (clade 1.1) -------------------------------- */
+/* clade_generate_speculative runs clade_generate's loop with drafts: each
+   step, a drafter proposes up to k tokens after each live sequence's
+   history; one decode step evaluates every sequence's next token and its
+   drafts together; the sampler's rows are then walked in order. Greedy
+   (temperature 0): a draft token is accepted while it equals the token
+   plain decoding would pick. Sampling: draft token x, proposed with
+   probability q(x) (1 for a drafter without probabilities: prompt lookup
+   and caller drafters), is accepted with probability min(1, p(x) / q(x)),
+   p being the sampler's distribution of that row (after every stage); on a
+   rejection the token comes from max(0, p - q) normalized, so the output
+   follows the target's distribution exactly. After the last accepted
+   draft the row's own token is drawn as usual. The KV of rejected drafts
+   is truncated away. Greedy output is token for token that of
+   clade_generate; sampled output has the same distribution, not the same
+   draws (the random numbers are used differently).
+   Adaptive: per sequence the draft length follows the measured
+   acceptance, and a cost model built from the call's own measured step
+   times (target steps against batch and tokens, draft steps) picks the
+   length that maximises predicted tokens per second, 0 (plain steps) when
+   drafting cannot pay, as at large batches on a compute-bound CPU. */
+
+/* One sequence's request to a drafter. clade fills the inputs; the drafter
+   writes tokens and n_tokens. The struct may grow (size says how much
+   of it clade filled). */
+typedef struct clade_draft_request {
+  size_t size;                /* sizeof(clade_draft_request) of the library */
+  uint64_t seq;               /* the sequence's number in clade_generate */
+  const clade_token *history; /* its prompt path, then its output so far;
+                                 the last token is the one the step
+                                 evaluates: drafts continue after it */
+  size_t n_history;
+  size_t n_prompt;            /* leading history tokens of the prompt */
+  int32_t max_tokens;         /* at most this many (>= 1) */
+  clade_token *tokens;        /* out: the draft chain, tokens[0..n_tokens) */
+  int32_t n_tokens;           /* out: 0..max_tokens; 0: no draft */
+} clade_draft_request;
+
+/* A drafter of the caller's: fill each request (all live sequences of a
+   step come in one call, so a batched drafter drafts them together).
+   Return 0, or a negative value to fail clade_generate_speculative with
+   CLADE_E_INVALID_ARG ("the drafter returned ..."). Tokens outside the
+   vocabulary give CLADE_E_TOKEN, n_tokens outside 0..max_tokens
+   CLADE_E_INVALID_ARG; either way the call fails cleanly (the tree is as
+   before it, every handle usable). Runs on the calling thread; it must not
+   use the call's tree or caches. */
+typedef int32_t (*clade_draft_fn)(void *user, clade_draft_request *requests,
+                                  size_t n_requests);
+
+typedef struct clade_speculative_params {
+  size_t size;               /* sizeof(clade_speculative_params) */
+  /* The drafter: exactly one of these three. */
+  clade_draft_fn draft;      /* a drafter of the caller's, with user */
+  void *user;
+  clade_model *draft_model;  /* a draft model with the same vocabulary: it
+                                keeps its own tree (the prompts' nodes
+                                mirrored, so it shares prefixes too) and
+                                drafts every live sequence in one step;
+                                samples with the call's sampler settings */
+  int32_t lookup_ngram;      /* prompt lookup: the longest n-gram (<= this)
+                                ending the history found earlier in it,
+                                its continuation drafted; 0: off */
+  int32_t max_draft;         /* draft tokens per sequence per step, at most;
+                                1..64, default 8 */
+  int32_t adaptive;          /* 1 (default): draft lengths and on/off follow
+                                acceptance and the measured cost model; 0:
+                                always max_draft */
+} clade_speculative_params;
+
+CLADE_API void clade_speculative_params_init(clade_speculative_params *p);
+
+/* clade_generate with drafts: the same prompts, parameters, results and
+   statuses (see there), plus spec (not NULL) for the drafter. */
+CLADE_API clade_status clade_generate_speculative(
+    clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
+    const clade_generate_params *params, const clade_speculative_params *spec,
+    clade_generation **out);
+
+/* Counters of a generation (both calls fill them). */
+typedef struct clade_generation_stats {
+  size_t size;             /* sizeof(clade_generation_stats), set by caller */
+  uint64_t steps;          /* target decode steps */
+  uint64_t spec_steps;     /* of them, steps that verified drafts */
+  uint64_t tokens;         /* output tokens */
+  uint64_t drafted;        /* draft tokens proposed */
+  uint64_t accepted;       /* draft tokens accepted */
+  uint64_t draft_steps;    /* draft model decode steps */
+  double target_seconds;   /* time in target decode steps */
+  double draft_seconds;    /* time drafting (draft model steps, lookup,
+                              the caller's drafter) */
+} clade_generation_stats;
+
+CLADE_API clade_status clade_generation_get_stats(
+    const clade_generation *gen, clade_generation_stats *stats);
 
 /* ---- experimental ----------------------------------------------------- */
 /* Calls still moving, outside the ABI promise (zstd's way): they may change

@@ -19,6 +19,16 @@
 // keep the public name.
 // The versions are given with the assembler's .symver directive, which GCC
 // and clang both pass through (clang 14 has no symver attribute).
+// node: the version node of the struct's first release.
+#define CLADE_INIT_VERSIONS_IN(T, init, node)                               \
+  extern "C" CLADE_API void init##_1_0(T* p) {                              \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &init);      \
+  }                                                                         \
+  extern "C" CLADE_API void init##_future(T* p) { init(p); }                \
+  __asm__(".symver " #init "_1_0, " #init "@" node "\n\t"                   \
+          ".symver " #init "_future, " #init "@@CLADE_FUTURE");
+// (spelled out, not through CLADE_INIT_VERSIONS_IN: a nested macro would
+// expand init, renamed by -D, before #init)
 #define CLADE_INIT_VERSIONS(T, init)                                        \
   extern "C" CLADE_API void init##_1_0(T* p) {                              \
     clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &init);      \
@@ -34,3 +44,4 @@ CLADE_INIT_VERSIONS(clade_batch, clade_batch_init)
 CLADE_INIT_VERSIONS(clade_sampler_params, clade_sampler_params_init)
 CLADE_INIT_VERSIONS(clade_append_item, clade_append_item_init)
 CLADE_INIT_VERSIONS(clade_generate_params, clade_generate_params_init)
+CLADE_INIT_VERSIONS_IN(clade_speculative_params, clade_speculative_params_init, "CLADE_1.1")

@@ -17,7 +17,7 @@ STRUCTS = [
     "clade_model_params", "clade_model_info", "clade_special_tokens",
     "clade_tree_params", "clade_node_info", "clade_cache_params",
     "clade_batch", "clade_sampler_params", "clade_append_item", "clade_sample_result",
-    "clade_generate_params",
+    "clade_generate_params", "clade_speculative_params", "clade_generation_stats",
     "clade_cache_stats", "clade_tree_stats",
 ]
 

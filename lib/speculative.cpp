@@ -1,0 +1,426 @@
+// Speculative decoding: see speculative.h and clade.h.
+#include "speculative.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "cache.h"
+#include "error.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "tree.h"
+
+namespace clade {
+
+namespace {
+
+// The caller's clade_draft_fn: one call per step for all live sequences;
+// every answer checked before any is used.
+class CallbackDrafter final : public Drafter {
+ public:
+  CallbackDrafter(clade_draft_fn fn, void* user, int32_t n_vocab) : fn_(fn), user_(user), n_vocab_(n_vocab) {}
+
+  void draft(std::vector<DraftSeq*>& seqs) override {
+    reqs_.assign(seqs.size(), clade_draft_request());
+    bufs_.resize(seqs.size());
+    for (size_t i = 0; i < seqs.size(); i++) {
+      const DraftSeq& d = *seqs[i];
+      clade_draft_request& r = reqs_[i];
+      r.size = sizeof r;
+      r.seq = d.index;
+      r.history = d.history->data();
+      r.n_history = d.history->size();
+      r.n_prompt = d.n_prompt;
+      r.max_tokens = d.max;
+      bufs_[i].assign((size_t)d.max, -1);
+      r.tokens = bufs_[i].data();
+      r.n_tokens = 0;
+    }
+    const int32_t rc = fn_(user_, reqs_.data(), reqs_.size());
+    if (rc < 0) fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter returned " + std::to_string(rc));
+    for (size_t i = 0; i < seqs.size(); i++) {
+      const clade_draft_request& r = reqs_[i];
+      if (r.n_tokens < 0 || r.n_tokens > seqs[i]->max)
+        fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter gave sequence " + std::to_string(r.seq) +
+                                      " n_tokens = " + std::to_string(r.n_tokens) + ", outside 0.." +
+                                      std::to_string(seqs[i]->max));
+      for (int32_t k = 0; k < r.n_tokens; k++)
+        if (bufs_[i][(size_t)k] < 0 || bufs_[i][(size_t)k] >= n_vocab_)
+          fail(CLADE_E_TOKEN, "clade_generate_speculative: the drafter's token " + std::to_string(k) +
+                                  " for sequence " + std::to_string(r.seq) + " is " +
+                                  std::to_string(bufs_[i][(size_t)k]) + ", outside the vocabulary [0, " +
+                                  std::to_string(n_vocab_) + ")");
+    }
+    for (size_t i = 0; i < seqs.size(); i++)
+      seqs[i]->tokens.assign(bufs_[i].begin(), bufs_[i].begin() + reqs_[i].n_tokens);
+  }
+
+ private:
+  clade_draft_fn fn_;
+  void* user_;
+  int32_t n_vocab_;
+  std::vector<clade_draft_request> reqs_;
+  std::vector<std::vector<int32_t>> bufs_;
+};
+
+// Prompt lookup: the longest n-gram (n <= ngram) that ends the history and
+// occurs earlier in it, its most recent earlier occurrence's continuation.
+class LookupDrafter final : public Drafter {
+ public:
+  explicit LookupDrafter(int32_t ngram) : ngram_(ngram) {}
+  void draft(std::vector<DraftSeq*>& seqs) override {
+    for (DraftSeq* d : seqs) {
+      const std::vector<int32_t>& h = *d->history;
+      const size_t len = h.size();
+      d->tokens.clear();
+      for (size_t n = std::min<size_t>((size_t)ngram_, len > 0 ? len - 1 : 0); n >= 1 && d->tokens.empty(); n--) {
+        const int32_t* pat = h.data() + len - n;
+        // occurrences starting at i < len - n, the most recent first
+        for (size_t i = len - n; i-- > 0;) {
+          if (h[i] != pat[0] || std::memcmp(h.data() + i, pat, n * sizeof(int32_t)) != 0) continue;
+          const size_t from = i + n, to = std::min(len, from + (size_t)d->max);
+          d->tokens.assign(h.begin() + (long)from, h.begin() + (long)to);
+          break;
+        }
+      }
+    }
+  }
+
+ private:
+  int32_t ngram_;
+};
+
+// A draft model: its own tree with the prompts mirrored (so prefixes are
+// shared there too), one draft sequence per target sequence, and k decode
+// steps for all drafting sequences together.
+class ModelDrafter final : public Drafter {
+ public:
+  ModelDrafter(const Model& m, const clade_prompt* prompts, size_t n_prompts, const std::vector<int32_t>& root_path,
+               const clade_sampler_params& sp, int32_t max_seqs, int32_t max_tokens)
+      : m_(m), greedy_(sp.temperature <= 0.0f) {
+    tree_.reset(new Tree(m, CLADE_KV_F16, 1024, CLADE_TREE_ALLOW_LONG_CONTEXT, 0));
+    // Items: the root path (if any), then the prompts under it.
+    const int32_t base = root_path.empty() ? 0 : 1;
+    items_.resize((size_t)base + n_prompts);
+    if (base) {
+      items_[0].parent_node = tree_->get(0);
+      items_[0].tokens = root_path.data();
+      items_[0].n = root_path.size();
+    }
+    for (size_t i = 0; i < n_prompts; i++) {
+      BatchItem& it = items_[(size_t)base + i];
+      if (prompts[i].parent >= 0) it.parent_item = prompts[i].parent + base;
+      else if (base) it.parent_item = 0;
+      else it.parent_node = tree_->get(0);
+      it.tokens = prompts[i].tokens;
+      it.n = prompts[i].n_tokens;
+    }
+    tree_->append_batch(items_);
+    base_ = base;
+    cache_.reset(new Cache(*tree_, max_seqs, max_tokens, CLADE_KV_F16, CLADE_ATTENTION_AUTO));
+    // Its own random numbers: a draft token must be independent of the
+    // numbers that drew the history it continues (the same seed would
+    // replay the target's draws, and the drafts' q would be wrong).
+    clade_sampler_params dsp = sp;
+    dsp.seed = sp.seed ^ 0x9e3779b97f4a7c15ull;
+    sampler_.reset(new Sampler(dsp));
+  }
+
+  ~ModelDrafter() override {
+    cache_.reset();
+    for (const BatchItem& it : items_)
+      if (it.node > 0) {
+        try {
+          tree_->release(it.node);
+        } catch (...) {
+        }
+      }
+  }
+
+  void admit(size_t index, size_t leaf_prompt) override {
+    clade_seq_id id = -1;
+    const clade_node_id node = items_[(size_t)base_ + leaf_prompt].node;
+    if (cache_->add(node, nullptr, 0, 0, &id) != CLADE_OK)
+      fail(CLADE_E_INTERNAL, "clade_generate_speculative: no slot for a draft sequence");
+    seqs_[index] = id;
+  }
+
+  void finish(size_t index) override {
+    auto it = seqs_.find(index);
+    if (it == seqs_.end()) return;
+    cache_->remove(it->second);
+    seqs_.erase(it);
+  }
+
+  void draft(std::vector<DraftSeq*>& seqs) override {
+    const int32_t nv = m_.cfg.n_vocab;
+    // Each sequence: roll the draft KV back to where it agrees with the
+    // history, then feed the rest of the history (at least the pending
+    // token) in the first step.
+    const size_t n = seqs.size();
+    ids_.resize(n);
+    feed_.assign(n, std::vector<int32_t>());
+    hist_.resize(n);
+    for (size_t i = 0; i < n; i++) {
+      DraftSeq& d = *seqs[i];
+      d.tokens.clear();
+      d.q_tokens.clear();
+      d.q_probs.clear();
+      const clade_seq_id id = seqs_.at(d.index);
+      ids_[i] = id;
+      const std::vector<int32_t>& have = cache_->tokens_of(id);
+      const std::vector<int32_t>& h = *d.history;
+      size_t same = 0;
+      while (same < have.size() && d.n_path + same < h.size() && have[same] == h[d.n_path + same]) same++;
+      if (d.n_path + same == h.size()) same--;  // the pending token is always fed (its logits are needed)
+      if (same < have.size()) cache_->truncate(id, (int32_t)same);
+      feed_[i].assign(h.begin() + (long)(d.n_path + same), h.end());
+      hist_[i] = h;
+    }
+    int32_t kmax = 0;
+    for (DraftSeq* d : seqs) kmax = std::max(kmax, d->max);
+    std::vector<size_t> act;
+    for (int32_t step = 0; step < kmax; step++) {
+      act.clear();
+      for (size_t i = 0; i < n; i++)
+        if ((int32_t)seqs[i]->tokens.size() == step && step < seqs[i]->max) act.push_back(i);
+      if (act.empty()) break;
+      bids_.clear();
+      counts_.clear();
+      toks_.clear();
+      for (size_t i : act) {
+        bids_.push_back(ids_[i]);
+        counts_.push_back((int32_t)feed_[i].size());
+        toks_.insert(toks_.end(), feed_[i].begin(), feed_[i].end());
+      }
+      logits_.resize(act.size() * (size_t)nv);
+      clade_batch b;
+      std::memset(&b, 0, sizeof b);
+      b.size = sizeof b;
+      b.n_seqs = act.size();
+      b.seq_ids = bids_.data();
+      b.n_tokens = counts_.data();
+      b.tokens = toks_.data();
+      b.logits = logits_.data();
+      b.logits_rows = act.size();
+      const clade_status st = cache_->decode(b);
+      if (st != CLADE_OK) fail(st, "clade_generate_speculative: a draft model step failed");
+      steps++;
+      rows_.assign(act.size(), SampleRow());
+      for (size_t r = 0; r < act.size(); r++) {
+        const size_t i = act[r];
+        SampleRow& row = rows_[r];
+        row.stream = seqs[i]->index;
+        row.logits = logits_.data() + r * (size_t)nv;
+        row.history = hist_[i].data();
+        row.n_history = hist_[i].size();
+        row.n_prompt = seqs[i]->n_prompt;
+      }
+      if (greedy_) {
+        sampler_->sample_rows(rows_.data(), rows_.size(), nv);
+        for (size_t r = 0; r < act.size(); r++) push(*seqs[act[r]], act[r], rows_[r].token);
+      } else {
+        for (size_t r = 0; r < act.size(); r++) {
+          const size_t i = act[r];
+          sampler_->distribution(rows_[r], nv, dist_.tokens, dist_.probs);
+          const int32_t t = draw_from(dist_, false, *sampler_, seqs[i]->index);
+          seqs[i]->q_tokens.push_back(dist_.tokens);
+          seqs[i]->q_probs.push_back(dist_.probs);
+          push(*seqs[i], i, t);
+        }
+      }
+    }
+  }
+
+ private:
+  void push(DraftSeq& d, size_t i, int32_t t) {
+    d.tokens.push_back(t);
+    hist_[i].push_back(t);
+    feed_[i].assign(1, t);
+  }
+
+  const Model& m_;
+  bool greedy_;
+  std::unique_ptr<Tree> tree_;
+  std::unique_ptr<Cache> cache_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<BatchItem> items_;
+  int32_t base_ = 0;
+  std::unordered_map<size_t, clade_seq_id> seqs_;
+  // step scratch
+  std::vector<clade_seq_id> ids_, bids_;
+  std::vector<std::vector<int32_t>> feed_, hist_;
+  std::vector<int32_t> counts_, toks_;
+  std::vector<float> logits_;
+  std::vector<SampleRow> rows_;
+  RowDist dist_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_drafter(const SpecConfig& c, const Model& target, const clade_prompt* prompts,
+                                      size_t n_prompts, const std::vector<int32_t>& root_path,
+                                      const clade_sampler_params& sp, int32_t max_seqs, int32_t max_tokens) {
+  if (c.draft) return std::unique_ptr<Drafter>(new CallbackDrafter(c.draft, c.user, target.cfg.n_vocab));
+  if (c.lookup_ngram > 0) return std::unique_ptr<Drafter>(new LookupDrafter(c.lookup_ngram));
+  const Model& d = *c.draft_model;
+  if (d.cfg.n_vocab != target.cfg.n_vocab)
+    fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model's vocabulary has " +
+                                  std::to_string(d.cfg.n_vocab) + " tokens, the target's " +
+                                  std::to_string(target.cfg.n_vocab));
+  if (d.tokenizer && target.tokenizer)
+    for (int32_t t = 0; t < d.cfg.n_vocab; t++)
+      if (d.tokenizer->token_text(t) != target.tokenizer->token_text(t))
+        fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model's token " + std::to_string(t) +
+                                      " differs from the target's: not the same vocabulary");
+  return std::unique_ptr<Drafter>(new ModelDrafter(d, prompts, n_prompts, root_path, sp, max_seqs, max_tokens));
+}
+
+int32_t draw_from(const RowDist& p, bool greedy, Sampler& sampler, uint64_t stream) {
+  if (greedy || p.tokens.size() == 1) return p.tokens[0];
+  double total = 0;
+  for (double v : p.probs) total += v;
+  double u = sampler.draw(stream) * total;
+  for (size_t i = 0; i < p.tokens.size(); i++) {
+    u -= p.probs[i];
+    if (u < 0) return p.tokens[i];
+  }
+  return p.tokens.back();
+}
+
+int32_t accept_or_resample(const RowDist& p, int32_t x, const std::vector<int32_t>* q_tok,
+                           const std::vector<double>* q_prob, bool greedy, Sampler& sampler, uint64_t stream,
+                           std::vector<double>& dense, bool* accepted) {
+  if (greedy) {  // p is one token: accepted when x is it
+    *accepted = p.tokens[0] == x;
+    return p.tokens[0];
+  }
+  // p(x) and q(x)
+  double px = 0, total = 0;
+  for (size_t i = 0; i < p.tokens.size(); i++) {
+    total += p.probs[i];
+    if (p.tokens[i] == x) px = p.probs[i];
+  }
+  px /= total;
+  double qx = 1;
+  const bool has_q = q_tok && !q_tok->empty();
+  if (has_q) {
+    qx = 0;
+    for (size_t i = 0; i < q_tok->size(); i++)
+      if ((*q_tok)[i] == x) qx = (*q_prob)[i];
+  }
+  if (qx > 0 && sampler.draw(stream) < std::min(1.0, px / qx)) {
+    *accepted = true;
+    return x;
+  }
+  *accepted = false;
+  // The residual max(0, p - q), normalized, in a dense scratch row.
+  for (size_t i = 0; i < p.tokens.size(); i++) dense[(size_t)p.tokens[i]] = p.probs[i] / total;
+  if (has_q) {
+    for (size_t i = 0; i < q_tok->size(); i++) {
+      double& v = dense[(size_t)(*q_tok)[i]];
+      v = std::max(0.0, v - (*q_prob)[i]);
+    }
+  } else {
+    dense[(size_t)x] = 0;  // q is all on x
+  }
+  double mass = 0;
+  for (int32_t t : p.tokens) mass += dense[(size_t)t];
+  int32_t pick = -1;
+  if (mass > 0) {
+    double u = sampler.draw(stream) * mass;
+    for (int32_t t : p.tokens) {
+      const double v = dense[(size_t)t];
+      if (v <= 0) continue;
+      pick = t;
+      u -= v;
+      if (u < 0) break;
+    }
+  }
+  for (int32_t t : p.tokens) dense[(size_t)t] = 0;
+  if (has_q)
+    for (int32_t t : *q_tok) dense[(size_t)t] = 0;
+  dense[(size_t)x] = 0;
+  if (pick < 0) pick = draw_from(p, false, sampler, stream);  // p == q: nothing left over
+  return pick;
+}
+
+// ---- cost model ----
+
+void SpecCost::add_target(size_t tokens, double seconds) {
+  auto it = t_.find(tokens);
+  if (it == t_.end()) t_[tokens] = seconds;
+  else it->second = 0.7 * it->second + 0.3 * seconds;
+}
+
+void SpecCost::add_draft(size_t batch, int32_t k, double seconds) {
+  auto key = std::make_pair(batch, k);
+  auto it = d_.find(key);
+  if (it == d_.end()) d_[key] = seconds;
+  else it->second = 0.7 * it->second + 0.3 * seconds;
+}
+
+bool SpecCost::knows_target(size_t tokens) const { return t_.count(tokens) != 0; }
+
+double SpecCost::target(size_t tokens) const {
+  if (t_.empty()) return -1;
+  auto hi = t_.lower_bound(tokens);
+  if (hi != t_.end() && hi->first == tokens) return hi->second;
+  if (hi == t_.begin()) return hi->second * (double)tokens / (double)hi->first;  // below every point: proportional
+  auto lo = std::prev(hi);
+  if (hi != t_.end()) {  // between two points: linear
+    const double f = (double)(tokens - lo->first) / (double)(hi->first - lo->first);
+    return lo->second + f * (hi->second - lo->second);
+  }
+  // past every point: the slope of the last two, or flat (optimistic: a
+  // step of more tokens is tried once, then known)
+  if (lo == t_.begin()) return lo->second;
+  auto lo2 = std::prev(lo);
+  const double slope = std::max(0.0, (lo->second - lo2->second) / (double)(lo->first - lo2->first));
+  return lo->second + slope * (double)(tokens - lo->first);
+}
+
+double SpecCost::draft(size_t batch, int32_t k) const {
+  auto it = d_.find(std::make_pair(batch, k));
+  if (it != d_.end()) return it->second;
+  // the nearest measured k for this batch, scaled by k
+  double best = -1;
+  int32_t best_k = 0;
+  for (const auto& e : d_)
+    if (e.first.first == batch && (best < 0 || std::abs(e.first.second - k) < std::abs(best_k - k))) {
+      best = e.second;
+      best_k = e.first.second;
+    }
+  if (best >= 0) return best * (double)k / (double)std::max(best_k, 1);
+  return 0;  // unknown: optimistic, measured by the first try
+}
+
+double SpecCost::expected(double alpha, int32_t k) {
+  if (alpha >= 1.0) return (double)k + 1;
+  return (1.0 - std::pow(alpha, (double)k + 1)) / (1.0 - alpha);
+}
+
+int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft) const {
+  const size_t b = alphas.size();
+  const double t1 = target(b);
+  if (t1 <= 0 || !knows_target(b)) return 0;  // measure a plain step first
+  int32_t best = 0;
+  double best_rate = (double)b / t1;
+  for (int32_t k = 1; k <= k_max; k++) {
+    double gain = 0;
+    for (double a : alphas) gain += expected(a, k);
+    const double cost = target(b * (size_t)(k + 1)) + (per_token_draft ? draft(b, k) : draft(b, 1));
+    if (cost > 0 && gain / cost > best_rate) {
+      best_rate = gain / cost;
+      best = k;
+    }
+  }
+  return best;
+}
+
+}  // namespace clade

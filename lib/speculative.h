@@ -1,0 +1,109 @@
+// Speculative decoding for clade_generate_speculative (clade.h,
+// "speculative decoding"): the drafters (the caller's hook, prompt lookup,
+// a draft model that mirrors the prompt tree), the acceptance rule of one
+// row, and the cost model that picks each step's draft length.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "clade/clade.h"
+
+namespace clade {
+
+class Model;
+class Sampler;
+class Tree;
+class Cache;
+struct Node;
+struct BatchItem;
+
+// clade_speculative_params, checked: exactly one drafter.
+struct SpecConfig {
+  clade_draft_fn draft = nullptr;
+  void* user = nullptr;
+  const Model* draft_model = nullptr;
+  int32_t lookup_ngram = 0;
+  int32_t max_draft = 8;
+  bool adaptive = true;
+};
+
+// One live sequence's request in a step, and the drafter's answer.
+struct DraftSeq {
+  size_t index = 0;                            // the sequence's number
+  const std::vector<int32_t>* history = nullptr;  // ends with the pending token
+  size_t n_prompt = 0;
+  size_t n_path = 0;   // history tokens on its leaf's node path
+  int32_t max = 0;     // budget (>= 1)
+  // out: the chain, and for a drafter that samples, each token's
+  // distribution (the kept tokens and their probabilities; empty: the
+  // token was certain, q = 1)
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<int32_t>> q_tokens;
+  std::vector<std::vector<double>> q_probs;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // A sequence starts (its leaf prompt's index) / ends.
+  virtual void admit(size_t /*index*/, size_t /*leaf_prompt*/) {}
+  virtual void finish(size_t /*index*/) {}
+  // Fill each request's chain. Throws Error on a bad answer.
+  virtual void draft(std::vector<DraftSeq*>& seqs) = 0;
+  uint64_t steps = 0;  // draft model decode steps
+};
+
+// The drafters. make_drafter throws Error for a draft model whose
+// vocabulary differs from the target's.
+// prompts / items: the call's prompts and the target tree's batch items
+// (the draft model mirrors them); root_path: the tokens of the call's root
+// node (mirrored above them).
+std::unique_ptr<Drafter> make_drafter(const SpecConfig& c, const Model& target, const clade_prompt* prompts,
+                                      size_t n_prompts, const std::vector<int32_t>& root_path,
+                                      const clade_sampler_params& sp, int32_t max_seqs, int32_t max_tokens);
+
+// The acceptance rule for one row. p: the sampler's distribution of the
+// row (tokens, probabilities; one token with probability 1 when greedy).
+// x: the draft token; q: its drafter's distribution (empty: q(x) = 1).
+// Returns the token to take and sets *accepted when it is x. u1, u2: the
+// stream's next uniform numbers (drawn only when needed).
+struct RowDist {
+  std::vector<int32_t> tokens;
+  std::vector<double> probs;
+};
+// dense: n_vocab zeros (scratch, zero again on return).
+int32_t accept_or_resample(const RowDist& p, int32_t x, const std::vector<int32_t>* q_tok,
+                           const std::vector<double>* q_prob, bool greedy, Sampler& sampler, uint64_t stream,
+                           std::vector<double>& dense, bool* accepted);
+// A draw from p with the stream's next number (greedy: its first token).
+int32_t draw_from(const RowDist& p, bool greedy, Sampler& sampler, uint64_t stream);
+
+// Step costs measured during the call: target steps by total tokens,
+// draft work by batch size; the draft length that maximises predicted
+// tokens per second.
+class SpecCost {
+ public:
+  void add_target(size_t tokens, double seconds);
+  void add_draft(size_t batch, int32_t k, double seconds);  // whole drafting of one step
+  // Predicted seconds of a target step of `tokens` (optimistic where only
+  // one point is known: flat), and of drafting k tokens for batch seqs.
+  double target(size_t tokens) const;
+  double draft(size_t batch, int32_t k) const;
+  bool knows_target(size_t tokens) const;
+  // Expected tokens a sequence gains in a step with k drafts at per-token
+  // acceptance alpha: (1 - alpha^(k+1)) / (1 - alpha).
+  static double expected(double alpha, int32_t k);
+  // The best k in 0..k_max for these acceptance rates; per_token_draft:
+  // drafting cost grows with k (a draft model), else it is per step.
+  int32_t choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft) const;
+
+ private:
+  std::map<size_t, double> t_;                      // EMA seconds by total tokens
+  std::map<std::pair<size_t, int32_t>, double> d_;  // EMA seconds of drafting by (batch, k)
+};
+
+}  // namespace clade
