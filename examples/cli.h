@@ -78,5 +78,6 @@ struct PerplexityResult {
 PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text, int ctx, int max_chunks,
                             const std::function<void(const PerplexityResult&)>& progress);
 int cmd_perplexity(Args& a);
+int cmd_bench_spec(Args& a);  // cli_bench_spec.cpp
 
 }  // namespace cli

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -78,6 +79,44 @@ double measure_gemm(int threads, int m, int n, int k) {
   return best;
 }
 
+// The CPU's model name and the kernel set clade's CPU backend picks on it
+// (lib/cpu/kernels.cpp: AVX-512 with BF16 / VNNI dot products where the CPU
+// has them, unless CLADE_NO_AVX512 is set; else AVX2).
+std::pair<std::string, std::string> cpu_and_kernels() {
+  std::string model = "unknown";
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  std::string k;
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && !std::getenv("CLADE_NO_AVX512");
+  if (avx512) {
+    k = "avx512";
+    std::ifstream f("/proc/cpuinfo");
+    std::string flags;
+    while (std::getline(f, line))
+      if (line.rfind("flags", 0) == 0) {
+        flags = line;
+        break;
+      }
+    if (flags.find(" avx512_bf16") != std::string::npos) k += "+bf16";
+    if (flags.find(" avx512_vnni") != std::string::npos) k += "+vnni";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    k = std::getenv("CLADE_NO_AVX512") ? "avx2 (CLADE_NO_AVX512)" : "avx2";
+  } else {
+    k = "scalar";
+  }
+#else
+  k = "scalar";
+#endif
+  return {model, k};
+}
+
 int bench_machine(Args& a) {
   int threads = (int)std::thread::hardware_concurrency();
   bool csv = false;
@@ -91,10 +130,14 @@ int bench_machine(Args& a) {
   double rbw = measure_read_bandwidth(threads);
   double peak = measure_gemm(threads, 2048, 2048, 2048);
   double dec = measure_gemm(threads, 64, 2816, 1024);
+  const auto ck = cpu_and_kernels();
   if (csv) {
-    std::printf("threads,bandwidth_gb_s,read_bandwidth_gb_s,gemm_gflop_s,gemm_64x2816x1024_gflop_s\n%d,%.1f,%.1f,%.1f,%.1f\n",
-                threads, bw / 1e9, rbw / 1e9, peak / 1e9, dec / 1e9);
+    std::printf("cpu,kernels,threads,bandwidth_gb_s,read_bandwidth_gb_s,gemm_gflop_s,gemm_64x2816x1024_gflop_s\n"
+                "\"%s\",%s,%d,%.1f,%.1f,%.1f,%.1f\n",
+                ck.first.c_str(), ck.second.c_str(), threads, bw / 1e9, rbw / 1e9, peak / 1e9, dec / 1e9);
   } else {
+    std::printf("cpu                             %s\n", ck.first.c_str());
+    std::printf("clade kernels                   %s\n", ck.second.c_str());
     std::printf("threads                         %d\n", threads);
     std::printf("memory bandwidth (triad)        %.1f GB/s\n", bw / 1e9);
     std::printf("memory bandwidth (read only)    %.1f GB/s\n", rbw / 1e9);
@@ -439,7 +482,8 @@ int cmd_bench(Args& a) {
   if (sub == "decode") return bench_decode(a);
   if (sub == "machine") return bench_machine(a);
   if (sub == "prefill") return cmd_bench_prefill(a);
-  Args::die("bench decode|prefill|machine");
+  if (sub == "spec") return cmd_bench_spec(a);
+  Args::die("bench decode|prefill|spec|machine");
 }
 
 }  // namespace cli
