@@ -825,5 +825,179 @@ class GenerateTest(unittest.TestCase):
                 m.generate([[1, 2]], stop=["x"], max_new_tokens=2)
 
 
+class SpeculativeTest(unittest.TestCase):
+    """generate with draft=, draft_model= and lookup= (clade_generate_speculative):
+    greedy output equals plain greedy output, token for token."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(SPM_VOCAB):
+            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+        cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
+        # another random model of the same vocabulary: a (useless but valid) draft model
+        cls.draft = clade.Model(random_model("spm-draft.gguf", "--vocab-from", SPM_VOCAB,
+                                             "--layers", "1", "--seed", "11"), n_threads=1)
+        a = cls.model.tokenize("Once upon a time there was a cat. Once upon a time")
+        b = cls.model.tokenize(" there was", add_special=False)
+        cls.prompts = [a, (b, 0), [1, 5, 9, 5, 9, 5]]  # two leaves
+        cls.kw = dict(max_new_tokens=12, samples=2, temperature=0, ignore_eog=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.model.close()
+        cls.draft.close()
+
+    def plain(self, tree):
+        res = tree.generate(self.prompts, **self.kw)
+        self.assertEqual(len(res), 4)
+        self.assertEqual(res.stats.drafted, 0)
+        self.assertEqual(res.stats.tokens, sum(len(g.tokens) for g in res))
+        return res
+
+    def check_same(self, want, got):
+        self.assertEqual([g.tokens for g in got], [g.tokens for g in want])
+        self.assertEqual([g.text for g in got], [g.text for g in want])
+        self.assertEqual([g.finish for g in got], [g.finish for g in want])
+        st = got.stats
+        self.assertIsInstance(st, clade.GenerationStats)
+        self.assertEqual(st.tokens, sum(len(g.tokens) for g in got))
+        self.assertLessEqual(st.accepted, st.drafted)
+        self.assertLessEqual(st.spec_steps, st.steps)
+
+    def test_lookup(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            for adaptive in (True, False):
+                got = tree.generate(self.prompts, lookup=3, max_draft=4, adaptive=adaptive, **self.kw)
+                self.check_same(want, got)
+                self.assertEqual(got.stats.draft_steps, 0)
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])
+        # a 300-token vocabulary: greedy output soon repeats itself, and
+        # lookup drafts (and gets some accepted)
+        prompts = [[1, 5, 9, 5, 9, 5], [7, 8, 9]]
+        kw = dict(max_new_tokens=40, temperature=0, ignore_eog=True)
+        with clade.Model(random_model("small.gguf", "--vocab", "300"), n_threads=1) as m, \
+                clade.Tree(m, kv_type=clade.KV_F32) as tree:
+            want = tree.generate(prompts, **kw)
+            got = tree.generate(prompts, lookup=3, adaptive=False, **kw)
+            self.check_same(want, got)
+            self.assertGreater(got.stats.accepted, 0)
+            self.assertGreater(got.stats.spec_steps, 0)
+            self.assertLess(got.stats.steps, want.stats.steps)
+            # sampling: another draw of the same distribution, as many tokens
+            kw.update(temperature=0.9, seed=5, samples=2)
+            got = tree.generate(prompts, lookup=3, **kw)
+            self.assertEqual([len(g.tokens) for g in got], [40] * 4)
+            self.assertEqual(got.stats.tokens, 160)
+            self.assertTrue(all(0 <= t < 300 for g in got for t in g.tokens))
+
+    def test_draft_model(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            got = tree.generate(self.prompts, draft_model=self.draft, adaptive=False, max_draft=3,
+                                **self.kw)
+            self.check_same(want, got)
+            self.assertGreater(got.stats.draft_steps, 0)
+            self.assertGreater(got.stats.drafted, 0)
+            # the target as its own draft model: every draft token is accepted
+            got = tree.generate(self.prompts, draft_model=self.model, adaptive=False, **self.kw)
+            self.check_same(want, got)
+            self.assertEqual(got.stats.accepted, got.stats.drafted)
+            self.assertLess(got.stats.steps, got.stats.tokens)
+        # Model.generate passes the options through
+        self.check_same(want, self.model.generate(self.prompts, draft_model=self.draft, **self.kw))
+
+    def test_python_drafter(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            calls = []
+
+            def fixed(seq, history, max_tokens):
+                calls.append((seq, len(history), max_tokens))
+                return [3, 4, 5, 6][:max_tokens]
+
+            got = tree.generate(self.prompts, draft=fixed, adaptive=False, max_draft=4, **self.kw)
+            self.check_same(want, got)
+            self.assertTrue(calls)
+            self.assertEqual({c[0] for c in calls}, {0, 1, 2, 3})
+            self.assertTrue(all(c[2] <= 4 for c in calls))
+            self.assertEqual(got.stats.draft_steps, 0)
+
+            # an oracle: the plain output's continuation, from the history
+            lens = [len(self.prompts[0]) + len(self.prompts[1][0])] * 2 + [len(self.prompts[2])] * 2
+            hist = {}
+
+            def oracle(seq, history, max_tokens):
+                self.assertIsInstance(history, list)
+                hist[seq] = history
+                done = len(history) - lens[seq]  # output tokens so far
+                return want[seq].tokens[done:done + max_tokens]
+
+            got = tree.generate(self.prompts, draft=oracle, adaptive=False, **self.kw)
+            self.check_same(want, got)
+            self.assertEqual(got.stats.accepted, got.stats.drafted)
+            self.assertGreater(got.stats.accepted, 0)
+            self.assertLess(got.stats.steps, got.stats.tokens)
+            self.assertEqual(hist[2][:len(self.prompts[2])], self.prompts[2])
+            self.assertEqual(hist[0][:lens[0]], self.prompts[0] + self.prompts[1][0])
+
+            # None or [] are no draft; generate_stream takes the options too
+            got = tree.generate(self.prompts, draft=lambda s, h, m: None, **self.kw)
+            self.check_same(want, got)
+            self.assertEqual(got.stats.drafted, 0)
+            stream = tree.generate_stream(self.prompts, draft=oracle, **self.kw)
+            texts = [""] * 4
+            for seq, piece in stream:
+                texts[seq] += piece
+            self.check_same(want, stream.results)
+            self.assertEqual(texts, [g.text for g in want])
+
+    def test_drafter_errors(self):
+        nv = self.model.n_vocab
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            for bad, status in [
+                    (lambda s, h, m: [nv], _lib.CLADE_E_TOKEN),
+                    (lambda s, h, m: [1, -5], _lib.CLADE_E_TOKEN),
+                    (lambda s, h, m: [2 ** 40], _lib.CLADE_E_TOKEN),  # no silent wrap to int32
+                    (lambda s, h, m: [1] * (m + 1), _lib.CLADE_E_INVALID_ARG)]:
+                with self.assertRaises(clade.CladeError) as e:
+                    tree.generate(self.prompts, draft=bad, **self.kw)
+                self.assertEqual(e.exception.status, status, e.exception)
+                self.assertEqual(tree.children(clade.Tree.ROOT), [])
+                self.check_same(want, tree.generate(self.prompts, lookup=2, **self.kw))
+            # an exception in the drafter stops the call and comes out as itself
+            n = [0]
+
+            def boom(seq, history, max_tokens):
+                n[0] += 1
+                if n[0] == 3:
+                    raise KeyError("drafter")
+                return []
+
+            with self.assertRaises(KeyError):
+                tree.generate(self.prompts, draft=boom, **self.kw)
+            self.assertEqual(n[0], 3)
+            with self.assertRaises(TypeError):  # not a token
+                tree.generate(self.prompts, draft=lambda s, h, m: [1.5], **self.kw)
+            with self.assertRaises(ZeroDivisionError):
+                list(tree.generate_stream(self.prompts, draft=lambda s, h, m: [1 // 0], **self.kw))
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])
+            self.check_same(want, self.plain(tree))
+            # the library's own argument checks
+            for kw in [dict(lookup=2, draft_model=self.draft), dict(lookup=2, max_draft=0),
+                       dict(lookup=65), dict(lookup=-1)]:
+                with self.assertRaises(clade.CladeError) as e:
+                    tree.generate(self.prompts, **dict(self.kw, **kw))
+                self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG, kw)
+            with clade.Model(random_model("small.gguf", "--vocab", "300"), n_threads=1) as other:
+                with self.assertRaises(clade.CladeError) as e:  # another vocabulary
+                    tree.generate(self.prompts, draft_model=other, **self.kw)
+                self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG)
+            with self.assertRaises(TypeError):
+                tree.generate(self.prompts, draft_model="model.gguf", **self.kw)
+            self.check_same(want, self.plain(tree))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -21,22 +21,33 @@ Failures raise CladeError(status, message); the recoverable states raise
 its subclasses CacheFull, Stopped, KVBudgetExceeded and ContextFull, after
 which nothing has changed.
 
-Callbacks (Tree.set_abort, set_log) are called from C, on whichever thread
-runs the clade call; ctypes takes the GIL for them (clade calls release it).
-An exception raised by an abort callback stops the call and is raised again
-by it; one raised by a log callback is ignored.
+Callbacks (Tree.set_abort, set_log, generate's callback and draft) are
+called from C, on whichever thread runs the clade call; ctypes takes the GIL
+for them (clade calls release it). An exception raised by an abort, generate
+or draft callback stops the call and is raised again by it; one raised by a
+log callback is ignored.
+
+Speculative decoding (clade 1.1): Tree.generate with draft= (a Python
+drafter), draft_model= (a smaller Model of the same vocabulary) or lookup=
+(prompt lookup) runs clade_generate_speculative; greedy output is that of
+plain decoding, token for token:
+
+    res = tree.generate([ids], max_new_tokens=64, temperature=0, lookup=3)
+    print(res[0].text, res.stats.accepted / max(res.stats.drafted, 1))
 """
 
 import atexit
 import collections
 import ctypes
+import operator
 
 from . import _lib
 
 __all__ = [
     "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
     "Model", "Tree", "Cache", "Sampler", "SampleResult", "Detokenizer", "generate",
-    "Prompt", "Generation", "GenerationStream", "STOP_SEQ", "STOP_ALL",
+    "Prompt", "Generation", "GenerationList", "GenerationStats", "GenerationStream",
+    "STOP_SEQ", "STOP_ALL",
     "AppendItem", "AppendResult", "ItemNode",
     "version", "status_string", "set_log", "chat_apply", "chat_templates",
     "KV_F32", "KV_F16", "KV_BF16",
@@ -354,7 +365,9 @@ class Model(_Handle):
         return p.value.decode()
 
     def generate(self, prompts, kv_type=KV_F16, **kw):
-        """Tree.generate on a tree made for the call (see Tree.generate)."""
+        """Tree.generate on a tree made for the call (see Tree.generate; the
+        speculative options draft=, draft_model=, lookup=, max_draft= and
+        adaptive= included)."""
         with Tree(self, kv_type=kv_type) as tree:
             return tree.generate(prompts, **kw)
 
@@ -664,7 +677,9 @@ class Tree(_Handle):
         order. prompts: token lists (independent prompts), or Prompt(tokens,
         parent) / (tokens, parent) pairs where parent is the index of an
         earlier prompt (a tree: a shared prefix evaluated once). Returns a
-        list of Generation(text, tokens, finish, prompt, logprobs).
+        GenerationList: a list of Generation(text, tokens, finish, prompt,
+        logprobs) whose .stats is the call's GenerationStats (steps, tokens,
+        drafted, accepted, times...).
 
         Options: stop (strings, cut from the text), stop_tokens,
         temperature (0: greedy), top_k, top_p, min_p, repeat_penalty, seed,
@@ -677,16 +692,44 @@ class Tree(_Handle):
         sequence (token None and the rest of the text at its end): return
         None to go on, STOP_SEQ to finish that sequence or STOP_ALL to
         finish all (the results are still returned). If it raises, the
-        generation stops (STOP_ALL) and the exception is raised here."""
+        generation stops (STOP_ALL) and the exception is raised here.
+
+        Speculative decoding (clade_generate_speculative): give exactly one
+        drafter, and the call drafts tokens ahead and verifies them in one
+        decode step; greedy output (temperature 0) is token for token that
+        of plain decoding, sampled output has the same distribution.
+          draft: a callable draft(seq, history, max_tokens) -> list of at
+            most max_tokens token ids (empty or None: no draft), called
+            once per live sequence each step, on this thread (the stream's
+            for generate_stream); history is the sequence's prompt path
+            then its output so far, the draft continues after its last
+            token. A token outside the vocabulary fails the call with
+            CladeError CLADE_E_TOKEN, more than max_tokens with
+            CLADE_E_INVALID_ARG; an exception the drafter raises stops the
+            call and is raised here. It must not use this tree. Either way
+            the tree is as before the call.
+          draft_model: a Model of the same vocabulary (a smaller one).
+          lookup: prompt lookup, the longest n-gram (<= lookup) ending the
+            history found earlier in it; its continuation is the draft.
+          max_draft: draft tokens per sequence per step, at most (1..64,
+            default 8).
+          adaptive: True (default): draft lengths, and drafting on or off,
+            follow the measured acceptance and step times; False: always
+            max_draft.
+        Without a drafter, max_draft and adaptive are unused. The other
+        options, the results and the errors are those of plain generate;
+        res.stats.accepted / res.stats.drafted is the acceptance rate."""
         return _generate(self, prompts, callback, max_new_tokens=max_new_tokens,
                          samples=samples, stop=stop, **kw)[0]
 
     def generate_stream(self, prompts, max_new_tokens=128, samples=1, stop=(), **kw):
         """generate() as an iterator of (seq, piece): the text pieces of each
         sequence as they are produced; a GenerationStream, whose .results
-        holds the Generation list once it is exhausted. Stopping early
+        holds the GenerationList once it is exhausted. Stopping early
         (break, then close(), or a with block) stops the generation. The
-        tree must not be used until the stream is exhausted or closed."""
+        tree must not be used until the stream is exhausted or closed. The
+        speculative options of generate() apply (a draft callable then runs
+        on the stream's thread)."""
         kw.update(max_new_tokens=max_new_tokens, samples=samples, stop=stop)
         return GenerationStream(self, prompts, kw)
 
@@ -969,6 +1012,25 @@ finish ("stop_token", "stop_string", "length", "callback" or "aborted"),
 prompt (the index of its leaf prompt) and logprobs (one float per token, or
 None unless logprobs=True)."""
 
+GenerationStats = collections.namedtuple(
+    "GenerationStats",
+    "steps spec_steps tokens drafted accepted draft_steps target_seconds draft_seconds")
+GenerationStats.__doc__ = """Counters of one generate call (clade_generation_stats): steps
+(target decode steps), spec_steps (of them, steps that verified drafts),
+tokens (output tokens), drafted and accepted (draft tokens proposed and
+accepted), draft_steps (draft model decode steps), target_seconds (time in
+target decode steps) and draft_seconds (time drafting: draft model steps,
+lookup, the Python drafter)."""
+
+
+class GenerationList(list):
+    """What Tree.generate returns: a list of Generation, one per sequence,
+    with .stats, the call's GenerationStats (None when the library loaded
+    has no clade_generation_get_stats). It compares equal to a plain list
+    of the same Generations."""
+
+    stats = None
+
 
 def _prompt(x, i):
     if isinstance(x, Prompt):
@@ -988,10 +1050,13 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
               temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=0,
               presence_penalty=0.0, frequency_penalty=0.0, logit_bias=None, penalize_prompt=True,
               logprobs=False, ignore_eog=False, max_live=0, special=False,
-              attention=ATTENTION_AUTO, root=0, first_stream=0):
-    """clade_generate on tree; callback(seq, token, piece) -> None, STOP_SEQ or
-    STOP_ALL, or None. Returns (list of Generation, stopped)."""
-    _need("clade_generate")
+              attention=ATTENTION_AUTO, root=0, first_stream=0,
+              draft=None, draft_model=None, lookup=None, max_draft=8, adaptive=True):
+    """clade_generate on tree (clade_generate_speculative when draft,
+    draft_model or lookup is given); callback(seq, token, piece) -> None,
+    STOP_SEQ or STOP_ALL, or None. Returns (GenerationList, stopped)."""
+    speculative = draft is not None or draft_model is not None or bool(lookup)
+    _need("clade_generate_speculative" if speculative else "clade_generate")
     h = tree._get()
     prompts = [_prompt(x, i) for i, x in enumerate(prompts)]
     arr = (_lib.clade_prompt * max(len(prompts), 1))()
@@ -1056,9 +1121,27 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
                 err[0] = e
                 return STOP_ALL
         gp.callback = _lib.clade_generate_fn(thunk)
+    if speculative:
+        spec = _lib.clade_speculative_params()
+        _lib.clade_speculative_params_init(ctypes.byref(spec))
+        if draft is not None:
+            fn = _lib.clade_draft_fn(_draft_thunk(draft, err))
+            keep.append(fn)
+            spec.draft = fn
+        if draft_model is not None:
+            if not isinstance(draft_model, Model):
+                raise TypeError("draft_model is a clade.Model, not %s" % type(draft_model).__name__)
+            spec.draft_model = draft_model._get()
+        spec.lookup_ngram = lookup or 0
+        spec.max_draft = max_draft
+        spec.adaptive = 1 if adaptive else 0
     out = _lib.clade_generation_p()
     tree._abort_exc[0] = None
-    status = _lib.clade_generate(h, arr, len(prompts), ctypes.byref(gp), ctypes.byref(out))
+    if speculative:
+        status = _lib.clade_generate_speculative(h, arr, len(prompts), ctypes.byref(gp),
+                                                 ctypes.byref(spec), ctypes.byref(out))
+    else:
+        status = _lib.clade_generate(h, arr, len(prompts), ctypes.byref(gp), ctypes.byref(out))
     try:
         if err[0] is not None:
             raise err[0]
@@ -1068,7 +1151,12 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
         if status not in (_lib.CLADE_OK, _lib.CLADE_STOPPED):
             raise _error(status)
         g = out
-        res = []
+        res = GenerationList()
+        if _lib.clade_generation_get_stats is not None:
+            gs = _lib.clade_generation_stats()
+            gs.size = ctypes.sizeof(gs)
+            _check(_lib.clade_generation_get_stats(g, ctypes.byref(gs)))
+            res.stats = GenerationStats(*[getattr(gs, f) for f in GenerationStats._fields])
         n = ctypes.c_size_t(0)
         for i in range(_lib.clade_generation_count(g)):
             text = _lib.clade_generation_text(g, i, ctypes.byref(n))
@@ -1085,6 +1173,37 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
         _lib.clade_generation_free(out)
 
 
+_INT32 = (-2 ** 31, 2 ** 31 - 1)
+
+
+def _draft_thunk(draft, err):
+    """A clade_draft_fn body calling draft(seq, history, max_tokens) once per
+    request. An exception is kept in err[0] and fails the call (-1)."""
+    req = _lib.clade_draft_request
+
+    def thunk(user, requests, n_requests):
+        if err[0] is not None:
+            return -1
+        try:
+            # The library's stride (requests[0].size): the struct may grow.
+            stride = req.from_address(requests).size if n_requests else 0
+            for i in range(n_requests):
+                r = req.from_address(requests + i * stride)
+                got = draft(r.seq, r.history[:r.n_history], r.max_tokens)
+                got = [] if got is None else list(got)
+                for k, t in enumerate(got[:r.max_tokens]):
+                    t = operator.index(t)
+                    # out of int32: -1, which the library refuses (CLADE_E_TOKEN)
+                    r.tokens[k] = t if _INT32[0] <= t <= _INT32[1] else -1
+                # more than max_tokens: the library fails the call (CLADE_E_INVALID_ARG)
+                r.n_tokens = min(len(got), _INT32[1])
+            return 0
+        except BaseException as e:  # nothing may propagate into C
+            err[0] = e
+            return -1
+    return thunk
+
+
 def _parent_index(parent, i):
     if isinstance(parent, ItemNode):
         parent = parent.index
@@ -1098,9 +1217,10 @@ class GenerationStream:
     """The iterator of Tree.generate_stream: yields (seq, piece) as the text
     of sequence seq grows (pieces in order make its text). clade_generate
     runs on a thread of its own, one piece ahead of the consumer at most.
-    After the last piece, .results holds the Generation list and .stopped
-    whether the call was stopped. close() (or leaving a with block, or
-    dropping the iterator) stops the generation: STOP_ALL."""
+    After the last piece, .results holds the GenerationList (its .stats the
+    call's GenerationStats) and .stopped whether the call was stopped.
+    close() (or leaving a with block, or dropping the iterator) stops the
+    generation: STOP_ALL."""
 
     _DONE = object()
 

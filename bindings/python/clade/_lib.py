@@ -42,11 +42,11 @@ lib = ctypes.CDLL(LIBRARY_PATH)
 # ---- version --------------------------------------------------------------
 
 CLADE_VERSION_MAJOR = 1
-CLADE_VERSION_MINOR = 0
+CLADE_VERSION_MINOR = 1
 CLADE_VERSION_PATCH = 0
 CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
                         + CLADE_VERSION_PATCH)
-CLADE_VERSION_STRING = "1.0.0"
+CLADE_VERSION_STRING = "1.1.0"
 CLADE_ABI_MAJOR = 1
 
 
@@ -646,3 +646,71 @@ clade_generation_finish = _fn_opt("clade_generation_finish", c_int, [clade_gener
 # int64_t clade_generation_prompt(const clade_generation *gen, size_t i);
 clade_generation_prompt = _fn_opt("clade_generation_prompt", ctypes.c_int64,
                                   [clade_generation_p, c_size_t])
+
+# ---- speculative decoding (clade 1.1) ---------------------------------------
+
+
+class clade_draft_request(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("seq", c_uint64),
+        ("history", POINTER(clade_token)),
+        ("n_history", c_size_t),
+        ("n_prompt", c_size_t),
+        ("max_tokens", c_int32),
+        ("tokens", POINTER(clade_token)),
+        ("n_tokens", c_int32),
+    ]
+
+
+# typedef int32_t (*clade_draft_fn)(void *user, clade_draft_request *requests,
+#                                   size_t n_requests);
+# requests is a c_void_p: the array's stride is the library's
+# sizeof(clade_draft_request), requests[0].size, which may exceed this one's.
+clade_draft_fn = CFUNCTYPE(c_int32, c_void_p, c_void_p, c_size_t)
+
+
+class clade_speculative_params(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("draft", clade_draft_fn),
+        ("user", c_void_p),
+        ("draft_model", clade_model_p),
+        ("lookup_ngram", c_int32),
+        ("max_draft", c_int32),
+        ("adaptive", c_int32),
+    ]
+
+
+# void clade_speculative_params_init(clade_speculative_params *p);
+clade_speculative_params_init = _fn_opt("clade_speculative_params_init", None,
+                                        [POINTER(clade_speculative_params)])
+# clade_status clade_generate_speculative(
+#     clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
+#     const clade_generate_params *params, const clade_speculative_params *spec,
+#     clade_generation **out);
+clade_generate_speculative = _fn_opt("clade_generate_speculative", clade_status,
+                                     [clade_tree_p, POINTER(clade_prompt), c_size_t,
+                                      POINTER(clade_generate_params),
+                                      POINTER(clade_speculative_params),
+                                      POINTER(clade_generation_p)])
+
+
+class clade_generation_stats(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("steps", c_uint64),
+        ("spec_steps", c_uint64),
+        ("tokens", c_uint64),
+        ("drafted", c_uint64),
+        ("accepted", c_uint64),
+        ("draft_steps", c_uint64),
+        ("target_seconds", ctypes.c_double),
+        ("draft_seconds", ctypes.c_double),
+    ]
+
+
+# clade_status clade_generation_get_stats(const clade_generation *gen,
+#                                         clade_generation_stats *stats);
+clade_generation_get_stats = _fn_opt("clade_generation_get_stats", clade_status,
+                                     [clade_generation_p, POINTER(clade_generation_stats)])
