@@ -18,6 +18,22 @@
 //! # Ok::<(), clade::Error>(())
 //! ```
 //!
+//! Speculative decoding (clade 1.1): [`Tree::generate_speculative`] with a
+//! [`Speculative`] drafter (prompt lookup, a draft model or a closure);
+//! greedy output is that of [`Tree::generate`], token for token:
+//!
+//! ```no_run
+//! # let model = clade::Model::load("model.gguf")?;
+//! # let tree = clade::Tree::new(&model, clade::TreeParams::default())?;
+//! # let prompt = model.tokenize("Once upon a time", true, false)?;
+//! let mut params = clade::GenerateParams::default();
+//! params.sampler.temperature = 0.0;
+//! let mut spec = clade::Speculative::lookup(3);
+//! let (results, stats) = tree.generate_speculative(&[clade::Prompt::new(&prompt)], &params, &mut spec)?;
+//! println!("{} ({} of {} drafts accepted)", results[0].text, stats.accepted, stats.drafted);
+//! # Ok::<(), clade::Error>(())
+//! ```
+//!
 //! Ownership: every handle owns its C object and nothing else. The C
 //! library defers freeing (sqlite's close_v2): a tree keeps its model's
 //! memory alive, a cache its tree's, a detokenizer its model's, until they
@@ -1630,13 +1646,152 @@ unsafe extern "C" fn generate_trampoline(user: *mut c_void, seq: usize, token: T
     }
 }
 
+// ---- speculative decoding (clade_generate_speculative) -------------------------------------
+
+/// The drafter of a [`Speculative`] call.
+pub enum Drafter<'a> {
+    /// Prompt lookup: the longest n-gram (at most this long, 1..=64) that
+    /// ends a sequence's history and occurs earlier in it; the tokens that
+    /// followed that occurrence are the draft.
+    Lookup(i32),
+    /// A draft model with the same vocabulary as the tree's (a smaller
+    /// one); it samples with the call's sampler settings.
+    Model(&'a Model),
+    /// A drafter of the caller's: `f(seq, history, max_tokens)` for each
+    /// live sequence each step, on the calling thread; `history` is the
+    /// sequence's prompt path then its output so far, and the returned
+    /// tokens (at most `max_tokens`; none: no draft) continue after its
+    /// last token. It runs with the tree's lock held: it must not use the
+    /// tree or its caches.
+    Fn(Box<dyn FnMut(u64, &[Token], usize) -> Vec<Token> + 'a>),
+}
+
+impl fmt::Debug for Drafter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Drafter::Lookup(n) => f.debug_tuple("Lookup").field(n).finish(),
+            Drafter::Model(m) => f.debug_tuple("Model").field(&m.as_ptr()).finish(),
+            Drafter::Fn(_) => f.write_str("Fn(..)"),
+        }
+    }
+}
+
+/// Options of [`Tree::generate_speculative`] (clade_speculative_params):
+/// the drafter, and how much it drafts.
+#[derive(Debug)]
+pub struct Speculative<'a> {
+    pub drafter: Drafter<'a>,
+    /// Draft tokens per sequence per step, at most (1..=64; default 8).
+    pub max_draft: i32,
+    /// true (default): draft lengths, and drafting on or off, follow the
+    /// measured acceptance and step times; false: always `max_draft`.
+    pub adaptive: bool,
+}
+
+impl<'a> Speculative<'a> {
+    /// `drafter` with the library's defaults for the rest.
+    pub fn new(drafter: Drafter<'a>) -> Self {
+        let mut c = unsafe { MaybeUninit::<sys::clade_speculative_params>::zeroed().assume_init() };
+        unsafe { sys::clade_speculative_params_init(&mut c) };
+        Speculative { drafter, max_draft: c.max_draft, adaptive: c.adaptive != 0 }
+    }
+    /// Prompt lookup with n-grams of at most `ngram` tokens.
+    pub fn lookup(ngram: i32) -> Self {
+        Speculative::new(Drafter::Lookup(ngram))
+    }
+    /// A draft model of the same vocabulary.
+    pub fn draft_model(model: &'a Model) -> Self {
+        Speculative::new(Drafter::Model(model))
+    }
+    /// A drafter closure: `f(seq, history, max_tokens) -> tokens`.
+    pub fn drafter<F>(f: F) -> Self
+    where
+        F: FnMut(u64, &[Token], usize) -> Vec<Token> + 'a,
+    {
+        Speculative::new(Drafter::Fn(Box::new(f)))
+    }
+    pub fn max_draft(mut self, n: i32) -> Self {
+        self.max_draft = n;
+        self
+    }
+    pub fn adaptive(mut self, on: bool) -> Self {
+        self.adaptive = on;
+        self
+    }
+}
+
+/// Counters of one generation (clade_generation_stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GenerationStats {
+    /// Target decode steps.
+    pub steps: u64,
+    /// Of them, steps that verified drafts.
+    pub spec_steps: u64,
+    /// Output tokens.
+    pub tokens: u64,
+    /// Draft tokens proposed.
+    pub drafted: u64,
+    /// Draft tokens accepted.
+    pub accepted: u64,
+    /// Draft model decode steps.
+    pub draft_steps: u64,
+    /// Time in target decode steps.
+    pub target_seconds: f64,
+    /// Time drafting (draft model steps, lookup, a drafter closure).
+    pub draft_seconds: f64,
+}
+
+struct DraftSlot<'f> {
+    f: &'f mut dyn FnMut(u64, &[Token], usize) -> Vec<Token>,
+    /// A panic of `f`, resumed once C has returned.
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+unsafe extern "C" fn draft_trampoline(user: *mut c_void, requests: *mut sys::clade_draft_request,
+                                      n_requests: usize) -> i32 {
+    // SAFETY: `user` is the DraftSlot of the running generate_speculative,
+    // called on its own thread during the call only.
+    let slot = &mut *(user as *mut DraftSlot<'_>);
+    if slot.panic.is_some() {
+        return -1;
+    }
+    if n_requests == 0 {
+        return 0;
+    }
+    // The array's stride is the library's sizeof(clade_draft_request),
+    // requests[0].size: the struct may grow.
+    let stride = (*requests).size;
+    let f = &mut slot.f;
+    // No unwinding across C: catch, fail the call, resume after it.
+    let r = panic::catch_unwind(AssertUnwindSafe(|| {
+        for i in 0..n_requests {
+            let r = &mut *((requests as *mut u8).add(i * stride) as *mut sys::clade_draft_request);
+            let history =
+                if r.n_history == 0 { &[][..] } else { std::slice::from_raw_parts(r.history, r.n_history) };
+            let max = r.max_tokens.max(0) as usize;
+            let got = f(r.seq, history, max);
+            // More than max_tokens: only max_tokens are written, and the
+            // library fails the call (n_tokens out of range).
+            ptr::copy_nonoverlapping(got.as_ptr(), r.tokens, got.len().min(max));
+            r.n_tokens = got.len().min(i32::MAX as usize) as i32;
+        }
+    }));
+    match r {
+        Ok(()) => 0,
+        Err(p) => {
+            slot.panic = Some(p);
+            -1
+        }
+    }
+}
+
 impl Tree {
     /// Generate from prompts in one call (clade_generate): n_samples
     /// sequences under each leaf prompt, numbered leaf by leaf in prompt
     /// order. The results come back also when the tree's abort callback
     /// stopped the call (FinishReason::Aborted).
     pub fn generate(&self, prompts: &[Prompt<'_>], params: &GenerateParams) -> Result<Vec<Generation>> {
-        self.generate_impl(prompts, params, None)
+        self.generate_impl(prompts, params, None, None).map(|(r, _)| r)
     }
 
     /// As [`Tree::generate`], streaming: `f(seq, Some(token), piece)` for
@@ -1653,15 +1808,47 @@ impl Tree {
         F: FnMut(usize, Option<Token>, &str) -> Flow,
     {
         let mut slot = StreamSlot { f: &mut f, panic: None };
-        let r = self.generate_impl(prompts, params, Some(&mut slot));
+        let r = self.generate_impl(prompts, params, Some(&mut slot), None);
+        if let Some(p) = slot.panic.take() {
+            panic::resume_unwind(p);
+        }
+        r.map(|(r, _)| r)
+    }
+
+    /// [`Tree::generate`] with speculative decoding
+    /// (clade_generate_speculative): each step `spec`'s drafter proposes
+    /// tokens after every live sequence and one decode step verifies them.
+    /// Greedy output (temperature 0) is token for token that of
+    /// [`Tree::generate`]; sampled output has the same distribution. Returns
+    /// the results and the call's counters. A drafter's token outside the
+    /// vocabulary fails the call with [`ErrorKind::Token`], more than
+    /// `max_tokens` of them with [`ErrorKind::InvalidArg`]; a panic in a
+    /// [`Drafter::Fn`] stops the call and is resumed once C has returned.
+    /// Either way the tree is as before the call.
+    pub fn generate_speculative(&self, prompts: &[Prompt<'_>], params: &GenerateParams, spec: &mut Speculative<'_>)
+        -> Result<(Vec<Generation>, GenerationStats)> {
+        self.generate_impl(prompts, params, None, Some(spec))
+    }
+
+    /// [`Tree::generate_speculative`] with streaming, as
+    /// [`Tree::generate_stream`].
+    pub fn generate_speculative_stream<F>(&self, prompts: &[Prompt<'_>], params: &GenerateParams,
+                                          spec: &mut Speculative<'_>, mut f: F)
+        -> Result<(Vec<Generation>, GenerationStats)>
+    where
+        F: FnMut(usize, Option<Token>, &str) -> Flow,
+    {
+        let mut slot = StreamSlot { f: &mut f, panic: None };
+        let r = self.generate_impl(prompts, params, Some(&mut slot), Some(spec));
         if let Some(p) = slot.panic.take() {
             panic::resume_unwind(p);
         }
         r
     }
 
-    fn generate_impl(&self, prompts: &[Prompt<'_>], params: &GenerateParams, slot: Option<&mut StreamSlot<'_>>)
-        -> Result<Vec<Generation>> {
+    fn generate_impl(&self, prompts: &[Prompt<'_>], params: &GenerateParams, slot: Option<&mut StreamSlot<'_>>,
+                     spec: Option<&mut Speculative<'_>>)
+        -> Result<(Vec<Generation>, GenerationStats)> {
         let mut raw = Vec::with_capacity(prompts.len());
         for (i, p) in prompts.iter().enumerate() {
             let parent = match p.parent {
@@ -1718,9 +1905,31 @@ impl Tree {
         gp.special = params.special as i32;
         gp.root = params.root;
         gp.first_stream = params.first_stream;
+        let mut draft_slot = None;
+        let sp = spec.map(|spec| {
+            let mut c = unsafe { MaybeUninit::<sys::clade_speculative_params>::zeroed().assume_init() };
+            unsafe { sys::clade_speculative_params_init(&mut c) };
+            match &mut spec.drafter {
+                Drafter::Lookup(n) => c.lookup_ngram = *n,
+                Drafter::Model(m) => c.draft_model = m.as_ptr(),
+                Drafter::Fn(f) => {
+                    let ds = draft_slot.insert(DraftSlot { f: &mut **f, panic: None });
+                    c.draft = Some(draft_trampoline);
+                    c.user = ds as *mut DraftSlot<'_> as *mut c_void;
+                }
+            }
+            c.max_draft = spec.max_draft;
+            c.adaptive = spec.adaptive as i32;
+            c
+        });
         let mut out: *mut sys::clade_generation = ptr::null_mut();
         let g = self.shared.guard();
-        let st = unsafe { sys::clade_generate(self.as_ptr(), raw.as_ptr(), raw.len(), &gp, &mut out) };
+        let st = unsafe {
+            match &sp {
+                Some(c) => sys::clade_generate_speculative(self.as_ptr(), raw.as_ptr(), raw.len(), &gp, c, &mut out),
+                None => sys::clade_generate(self.as_ptr(), raw.as_ptr(), raw.len(), &gp, &mut out),
+            }
+        };
         let err = if st == sys::CLADE_OK || st == sys::CLADE_STOPPED { None } else { Some(Error::last(st)) };
         // SAFETY: lock held.
         let caught = unsafe {
@@ -1729,14 +1938,37 @@ impl Tree {
         };
         drop(g);
         let results = unsafe { read_generation(out, params.logprobs) };
+        let stats = unsafe { read_stats(out) };
         unsafe { sys::clade_generation_free(out) };
-        if let Some(p) = caught {
+        if let Some(p) = draft_slot.and_then(|d| d.panic).or(caught) {
             panic::resume_unwind(p);
         }
         match err {
             Some(e) => Err(e),
-            None => Ok(results),
+            None => Ok((results, stats)),
         }
+    }
+}
+
+/// The counters of a clade_generation (NULL or an error: zeros).
+unsafe fn read_stats(g: *const sys::clade_generation) -> GenerationStats {
+    if g.is_null() {
+        return GenerationStats::default();
+    }
+    let mut s = sys::clade_generation_stats { size: std::mem::size_of::<sys::clade_generation_stats>(),
+                                              ..Default::default() };
+    if sys::clade_generation_get_stats(g, &mut s) != sys::CLADE_OK {
+        return GenerationStats::default();
+    }
+    GenerationStats {
+        steps: s.steps,
+        spec_steps: s.spec_steps,
+        tokens: s.tokens,
+        drafted: s.drafted,
+        accepted: s.accepted,
+        draft_steps: s.draft_steps,
+        target_seconds: s.target_seconds,
+        draft_seconds: s.draft_seconds,
     }
 }
 

@@ -8,11 +8,11 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- version ---------------------------------------------------------------
 
 pub const CLADE_VERSION_MAJOR: c_int = 1;
-pub const CLADE_VERSION_MINOR: c_int = 0;
+pub const CLADE_VERSION_MINOR: c_int = 1;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "1.0.0";
+pub const CLADE_VERSION_STRING: &str = "1.1.0";
 /// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
 pub const CLADE_ABI_MAJOR: c_int = 1;
 
@@ -317,6 +317,53 @@ pub const CLADE_FINISH_ABORTED: clade_finish_reason = 5;
 #[repr(C)]
 pub struct clade_generation {
     _private: [u8; 0],
+}
+
+// ---- speculative decoding (clade 1.1) ------------------------------------------
+
+/// The library fills `size` with its own sizeof, which is also the stride of
+/// the array a clade_draft_fn receives (it may exceed this struct's).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_draft_request {
+    pub size: usize,
+    pub seq: u64,
+    pub history: *const clade_token,
+    pub n_history: usize,
+    pub n_prompt: usize,
+    pub max_tokens: i32,
+    pub tokens: *mut clade_token,
+    pub n_tokens: i32,
+}
+
+// typedef int32_t (*clade_draft_fn)(void *user, clade_draft_request *requests, size_t n_requests);
+pub type clade_draft_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, requests: *mut clade_draft_request, n_requests: usize) -> i32>;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct clade_speculative_params {
+    pub size: usize,
+    pub draft: clade_draft_fn,
+    pub user: *mut c_void,
+    pub draft_model: *mut clade_model,
+    pub lookup_ngram: i32,
+    pub max_draft: i32,
+    pub adaptive: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct clade_generation_stats {
+    pub size: usize,
+    pub steps: u64,
+    pub spec_steps: u64,
+    pub tokens: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub draft_steps: u64,
+    pub target_seconds: f64,
+    pub draft_seconds: f64,
 }
 
 // ---- functions -----------------------------------------------------------------
@@ -656,6 +703,25 @@ extern "C" {
     pub fn clade_generation_finish(gen: *const clade_generation, i: usize) -> clade_finish_reason;
     // int64_t clade_generation_prompt(const clade_generation *gen, size_t i);
     pub fn clade_generation_prompt(gen: *const clade_generation, i: usize) -> i64;
+
+    // void clade_speculative_params_init(clade_speculative_params *p);
+    pub fn clade_speculative_params_init(p: *mut clade_speculative_params);
+    // clade_status clade_generate_speculative(
+    //     clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
+    //     const clade_generate_params *params, const clade_speculative_params *spec,
+    //     clade_generation **out);
+    pub fn clade_generate_speculative(
+        tree: *mut clade_tree,
+        prompts: *const clade_prompt,
+        n_prompts: usize,
+        params: *const clade_generate_params,
+        spec: *const clade_speculative_params,
+        out: *mut *mut clade_generation,
+    ) -> clade_status;
+    // clade_status clade_generation_get_stats(const clade_generation *gen,
+    //                                         clade_generation_stats *stats);
+    pub fn clade_generation_get_stats(gen: *const clade_generation, stats: *mut clade_generation_stats)
+        -> clade_status;
 }
 
 #[cfg(test)]
@@ -680,6 +746,9 @@ mod layout {
         assert_eq!(size_of::<clade_logit_bias>(), 8);
         assert_eq!(size_of::<clade_prompt>(), 24);
         assert_eq!(size_of::<clade_generate_params>(), 104);
+        assert_eq!(size_of::<clade_draft_request>(), 64);
+        assert_eq!(size_of::<clade_speculative_params>(), 48);
+        assert_eq!(size_of::<clade_generation_stats>(), 72);
         assert_eq!(align_of::<clade_model_info>(), 8);
     }
 

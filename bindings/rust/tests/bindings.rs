@@ -924,3 +924,162 @@ fn generate_callback_stops_and_errors() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unsupported); // no tokenizer: no stop strings
 }
+
+// ---- speculative decoding (clade_generate_speculative) --------------------------------------
+
+/// Prompts with two leaves and greedy parameters, on the 300-token model
+/// (its greedy output soon repeats itself, so prompt lookup drafts).
+fn spec_setup() -> (Vec<Vec<Token>>, clade::GenerateParams) {
+    let mut p = clade::GenerateParams::default();
+    p.max_new_tokens = 40;
+    p.n_samples = 2;
+    p.ignore_eog = true;
+    p.sampler.temperature = 0.0;
+    (vec![vec![1, 5, 9, 5, 9, 5], vec![7, 8, 9]], p)
+}
+
+fn assert_same(want: &[clade::Generation], got: &[clade::Generation], stats: &clade::GenerationStats) {
+    assert_eq!(got, want);
+    assert_eq!(stats.tokens, got.iter().map(|g| g.tokens.len() as u64).sum::<u64>());
+    assert!(stats.accepted <= stats.drafted, "{stats:?}");
+    assert!(stats.spec_steps <= stats.steps, "{stats:?}");
+}
+
+#[test]
+fn speculative_lookup_and_draft_model_equal_greedy() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    for adaptive in [true, false] {
+        let mut spec = Speculative::lookup(3).max_draft(4).adaptive(adaptive);
+        let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+        assert_same(&want, &got, &stats);
+        assert_eq!(stats.draft_steps, 0);
+        if !adaptive {
+            assert!(stats.accepted > 0, "{stats:?}");
+            assert!(stats.steps < stats.tokens / 2, "{stats:?}");
+        }
+    }
+    // another random model of the same vocabulary as the draft model
+    let draft = Model::load_with(random_model("small-draft.gguf", &["--vocab", "300", "--layers", "1", "--seed", "11"]),
+                                 &ModelParams { n_threads: 1, ..ModelParams::default() })
+        .unwrap();
+    let mut spec = Speculative::draft_model(&draft).max_draft(3).adaptive(false);
+    let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+    assert_same(&want, &got, &stats);
+    assert!(stats.draft_steps > 0 && stats.drafted > 0, "{stats:?}");
+    // the target as its own draft model: every draft token is accepted
+    let mut spec = Speculative::draft_model(&m).adaptive(false);
+    let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+    assert_same(&want, &got, &stats);
+    assert_eq!(stats.accepted, stats.drafted);
+    assert!(stats.steps < stats.tokens, "{stats:?}");
+    // streaming: the same tokens, one final call per sequence
+    let mut finals = vec![0; 4];
+    let (got, _) = tree
+        .generate_speculative_stream(&prompts, &params, &mut Speculative::lookup(2), |seq, tok, _| {
+            if tok.is_none() {
+                finals[seq] += 1;
+            }
+            clade::Flow::Continue
+        })
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(finals, vec![1; 4]);
+    assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+}
+
+#[test]
+fn speculative_closure_drafter() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    // a fixed guess: (almost) never accepted, the output is the same
+    let mut calls = Vec::new();
+    let mut spec = Speculative::drafter(|seq, history: &[Token], max| {
+        calls.push((seq, history.len(), max));
+        vec![3, 4, 5, 6].into_iter().take(max).collect()
+    })
+    .max_draft(4)
+    .adaptive(false);
+    let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+    drop(spec);
+    assert_same(&want, &got, &stats);
+    assert_eq!(stats.draft_steps, 0);
+    let mut seqs: Vec<u64> = calls.iter().map(|c| c.0).collect();
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs, vec![0, 1, 2, 3]);
+    assert!(calls.iter().all(|c| c.2 >= 1 && c.2 <= 4));
+    // an oracle: the plain output's continuation; all accepted
+    let lens: Vec<usize> = (0..4).map(|s| pr[s / 2].len()).collect();
+    let mut spec = Speculative::drafter(|seq, history: &[Token], max| {
+        let s = seq as usize;
+        assert_eq!(history[..lens[s]], pr[s / 2][..]);
+        let done = history.len() - lens[s];
+        want[s].tokens.iter().skip(done).take(max).copied().collect()
+    })
+    .adaptive(false);
+    let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+    assert_same(&want, &got, &stats);
+    assert!(stats.accepted > 0 && stats.accepted == stats.drafted, "{stats:?}");
+    assert!(stats.steps < stats.tokens / 4, "{stats:?}");
+    // the same Speculative twice
+    let (again, _) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+    assert_eq!(again, want);
+}
+
+#[test]
+fn speculative_drafter_errors_and_panics() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    let nv = m.n_vocab() as Token;
+    let check_usable = || {
+        assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+        let (got, _) = tree.generate_speculative(&prompts, &params, &mut Speculative::lookup(2)).unwrap();
+        assert_eq!(got, want);
+    };
+    let cases: Vec<(Speculative, ErrorKind)> = vec![
+        (Speculative::drafter(|_, _, _| vec![nv]), ErrorKind::Token),
+        (Speculative::drafter(|_, _, _| vec![1, -5]), ErrorKind::Token),
+        (Speculative::drafter(|_, _, max| vec![1; max + 1]), ErrorKind::InvalidArg),
+        (Speculative::lookup(2).max_draft(0), ErrorKind::InvalidArg),
+        (Speculative::lookup(65), ErrorKind::InvalidArg),
+        (Speculative::lookup(0), ErrorKind::InvalidArg), // no drafter
+    ];
+    for (mut spec, kind) in cases {
+        let e = tree.generate_speculative(&prompts, &params, &mut spec).unwrap_err();
+        assert_eq!(e.kind, kind, "{spec:?}: {e}");
+        check_usable();
+    }
+    let other = Model::load_with(random_model("spec-vocab.gguf", &["--vocab", "301"]),
+                                 &ModelParams { n_threads: 1, ..ModelParams::default() })
+        .unwrap();
+    let e = tree.generate_speculative(&prompts, &params, &mut Speculative::draft_model(&other)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArg); // another vocabulary
+    // a panic stops the call, is resumed after it, and leaves the tree usable
+    let mut calls = 0;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut spec = Speculative::drafter(|_, _, _| {
+            calls += 1;
+            if calls == 3 {
+                panic!("drafter boom");
+            }
+            Vec::new()
+        });
+        tree.generate_speculative(&prompts, &params, &mut spec)
+    }));
+    assert_eq!(*caught.unwrap_err().downcast::<&str>().unwrap(), "drafter boom");
+    assert_eq!(calls, 3);
+    check_usable();
+}
