@@ -6,12 +6,15 @@ package clade
 /*
 #include <stddef.h>
 #include <stdint.h>
+#include <clade/clade.h>
 */
 import "C"
 
 import (
+	"math"
 	"runtime/cgo"
 	"sync"
+	"unsafe"
 )
 
 // cladeGoAbort runs the abort callback behind a cgo.Handle (Tree.SetAbort).
@@ -99,4 +102,52 @@ func cladeGoGenerate(handle C.uintptr_t, seq C.size_t, token C.int32_t, text *C.
 		piece = C.GoStringN(text, C.int(n))
 	}
 	return C.int32_t(st.f(int(seq), Token(token), piece))
+}
+
+// cladeGoDraft runs a Go drafter behind a cgo.Handle (SpeculativeParams.Draft)
+// once per request, on the goroutine that made the call, which holds the
+// tree's mutex. A panic is recovered, fails the call (-1) and is raised
+// again once C has returned.
+//
+//export cladeGoDraft
+func cladeGoDraft(handle C.uintptr_t, requests *C.clade_draft_request, n C.size_t) (ret C.int32_t) {
+	st := cgo.Handle(handle).Value().(*draftState)
+	if st.panicked {
+		return -1
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			st.panicked, st.value = true, r
+			ret = -1
+		}
+	}()
+	if n == 0 {
+		return 0
+	}
+	// The array's stride is the library's sizeof(clade_draft_request),
+	// requests[0].size: the struct may grow.
+	stride := uintptr(requests.size)
+	for i := uintptr(0); i < uintptr(n); i++ {
+		r := (*C.clade_draft_request)(unsafe.Add(unsafe.Pointer(requests), i*stride))
+		history := make([]Token, int(r.n_history))
+		if len(history) > 0 {
+			copy(history, unsafe.Slice((*Token)(unsafe.Pointer(r.history)), len(history)))
+		}
+		max := int(r.max_tokens)
+		got := st.f(uint64(r.seq), history, max)
+		// More than maxTokens: only maxTokens are written, and the library
+		// fails the call (n_tokens out of range).
+		if k := len(got); k > 0 && max > 0 {
+			if k > max {
+				k = max
+			}
+			copy(unsafe.Slice((*Token)(unsafe.Pointer(r.tokens)), max), got[:k])
+		}
+		if len(got) > math.MaxInt32 {
+			r.n_tokens = math.MaxInt32
+		} else {
+			r.n_tokens = C.int32_t(len(got))
+		}
+	}
+	return 0
 }

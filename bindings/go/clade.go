@@ -29,10 +29,20 @@
 //	}
 //	results, err := st.Wait()
 //
-// Callbacks (Tree.SetAbort, SetLog, GenerateFunc's) are Go funcs called
-// from C. C never sees a Go pointer: it gets a runtime/cgo.Handle (abort,
-// generate) or nothing at all (log, kept in a package variable), and fixed C
-// trampolines call the exported Go functions in callbacks.go.
+// Speculative decoding (clade 1.1): GenerateParams.Speculative picks a
+// drafter (prompt lookup, a draft model or a Go func) and the same calls run
+// clade_generate_speculative; greedy output is that of plain decoding, token
+// for token. GenerateWithStats returns the call's counters too:
+//
+//	params.Sampler.Temperature = 0
+//	params.Speculative = &clade.SpeculativeParams{Lookup: 3, MaxDraft: 8, Adaptive: true}
+//	results, stats, err := tree.GenerateWithStats(prompts, &params, nil)
+//
+// Callbacks (Tree.SetAbort, SetLog, GenerateFunc's, SpeculativeParams.Draft)
+// are Go funcs called from C. C never sees a Go pointer: it gets a
+// runtime/cgo.Handle (abort, generate, draft) or nothing at all (log, kept in
+// a package variable), and fixed C trampolines call the exported Go functions
+// in callbacks.go.
 package clade
 
 /*
@@ -45,6 +55,7 @@ package clade
 extern int32_t cladeGoAbort(uintptr_t handle);
 extern void cladeGoLog(int level, char *message);
 extern int32_t cladeGoGenerate(uintptr_t handle, size_t seq, int32_t token, char *text, size_t len);
+extern int32_t cladeGoDraft(uintptr_t handle, clade_draft_request *requests, size_t n_requests);
 
 static int32_t clade_go_abort_trampoline(void *user) { return cladeGoAbort((uintptr_t)user); }
 
@@ -66,6 +77,16 @@ static int32_t clade_go_generate_trampoline(void *user, size_t seq, clade_token 
 // handle 0: no streaming.
 static void clade_go_set_generate_callback(clade_generate_params *p, uintptr_t handle) {
 	p->callback = handle ? clade_go_generate_trampoline : NULL;
+	p->user = (void *)handle;
+}
+
+static int32_t clade_go_draft_trampoline(void *user, clade_draft_request *requests, size_t n_requests) {
+	return cladeGoDraft((uintptr_t)user, requests, n_requests);
+}
+
+// handle 0: no drafter of the caller's.
+static void clade_go_set_draft(clade_speculative_params *p, uintptr_t handle) {
+	p->draft = handle ? clade_go_draft_trampoline : NULL;
 	p->user = (void *)handle;
 }
 
@@ -1644,6 +1665,65 @@ type GenerateParams struct {
 	Attention    int
 	Root         NodeID // the node prompts with NoParent go under
 	FirstStream  uint64 // sequence i draws on stream FirstStream + i
+	// Speculative, if not nil, drafts tokens ahead and verifies them
+	// (clade_generate_speculative); nil: plain decoding (clade_generate).
+	Speculative *SpeculativeParams
+}
+
+// SpeculativeParams are clade_speculative_params: exactly one drafter of
+// Draft, DraftModel and Lookup, and how much it drafts. Start from
+// DefaultSpeculativeParams (MaxDraft 0 is out of range).
+type SpeculativeParams struct {
+	// Draft is a drafter of the caller's: called for each live sequence
+	// each step, on the goroutine running the call (with the tree's mutex
+	// held: it must not use the tree or its caches). history is the
+	// sequence's prompt path then its output so far (a copy); the returned
+	// tokens (at most maxTokens; none: no draft) continue after its last
+	// token. A token outside the vocabulary fails the call with
+	// StatusToken, more than maxTokens with StatusInvalidArg; a panic stops
+	// the call and is raised again after it. Either way the tree is as
+	// before the call.
+	Draft func(seq uint64, history []Token, maxTokens int) []Token
+	// DraftModel is a draft model with the tree's vocabulary (a smaller
+	// one); it samples with the call's sampler settings.
+	DraftModel *Model
+	// Lookup > 0 is prompt lookup: the longest n-gram (at most Lookup
+	// tokens, <= 64) ending a sequence's history found earlier in it; the
+	// tokens that followed it are the draft.
+	Lookup int
+	// MaxDraft is the most draft tokens per sequence per step (1..64).
+	MaxDraft int
+	// Adaptive: draft lengths, and drafting on or off, follow the measured
+	// acceptance and step times; false: always MaxDraft.
+	Adaptive bool
+}
+
+// DefaultSpeculativeParams are the library's defaults (no drafter yet:
+// set one of Draft, DraftModel, Lookup).
+func DefaultSpeculativeParams() SpeculativeParams {
+	var p C.clade_speculative_params
+	C.clade_speculative_params_init(&p)
+	return SpeculativeParams{Lookup: int(p.lookup_ngram), MaxDraft: int(p.max_draft), Adaptive: p.adaptive != 0}
+}
+
+// GenerationStats are the counters of one generation
+// (clade_generation_stats).
+type GenerationStats struct {
+	Steps         uint64  // target decode steps
+	SpecSteps     uint64  // of them, steps that verified drafts
+	Tokens        uint64  // output tokens
+	Drafted       uint64  // draft tokens proposed
+	Accepted      uint64  // draft tokens accepted
+	DraftSteps    uint64  // draft model decode steps
+	TargetSeconds float64 // time in target decode steps
+	DraftSeconds  float64 // time drafting (draft model, lookup, Draft)
+}
+
+// draftState is what a Go drafter's cgo.Handle refers to.
+type draftState struct {
+	f        func(seq uint64, history []Token, maxTokens int) []Token
+	panicked bool
+	value    interface{}
 }
 
 // DefaultGenerateParams are the library's defaults.
@@ -1706,6 +1786,16 @@ func (t *Tree) Generate(prompts []Prompt, params *GenerateParams) ([]Generation,
 // held: it must not use the tree or its caches.
 func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 	f func(seq int, token Token, piece string) Flow) ([]Generation, error) {
+	res, _, err := t.GenerateWithStats(prompts, params, f)
+	return res, err
+}
+
+// GenerateWithStats is GenerateFunc (f may be nil: no streaming) that also
+// returns the call's counters: steps, tokens, and with params.Speculative
+// the draft tokens proposed and accepted.
+func (t *Tree) GenerateWithStats(prompts []Prompt, params *GenerateParams,
+	f func(seq int, token Token, piece string) Flow) ([]Generation, GenerationStats, error) {
+	var stats GenerationStats
 	gp := DefaultGenerateParams()
 	if params != nil {
 		gp = *params
@@ -1726,7 +1816,7 @@ func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 	cp := (*[1 << 26]C.clade_prompt)(alloc(uintptr(max1(np)) * unsafe.Sizeof(C.clade_prompt{})))
 	for i, pr := range prompts {
 		if pr.Parent != NoParent && (pr.Parent < 0 || pr.Parent >= i) {
-			return nil, &Error{Status: StatusInvalidArg,
+			return nil, stats, &Error{Status: StatusInvalidArg,
 				Msg: fmt.Sprintf("prompt %d: parent %d is not an earlier prompt", i, pr.Parent)}
 		}
 		cp[i].parent = C.int32_t(pr.Parent)
@@ -1771,7 +1861,7 @@ func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 		ss := (*[1 << 26]*C.char)(alloc(uintptr(n) * unsafe.Sizeof((*C.char)(nil))))
 		for i, x := range gp.StopStrings {
 			if strings.IndexByte(x, 0) >= 0 {
-				return nil, &Error{Status: StatusInvalidArg, Msg: "a stop string contains a NUL byte"}
+				return nil, stats, &Error{Status: StatusInvalidArg, Msg: "a stop string contains a NUL byte"}
 			}
 			ss[i] = C.CString(x)
 			allocs = append(allocs, unsafe.Pointer(ss[i]))
@@ -1789,12 +1879,36 @@ func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 		defer h.Delete()
 		C.clade_go_set_generate_callback(p, C.uintptr_t(h))
 	}
+	var spec *C.clade_speculative_params
+	var draft *draftState
+	if sg := gp.Speculative; sg != nil {
+		spec = (*C.clade_speculative_params)(alloc(unsafe.Sizeof(C.clade_speculative_params{})))
+		C.clade_speculative_params_init(spec)
+		if sg.Draft != nil {
+			draft = &draftState{f: sg.Draft}
+			h := cgo.NewHandle(draft)
+			defer h.Delete()
+			C.clade_go_set_draft(spec, C.uintptr_t(h))
+		}
+		if sg.DraftModel != nil {
+			mp, err := sg.DraftModel.ptr()
+			if err != nil {
+				return nil, stats, err
+			}
+			spec.draft_model = mp
+			defer runtime.KeepAlive(sg.DraftModel)
+		}
+		spec.lookup_ngram, spec.max_draft, spec.adaptive = C.int32_t(sg.Lookup), C.int32_t(sg.MaxDraft), cbool(sg.Adaptive)
+	}
 	var out *C.clade_generation
 	err := t.abortable(func() error {
 		if t.p == nil {
 			return closedErr("tree")
 		}
 		st, err := call(false, func() C.clade_status {
+			if spec != nil {
+				return C.clade_generate_speculative(t.p, &cp[0], C.size_t(np), p, spec, &out)
+			}
 			return C.clade_generate(t.p, &cp[0], C.size_t(np), p, &out)
 		})
 		if st == StatusStopped {
@@ -1806,8 +1920,18 @@ func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 	if state != nil && state.panicked {
 		panic(state.value)
 	}
+	if draft != nil && draft.panicked {
+		panic(draft.value)
+	}
 	if err != nil {
-		return nil, err
+		return nil, stats, err
+	}
+	var cs C.clade_generation_stats
+	cs.size = C.size_t(unsafe.Sizeof(cs))
+	if C.clade_generation_get_stats(out, &cs) == C.CLADE_OK {
+		stats = GenerationStats{Steps: uint64(cs.steps), SpecSteps: uint64(cs.spec_steps), Tokens: uint64(cs.tokens),
+			Drafted: uint64(cs.drafted), Accepted: uint64(cs.accepted), DraftSteps: uint64(cs.draft_steps),
+			TargetSeconds: float64(cs.target_seconds), DraftSeconds: float64(cs.draft_seconds)}
 	}
 	n := int(C.clade_generation_count(out))
 	res := make([]Generation, n)
@@ -1837,7 +1961,7 @@ func (t *Tree) GenerateFunc(prompts []Prompt, params *GenerateParams,
 		res[i].Finish = int(C.clade_generation_finish(out, ci))
 		res[i].Prompt = int(C.clade_generation_prompt(out, ci))
 	}
-	return res, nil
+	return res, stats, nil
 }
 
 func cbool(b bool) C.int32_t {
@@ -1863,6 +1987,7 @@ type Stream struct {
 	once    sync.Once
 	done    chan struct{}
 	results []Generation
+	stats   GenerationStats
 	err     error
 }
 
@@ -1875,7 +2000,7 @@ func (t *Tree) GenerateStream(prompts []Prompt, params *GenerateParams) *Stream 
 	go func() {
 		defer close(s.done)
 		defer close(ch)
-		s.results, s.err = t.GenerateFunc(prompts, params, func(seq int, _ Token, piece string) Flow {
+		s.results, s.stats, s.err = t.GenerateWithStats(prompts, params, func(seq int, _ Token, piece string) Flow {
 			if piece != "" {
 				select {
 				case ch <- Piece{Seq: seq, Text: piece}:
@@ -1907,6 +2032,13 @@ func (s *Stream) Wait() ([]Generation, error) {
 	}
 	<-s.done
 	return s.results, s.err
+}
+
+// Stats are the generation's counters (GenerateWithStats), once Wait has
+// returned.
+func (s *Stream) Stats() GenerationStats {
+	<-s.done
+	return s.stats
 }
 
 // ---- generate ------------------------------------------------------------------

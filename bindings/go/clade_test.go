@@ -1359,3 +1359,218 @@ func TestGenerateCallbackStopsAndErrors(t *testing.T) {
 	_, err = small.Generate([]Prompt{RootPrompt([]Token{1, 2})}, &withStop)
 	wantStatus(t, err, StatusUnsupported) // no tokenizer: no stop strings
 }
+
+// ---- speculative decoding (clade_generate_speculative) ---------------------------
+
+// specSetup: two leaves, two greedy samples each, 40 tokens, on the 300-token
+// model (its greedy output soon repeats itself, so prompt lookup drafts).
+func specSetup() ([][]Token, []Prompt, GenerateParams) {
+	pr := [][]Token{{1, 5, 9, 5, 9, 5}, {7, 8, 9}}
+	params := DefaultGenerateParams()
+	params.MaxNewTokens, params.Samples, params.IgnoreEOG = 40, 2, true
+	params.Sampler.Temperature = 0
+	return pr, []Prompt{RootPrompt(pr[0]), RootPrompt(pr[1])}, params
+}
+
+func specParams(f func(*SpeculativeParams)) *SpeculativeParams {
+	s := DefaultSpeculativeParams()
+	f(&s)
+	return &s
+}
+
+func specGenerate(t *testing.T, tree *Tree, prompts []Prompt, params GenerateParams,
+	spec *SpeculativeParams) ([]Generation, GenerationStats, error) {
+	t.Helper()
+	params.Speculative = spec
+	return tree.GenerateWithStats(prompts, &params, nil)
+}
+
+func checkSame(t *testing.T, want, got []Generation, st GenerationStats) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("speculative output differs:\n got %+v\nwant %+v", got, want)
+	}
+	var n uint64
+	for _, g := range got {
+		n += uint64(len(g.Tokens))
+	}
+	if st.Tokens != n || st.Accepted > st.Drafted || st.SpecSteps > st.Steps {
+		t.Fatalf("stats %+v for %d tokens", st, n)
+	}
+}
+
+func TestSpeculativeLookupAndDraftModel(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	_, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want, plain, err := tree.GenerateWithStats(prompts, &params, nil)
+	ok(t, err)
+	if plain.Drafted != 0 || plain.Steps == 0 {
+		t.Fatalf("plain stats %+v", plain)
+	}
+	if d := DefaultSpeculativeParams(); d.MaxDraft != 8 || !d.Adaptive || d.Lookup != 0 {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, adaptive := range []bool{true, false} {
+		got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Lookup, s.MaxDraft, s.Adaptive = 3, 4, adaptive
+		}))
+		ok(t, err)
+		checkSame(t, want, got, st)
+		if !adaptive && (st.Accepted == 0 || st.Steps >= st.Tokens/2 || st.DraftSteps != 0) {
+			t.Fatalf("lookup stats %+v", st)
+		}
+	}
+	// another random model of the same vocabulary as the draft model
+	draft := must(LoadModel(randomModel(t, "small-draft.gguf", "--vocab", "300", "--layers", "1", "--seed", "11"),
+		&ModelParams{NThreads: 1}))
+	defer draft.Close()
+	got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+		s.DraftModel, s.MaxDraft, s.Adaptive = draft, 3, false
+	}))
+	ok(t, err)
+	checkSame(t, want, got, st)
+	if st.DraftSteps == 0 || st.Drafted == 0 {
+		t.Fatalf("draft model stats %+v", st)
+	}
+	// the target as its own draft model: every draft token is accepted
+	got, st, err = specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+		s.DraftModel, s.Adaptive = m, false
+	}))
+	ok(t, err)
+	checkSame(t, want, got, st)
+	if st.Accepted != st.Drafted || st.Steps >= st.Tokens {
+		t.Fatalf("self-draft stats %+v", st)
+	}
+	// Generate and GenerateStream take params.Speculative too
+	params.Speculative = specParams(func(s *SpeculativeParams) { s.Lookup = 2 })
+	checkSame(t, want, must(tree.Generate(prompts, &params)), st)
+	stream := tree.GenerateStream(prompts, &params)
+	got = must(stream.Wait())
+	checkSame(t, want, got, stream.Stats())
+	if kids := must(tree.Children(Root)); len(kids) != 0 {
+		t.Fatalf("generate left nodes: %v", kids)
+	}
+}
+
+func TestSpeculativeFuncDrafter(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	pr, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want := must(tree.Generate(prompts, &params))
+	// a fixed guess: (almost) never accepted, the output is the same
+	seqs := map[uint64]bool{}
+	got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+		s.MaxDraft, s.Adaptive = 4, false
+		s.Draft = func(seq uint64, history []Token, maxTokens int) []Token {
+			seqs[seq] = true
+			if maxTokens < 1 || maxTokens > 4 {
+				panic(fmt.Sprintf("maxTokens %d", maxTokens))
+			}
+			return []Token{3, 4, 5, 6}[:maxTokens]
+		}
+	}))
+	ok(t, err)
+	checkSame(t, want, got, st)
+	if len(seqs) != 4 || st.DraftSteps != 0 || st.Drafted == 0 {
+		t.Fatalf("fixed drafter: seqs %v, stats %+v", seqs, st)
+	}
+	// an oracle: the plain output's continuation; all accepted
+	oracle := specParams(func(s *SpeculativeParams) {
+		s.Adaptive = false
+		s.Draft = func(seq uint64, history []Token, maxTokens int) []Token {
+			p := pr[seq/2]
+			if !reflect.DeepEqual(history[:len(p)], p) {
+				panic(fmt.Sprintf("sequence %d: history %v", seq, history))
+			}
+			out := want[seq].Tokens[len(history)-len(p):]
+			if len(out) > maxTokens {
+				out = out[:maxTokens]
+			}
+			return out
+		}
+	})
+	got, st, err = specGenerate(t, tree, prompts, params, oracle)
+	ok(t, err)
+	checkSame(t, want, got, st)
+	if st.Accepted == 0 || st.Accepted != st.Drafted || st.Steps >= st.Tokens/4 {
+		t.Fatalf("oracle stats %+v", st)
+	}
+}
+
+func TestSpeculativeDrafterErrors(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	_, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want := must(tree.Generate(prompts, &params))
+	usable := func() {
+		t.Helper()
+		if kids := must(tree.Children(Root)); len(kids) != 0 {
+			t.Fatalf("generate left nodes: %v", kids)
+		}
+		got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) { s.Lookup = 2 }))
+		ok(t, err)
+		checkSame(t, want, got, st)
+	}
+	nv := Token(m.NVocab())
+	other := must(LoadModel(randomModel(t, "spec-vocab.gguf", "--vocab", "301"), &ModelParams{NThreads: 1}))
+	defer other.Close()
+	for i, c := range []struct {
+		spec   *SpeculativeParams
+		status int
+	}{
+		{specParams(func(s *SpeculativeParams) {
+			s.Draft = func(uint64, []Token, int) []Token { return []Token{nv} }
+		}), StatusToken},
+		{specParams(func(s *SpeculativeParams) {
+			s.Draft = func(uint64, []Token, int) []Token { return []Token{1, -5} }
+		}), StatusToken},
+		{specParams(func(s *SpeculativeParams) {
+			s.Draft = func(_ uint64, _ []Token, max int) []Token { return make([]Token, max+1) }
+		}), StatusInvalidArg},
+		{specParams(func(s *SpeculativeParams) { s.Lookup, s.MaxDraft = 2, 0 }), StatusInvalidArg},
+		{specParams(func(s *SpeculativeParams) { s.Lookup = 65 }), StatusInvalidArg},
+		{specParams(func(s *SpeculativeParams) {}), StatusInvalidArg}, // no drafter
+		{specParams(func(s *SpeculativeParams) { s.Lookup, s.DraftModel = 2, m }), StatusInvalidArg},
+		{specParams(func(s *SpeculativeParams) { s.DraftModel = other }), StatusInvalidArg}, // another vocabulary
+		{&SpeculativeParams{Lookup: 2}, StatusInvalidArg},                                   // MaxDraft 0
+	} {
+		_, _, err := specGenerate(t, tree, prompts, params, c.spec)
+		if err == nil {
+			t.Fatalf("case %d: no error", i)
+		}
+		wantStatus(t, err, c.status)
+		usable()
+	}
+	closed := must(LoadModel(randomModel(t, "small-draft.gguf", "--vocab", "300", "--layers", "1", "--seed", "11"),
+		&ModelParams{NThreads: 1}))
+	closed.Close()
+	_, _, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) { s.DraftModel = closed }))
+	wantStatus(t, err, StatusState)
+	// a panic stops the call and is raised again after it
+	calls := 0
+	func() {
+		defer func() {
+			if r := recover(); r != "drafter boom" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Draft = func(uint64, []Token, int) []Token {
+				calls++
+				if calls == 3 {
+					panic("drafter boom")
+				}
+				return nil
+			}
+		}))
+		t.Fatal("no panic")
+	}()
+	if calls != 3 {
+		t.Fatalf("%d drafter calls", calls)
+	}
+	usable()
+}
