@@ -118,7 +118,7 @@ int32_t oracle_draft(void* user, clade_draft_request* req, size_t n) {
   Oracle& o = *(Oracle*)user;
   o.calls++;
   for (size_t i = 0; i < n; i++) {
-    clade_draft_request& r = req[i];
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
     const Tokens& a = (*o.answer)[r.seq];
     const size_t have = r.n_history - o.n_path;  // output tokens so far (the last is pending)
     int32_t k = 0;
@@ -235,8 +235,9 @@ void test_rollback(const std::string& dir) {
 
 int32_t always_zero(void*, clade_draft_request* req, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    for (int32_t k = 0; k < req[i].max_tokens; k++) req[i].tokens[k] = 0;
-    req[i].n_tokens = req[i].max_tokens;
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
+    for (int32_t k = 0; k < r.max_tokens; k++) r.tokens[k] = 0;
+    r.n_tokens = r.max_tokens;
   }
   return 0;
 }
@@ -332,9 +333,10 @@ int32_t garbage(void* user, clade_draft_request* req, size_t n) {
   const int mode = ((Garbage*)user)->mode;
   if (mode == 0) return -7;
   for (size_t i = 0; i < n; i++) {
-    req[i].n_tokens = mode == 1 ? req[i].max_tokens + 1 : 1;
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
+    r.n_tokens = mode == 1 ? r.max_tokens + 1 : 1;
     if (mode == 1) continue;
-    req[i].tokens[0] = mode == 2 ? 300 : -1;
+    r.tokens[0] = mode == 2 ? 300 : -1;
   }
   return 0;
 }

@@ -1003,8 +1003,17 @@ typedef struct clade_draft_request {
   int32_t n_tokens;           /* out: 0..max_tokens; 0: no draft */
 } clade_draft_request;
 
+/* Request i of a drafter's array: the array's stride is the library's
+   sizeof(clade_draft_request), which requests->size gives (a later
+   release may grow the struct), so index it with this macro, not with
+   requests[i]. */
+#define CLADE_DRAFT_REQUEST_AT(requests, i)                \
+  ((clade_draft_request *)(void *)((char *)(requests) +    \
+                                   (size_t)(i) * (requests)->size))
+
 /* A drafter of the caller's: fill each request (all live sequences of a
-   step come in one call, so a batched drafter drafts them together).
+   step come in one call, so a batched drafter drafts them together; index
+   them with CLADE_DRAFT_REQUEST_AT).
    Return 0, or a negative value to fail clade_generate_speculative with
    CLADE_E_INVALID_ARG ("the drafter returned ..."). Tokens outside the
    vocabulary give CLADE_E_TOKEN, n_tokens outside 0..max_tokens
@@ -1024,9 +1033,9 @@ typedef struct clade_speculative_params {
                                 mirrored, so it shares prefixes too) and
                                 drafts every live sequence in one step;
                                 samples with the call's sampler settings */
-  int32_t lookup_ngram;      /* prompt lookup: the longest n-gram (<= this)
-                                ending the history found earlier in it,
-                                its continuation drafted; 0: off */
+  int32_t lookup_ngram;      /* prompt lookup: the longest n-gram (<= this,
+                                1..64) ending the history found earlier in
+                                it, its continuation drafted; 0: off */
   int32_t max_draft;         /* draft tokens per sequence per step, at most;
                                 1..64, default 8 */
   int32_t adaptive;          /* 1 (default): draft lengths and on/off follow
@@ -1037,7 +1046,8 @@ typedef struct clade_speculative_params {
 CLADE_API void clade_speculative_params_init(clade_speculative_params *p);
 
 /* clade_generate with drafts: the same prompts, parameters, results and
-   statuses (see there), plus spec (not NULL) for the drafter. */
+   statuses (see there), plus spec (not NULL) for the drafter. The draft
+   model, like the tree, must not be freed during the call. */
 CLADE_API clade_status clade_generate_speculative(
     clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
     const clade_generate_params *params, const clade_speculative_params *spec,
