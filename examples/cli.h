@@ -76,7 +76,8 @@ struct PerplexityResult {
   double perplexity = 0, stderr_ppl = 0, nll = 0, seconds = 0;
 };
 PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text, int ctx, int max_chunks,
-                            const std::function<void(const PerplexityResult&)>& progress);
+                            const std::function<void(const PerplexityResult&)>& progress,
+                            std::vector<clade_token>* top = nullptr);  // each scored row's most likely token
 int cmd_perplexity(Args& a);
 int cmd_bench_spec(Args& a);  // cli_bench_spec.cpp
 

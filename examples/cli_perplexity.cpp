@@ -5,6 +5,7 @@
 // that fit are evaluated together, as sequences of one decode step.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,7 +31,8 @@ double token_nll(const float* row, int n_vocab, int target) {
 }  // namespace
 
 PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text, int ctx, int max_chunks,
-                            const std::function<void(const PerplexityResult&)>& progress) {
+                            const std::function<void(const PerplexityResult&)>& progress,
+                            std::vector<clade_token>* top) {
   clade_model_info info;
   info.size = sizeof info;
   check(clade_model_describe(m, &info), "perplexity");
@@ -97,6 +99,7 @@ PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text
       for (int j = 0; j < scored; j++) {
         const float* row = logits.data() + ((size_t)i * (ctx - first) + j) * info.n_vocab;
         const double x = token_nll(row, info.n_vocab, c[first + 1 + j]);
+        if (top) top->push_back((clade_token)(std::max_element(row, row + info.n_vocab) - row));
         nll += x;
         nll2 += x * x;
       }
@@ -119,7 +122,7 @@ PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text
 }
 
 int cmd_perplexity(Args& a) {
-  std::string model, file;
+  std::string model, file, agree;
   int ctx = 0, threads = 0, max_chunks = 0;
   bool json = false, map_file = true;
   clade_backend backend = CLADE_BACKEND_CPU;
@@ -139,7 +142,8 @@ int cmd_perplexity(Args& a) {
       long v = to_long(a.next(f), f);
       if (v < 1 || v > (1L << 30)) Args::die("perplexity: --chunks must be at least 1");
       max_chunks = (int)v;
-    } else if (f == "--json") json = true;
+    } else if (f == "--agree") agree = a.next(f);
+    else if (f == "--json") json = true;
     else if (f == "--no-mmap") map_file = false;
     else if (f == "--backend") backend = parse_backend(a.next(f));
     else Args::die("perplexity: unknown option " + f);
@@ -166,22 +170,52 @@ int cmd_perplexity(Args& a) {
   }
   const bool tty = isatty(2);
   const int total = (int)(text.size() / (size_t)ctx);
-  const PerplexityResult r = perplexity(m, text, ctx, max_chunks, [&](const PerplexityResult& p) {
+  auto show = [&](const PerplexityResult& p) {
     std::fprintf(stderr, "%sperplexity: %d/%d chunks of %d tokens, running %.4f, %.0f tokens/s%s",
                  tty ? "\r" : "", p.done, max_chunks > 0 ? std::min(total, max_chunks) : total, ctx, p.perplexity,
                  (double)p.done * ctx / std::max(p.seconds, 1e-9), tty ? "   " : "\n");
     std::fflush(stderr);
-  });
+  };
+  std::vector<clade_token> top, top2;
+  const PerplexityResult r = perplexity(m, text, ctx, max_chunks, show, agree.empty() ? nullptr : &top);
   if (tty) std::fprintf(stderr, "\n");
+  // --agree: the other model over the same chunks, and how often the two
+  // models' most likely next tokens are the same.
+  PerplexityResult r2;
+  double agreement = -1;
+  if (!agree.empty()) {
+    clade_model* m2 = load_model(agree, threads, false, backend, map_file);
+    clade_model_info i2;
+    i2.size = sizeof i2;
+    check(clade_model_describe(m2, &i2), "perplexity");
+    if (i2.n_vocab != info.n_vocab || i2.n_ctx < ctx) {
+      clade_model_free(m2);
+      clade_model_free(m);
+      Args::die("perplexity: --agree " + agree + " needs the same vocabulary and a context of at least --ctx");
+    }
+    r2 = perplexity(m2, text, ctx, max_chunks, show, &top2);
+    if (tty) std::fprintf(stderr, "\n");
+    clade_model_free(m2);
+    size_t same = 0;
+    for (size_t i = 0; i < top.size() && i < top2.size(); i++) same += top[i] == top2[i];
+    agreement = top.empty() ? 0 : (double)same / (double)top.size();
+  }
   if (json) {
     std::printf("{\"model\":\"%s\",\"file\":\"%s\",\"ctx\":%d,\"chunks\":%d,\"text_tokens\":%zu,\"scored_tokens\":%lld,"
                 "\"perplexity\":%.6f,\"perplexity_stderr\":%.6f,\"mean_nll\":%.8f,\"seconds\":%.3f,"
-                "\"tokens_per_second\":%.1f}\n",
+                "\"tokens_per_second\":%.1f",
                 json_escape(model).c_str(), json_escape(file).c_str(), ctx, r.chunks, text.size(), (long long)r.scored,
                 r.perplexity, r.stderr_ppl, r.nll, r.seconds, (double)r.chunks * ctx / std::max(r.seconds, 1e-9));
+    if (agreement >= 0)
+      std::printf(",\"agree_model\":\"%s\",\"agree_perplexity\":%.6f,\"top1_agreement\":%.6f",
+                  json_escape(agree).c_str(), r2.perplexity, agreement);
+    std::printf("}\n");
   } else {
     std::printf("perplexity: %.4f +/- %.4f (%d chunks of %d tokens, %lld tokens scored, %.1f s)\n", r.perplexity,
                 r.stderr_ppl, r.chunks, ctx, (long long)r.scored, r.seconds);
+    if (agreement >= 0)
+      std::printf("%s: perplexity %.4f +/- %.4f; top-1 agreement with %s: %.4f\n", agree.c_str(), r2.perplexity,
+                  r2.stderr_ppl, model.c_str(), agreement);
   }
   clade_model_free(m);
   return 0;
