@@ -411,7 +411,12 @@ int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool 
   if (t1 <= 0 || !knows_target(b)) return 0;  // measure a plain step first
   int32_t best = 0;
   double best_rate = (double)b / t1;
-  for (int32_t k = 1; k <= k_max; k++) {
+  // Explore step sizes by doubling: a length whose step would evaluate
+  // more than twice the tokens of the largest step measured is not tried
+  // yet (the prediction past the measured points is optimistic), so a
+  // trial costs at most one step of twice the tokens.
+  const size_t known_max = t_.rbegin()->first;
+  for (int32_t k = 1; k <= k_max && b * (size_t)(k + 1) <= 2 * known_max; k++) {
     double gain = 0;
     for (double a : alphas) gain += expected(a, k);
     const double cost = target(b * (size_t)(k + 1)) + (per_token_draft ? draft(b, k) : draft(b, 1));
