@@ -97,10 +97,11 @@ std::string usage() {
       "           [--mode packed,padded,serial] [--parent-tokens P] [--batch B] [--chunk C] [--threads T]\n"
       "           [--seed S] [--rounds R] [--no-mmap] [--csv]\n"
       "  bench spec -m FILE [--draft-model FILE] [--text FILE] --batch B[,B..] [--prefix P (128)] [--gen G (128)]\n"
-      "           [--mode plain,lookup,draft] [--repeat] [--lookup N (3)] [--draft-max K (8)] [--draft-fixed]\n"
+      "           [--mode plain,lookup,draft,verify-cost] [--repeat] [--lookup N (3)] [--draft-max K (8)] [--draft-fixed]\n"
       "           [--rounds R (3)] [--threads T] [--csv]\n"
       "      speculative against plain greedy decoding, alternating; --repeat makes each branch restart\n"
-      "      the prompt's passage; per point tokens/s, acceptance and the formula's predicted speedup\n"
+      "      the prompt's passage; per point tokens/s, acceptance and the formula's predicted speedup;\n"
+      "      verify-cost drafts K tokens every step (all rejected): the cost of a step of K + 1 tokens\n"
       "  bench machine [--threads T] [--csv]\n"
       "  --no-mmap: read the model file into memory of its own (huge pages where the kernel allows;\n"
       "             faster decode steps) instead of mapping it\n";

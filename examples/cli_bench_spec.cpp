@@ -26,6 +26,18 @@ struct SpecRun {
   std::vector<std::vector<clade_token>> out;
 };
 
+// --mode verify-cost: a drafter that always proposes its whole budget (the
+// last token repeated): every step evaluates k + 1 tokens per sequence,
+// whatever is accepted, so its step time is the cost of verifying k drafts.
+int32_t full_budget(void*, clade_draft_request* req, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
+    for (int32_t k = 0; k < r.max_tokens; k++) r.tokens[k] = r.history[r.n_history - 1];
+    r.n_tokens = r.max_tokens;
+  }
+  return 0;
+}
+
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -63,8 +75,8 @@ int cmd_bench_spec(Args& a) {
   }
   if (model.empty()) Args::die("bench spec: -m FILE is required");
   for (const std::string& m : modes)
-    if (m != "plain" && m != "lookup" && m != "draft")
-      Args::die("bench spec: --mode takes plain, lookup and draft (token trees are not verified yet)");
+    if (m != "plain" && m != "lookup" && m != "draft" && m != "verify-cost")
+      Args::die("bench spec: --mode takes plain, lookup, draft and verify-cost (token trees are not verified yet)");
   if (std::find(modes.begin(), modes.end(), "draft") != modes.end() && draft.empty())
     Args::die("bench spec: --mode draft needs --draft-model FILE");
   if (std::find(modes.begin(), modes.end(), "plain") == modes.end()) modes.insert(modes.begin(), "plain");
@@ -129,6 +141,10 @@ int cmd_bench_spec(Args& a) {
         spec.adaptive = fixed ? 0 : 1;
         if (modes[mi] == "lookup") spec.lookup_ngram = (int32_t)lookup;
         if (modes[mi] == "draft") spec.draft_model = dm;
+        if (modes[mi] == "verify-cost") {
+          spec.draft = full_budget;
+          spec.adaptive = 0;
+        }
         clade_generation* g = nullptr;
         const auto t0 = std::chrono::steady_clock::now();
         clade_status st = modes[mi] == "plain"
@@ -149,7 +165,7 @@ int cmd_bench_spec(Args& a) {
         clade_tree_free(tree);
         // decode throughput: output tokens over the time of the steps and drafting
         tps[mi].push_back((double)run.st.tokens / (run.st.target_seconds + run.st.draft_seconds));
-        if (mi > 0 && run.out != last[0].out && r == 0)
+        if (mi > 0 && run.out != last[0].out && r == 0 && modes[mi] != "verify-cost")
           std::fprintf(stderr, "bench spec: warning: %s output differs from plain (batch %ld)\n", modes[mi].c_str(), batch);
         last[mi] = run;
       }
