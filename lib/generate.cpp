@@ -170,6 +170,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   const bool greedy = sp.temperature <= 0.0f;
   SpecCost cost;
   clade_generation_stats& stats = out.stats;
+  uint64_t taken = 0;  // tokens drawn so far (the cost model's outcomes)
 
   out.seqs.assign(total, GenSeq());
   out.logprobs = p.logprobs != 0;
@@ -204,6 +205,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   // Sequence i drew token, which a step would evaluate at position pos:
   // true when it has ended.
   auto take = [&](size_t i, int32_t token, float logprob, int64_t pos) -> bool {
+    taken++;
     SeqState& s = st[i];
     GenSeq& g = out.seqs[i];
     if (stop_tok[(size_t)token]) {
@@ -298,6 +300,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     // Drafts: the step's draft length from the cost model (or max_draft),
     // each sequence's budget, then the drafter.
     int32_t k = 0;
+    double draft_s = 0;
     if (drafter) {
       if (spec->adaptive) {
         alphas.clear();
@@ -336,6 +339,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         const uint64_t steps0 = drafter->steps;
         drafter->draft(dptr);
         const double ds = seconds_since(t0);
+        draft_s = ds;
         stats.draft_seconds += ds;
         stats.draft_steps += drafter->steps - steps0;
         cost.add_draft(dptr.size(), k, ds);
@@ -384,6 +388,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     stats.steps++;
     stats.target_seconds += step_s;
     cost.add_target(toks.size(), step_s);
+    const uint64_t taken_before = taken;
 
     still.clear();
     if (!any_draft) {
@@ -460,6 +465,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       finish_rest(CLADE_FINISH_CALLBACK);
       return CLADE_STOPPED;
     }
+    if (drafter) cost.add_outcome(live.size(), k, (double)(taken - taken_before), step_s + draft_s);
     live.swap(still);
   }
   for (const GenSeq& g : out.seqs) stats.tokens += g.tokens.size();

@@ -405,25 +405,69 @@ double SpecCost::expected(double alpha, int32_t k) {
   return (1.0 - std::pow(alpha, (double)k + 1)) / (1.0 - alpha);
 }
 
-int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft) const {
+double SpecCost::predicted_rate(const std::vector<double>& alphas, int32_t k, bool per_token_draft) const {
   const size_t b = alphas.size();
-  const double t1 = target(b);
-  if (t1 <= 0 || !knows_target(b)) return 0;  // measure a plain step first
-  int32_t best = 0;
-  double best_rate = (double)b / t1;
-  // Explore step sizes by doubling: a length whose step would evaluate
-  // more than twice the tokens of the largest step measured is not tried
-  // yet (the prediction past the measured points is optimistic), so a
-  // trial costs at most one step of twice the tokens.
-  const size_t known_max = t_.rbegin()->first;
-  for (int32_t k = 1; k <= k_max && b * (size_t)(k + 1) <= 2 * known_max; k++) {
-    double gain = 0;
-    for (double a : alphas) gain += expected(a, k);
-    const double cost = target(b * (size_t)(k + 1)) + (per_token_draft ? draft(b, k) : draft(b, 1));
-    if (cost > 0 && gain / cost > best_rate) {
-      best_rate = gain / cost;
-      best = k;
+  double gain = 0;
+  for (double a : alphas) gain += expected(a, k);
+  const double cost = target(b * (size_t)(k + 1)) + (k == 0 ? 0 : per_token_draft ? draft(b, k) : draft(b, 1));
+  return cost > 0 ? gain / cost : 0;
+}
+
+void SpecCost::add_outcome(size_t b, int32_t k, double tokens, double seconds) {
+  Outcome& o = out_[std::make_pair(b, k)];
+  if (o.n <= 1) {  // the second sample replaces the first (a first step warms caches up)
+    o.tokens = tokens;
+    o.seconds = seconds;
+  } else {
+    o.tokens = 0.7 * o.tokens + 0.3 * tokens;
+    o.seconds = 0.7 * o.seconds + 0.3 * seconds;
+  }
+  o.n++;
+}
+
+int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft) {
+  const size_t b = alphas.size();
+  steps_++;
+  auto it0 = out_.find(std::make_pair(b, 0));
+  if (it0 == out_.end() || it0->second.n < 2 || !knows_target(b)) return 0;  // measure plain steps first
+  auto rate = [](const Outcome& o) { return o.seconds > 0 ? o.tokens / o.seconds : 0.0; };
+  // The best measured length at this batch.
+  int32_t best = 0, best_spec = -1;
+  double best_rate = rate(it0->second), best_spec_rate = 0;
+  for (auto e = out_.lower_bound(std::make_pair(b, 1)); e != out_.end() && e->first.first == b; ++e) {
+    if (e->first.second > k_max) break;
+    const double r = rate(e->second);
+    if (r > best_rate) {
+      best_rate = r;
+      best = e->first.second;
     }
+    if (r > best_spec_rate) {
+      best_spec_rate = r;
+      best_spec = e->first.second;
+    }
+  }
+  // An untried length the formula says beats it (the smallest first),
+  // within twice the tokens of the largest step measured.
+  const size_t known_max = t_.rbegin()->first;
+  for (int32_t k = 1;; k = std::min(2 * k, k_max)) {
+    if (b * (size_t)(k + 1) > 2 * known_max) break;
+    if (!out_.count(std::make_pair(b, k)) && predicted_rate(alphas, k, per_token_draft) > 1.1 * best_rate) return k;
+    if (k == k_max) break;
+  }
+  // Plain wins: now and then the best drafting length again, for a
+  // drafter that costs nothing while it is not used (a draft model would
+  // first catch up with every token since its last step: a prefill).
+  if (best == 0 && best_spec > 0 && !per_token_draft && steps_ >= next_probe_) {
+    probe_gap_ = std::min<uint64_t>(probe_gap_ * 2, 1024);
+    next_probe_ = steps_ + probe_gap_;
+    return best_spec;
+  }
+  // Drafting wins: now and then a plain step, so that plain's rate is
+  // measured again too (its first measure may have been of a cold step).
+  if (best > 0 && steps_ >= next_plain_) {
+    plain_gap_ = std::min<uint64_t>(plain_gap_ * 2, 256);
+    next_plain_ = steps_ + plain_gap_;
+    return 0;
   }
   return best;
 }

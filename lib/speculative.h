@@ -97,11 +97,30 @@ class SpecCost {
   // Expected tokens a sequence gains in a step with k drafts at per-token
   // acceptance alpha: (1 - alpha^(k+1)) / (1 - alpha).
   static double expected(double alpha, int32_t k);
-  // The best k in 0..k_max for these acceptance rates; per_token_draft:
-  // drafting cost grows with k (a draft model), else it is per step.
-  int32_t choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft) const;
+  // The formula's rate (output tokens per second) of a step with k drafts
+  // for these acceptance rates; per_token_draft: drafting cost grows with
+  // k (a draft model), else it is per step.
+  double predicted_rate(const std::vector<double>& alphas, int32_t k, bool per_token_draft) const;
+  // What a step with k drafts at batch b gave: output tokens, and seconds
+  // (its target step and its drafting).
+  void add_outcome(size_t b, int32_t k, double tokens, double seconds);
+  // The draft length for the next step at this batch: the best measured
+  // rate among the lengths tried (0 is plain decoding, measured first);
+  // an untried length (1, 2, 4, .. k_max, by doubling) is tried when the
+  // formula predicts it beats the best measured by 10%; a losing length
+  // is re-tried now and then (after 16, 32, 64 .. steps) since acceptance
+  // moves with the text, unless drafting costs per token (a draft model
+  // falls behind while unused and would have to catch up); and while
+  // drafting wins, a plain step now and then (after 8, 16, .. 256).
+  int32_t choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft);
 
  private:
+  struct Outcome {
+    double tokens = 0, seconds = 0;  // EMAs
+    int n = 0;
+  };
+  std::map<std::pair<size_t, int32_t>, Outcome> out_;
+  uint64_t steps_ = 0, next_probe_ = 16, probe_gap_ = 16, next_plain_ = 8, plain_gap_ = 8;
   std::map<size_t, double> t_;                      // EMA seconds by total tokens
   std::map<std::pair<size_t, int32_t>, double> d_;  // EMA seconds of drafting by (batch, k)
 };
