@@ -1523,13 +1523,13 @@ func TestSpeculativeDrafterErrors(t *testing.T) {
 		status int
 	}{
 		{specParams(func(s *SpeculativeParams) {
-			s.Draft = func(uint64, []Token, int) []Token { return []Token{nv} }
+			s.Draft, s.Adaptive = func(uint64, []Token, int) []Token { return []Token{nv} }, false
 		}), StatusToken},
 		{specParams(func(s *SpeculativeParams) {
-			s.Draft = func(uint64, []Token, int) []Token { return []Token{1, -5} }
+			s.Draft, s.Adaptive = func(uint64, []Token, int) []Token { return []Token{1, -5} }, false
 		}), StatusToken},
 		{specParams(func(s *SpeculativeParams) {
-			s.Draft = func(_ uint64, _ []Token, max int) []Token { return make([]Token, max+1) }
+			s.Draft, s.Adaptive = func(_ uint64, _ []Token, max int) []Token { return make([]Token, max+1) }, false
 		}), StatusInvalidArg},
 		{specParams(func(s *SpeculativeParams) { s.Lookup, s.MaxDraft = 2, 0 }), StatusInvalidArg},
 		{specParams(func(s *SpeculativeParams) { s.Lookup = 65 }), StatusInvalidArg},

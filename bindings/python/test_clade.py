@@ -961,8 +961,8 @@ class SpeculativeTest(unittest.TestCase):
                     (lambda s, h, m: [1, -5], _lib.CLADE_E_TOKEN),
                     (lambda s, h, m: [2 ** 40], _lib.CLADE_E_TOKEN),  # no silent wrap to int32
                     (lambda s, h, m: [1] * (m + 1), _lib.CLADE_E_INVALID_ARG)]:
-                with self.assertRaises(clade.CladeError) as e:
-                    tree.generate(self.prompts, draft=bad, **self.kw)
+                with self.assertRaises(clade.CladeError) as e:  # fixed length: the whole budget asked
+                    tree.generate(self.prompts, draft=bad, adaptive=False, **self.kw)
                 self.assertEqual(e.exception.status, status, e.exception)
                 self.assertEqual(tree.children(clade.Tree.ROOT), [])
                 self.check_same(want, tree.generate(self.prompts, lookup=2, **self.kw))

@@ -1050,9 +1050,9 @@ fn speculative_drafter_errors_and_panics() {
         assert_eq!(got, want);
     };
     let cases: Vec<(Speculative, ErrorKind)> = vec![
-        (Speculative::drafter(|_, _, _| vec![nv]), ErrorKind::Token),
-        (Speculative::drafter(|_, _, _| vec![1, -5]), ErrorKind::Token),
-        (Speculative::drafter(|_, _, max| vec![1; max + 1]), ErrorKind::InvalidArg),
+        (Speculative::drafter(|_, _, _| vec![nv]).adaptive(false), ErrorKind::Token),
+        (Speculative::drafter(|_, _, _| vec![1, -5]).adaptive(false), ErrorKind::Token),
+        (Speculative::drafter(|_, _, max| vec![1; max + 1]).adaptive(false), ErrorKind::InvalidArg),
         (Speculative::lookup(2).max_draft(0), ErrorKind::InvalidArg),
         (Speculative::lookup(65), ErrorKind::InvalidArg),
         (Speculative::lookup(0), ErrorKind::InvalidArg), // no drafter
