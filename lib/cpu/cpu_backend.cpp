@@ -234,6 +234,8 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     const size_t pbytes = dot_pack_bytes(w.type, (int)kTile, K) + 64;
     for (ThreadScratch& s : scratch_) s.packed = -1;
     const int64_t xgroups = (n + kXGroup - 1) / kXGroup;
+    for (ThreadScratch& t : scratch_)  // every thread's, whichever take the tiles
+      if (t.pack.size() < pbytes) t.pack.resize(pbytes);
     pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
       ThreadScratch& s = scratch_[(size_t)tid];
       const int64_t t = it / xgroups, j0 = it % xgroups * kXGroup;
@@ -253,6 +255,9 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     return;
   }
   const int64_t xgroups = n <= kDirectRows ? 1 : (n + kXGroup - 1) / kXGroup;
+  if (!direct)
+    for (ThreadScratch& t : scratch_)
+      if (t.tile.size() < (size_t)(kTile * K)) t.tile.resize((size_t)(kTile * K));
   pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
     ThreadScratch& s = scratch_[(size_t)tid];
     int64_t t = it / xgroups, g = it % xgroups;
@@ -595,6 +600,29 @@ void CpuBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale
   }
   w.fit(w.part, part_floats);
   w.fit(w.part_lse, part_rows);
+  // Every thread's scratch sized for the largest item now: which thread
+  // takes which item changes from step to step (with the machine's load),
+  // so a thread must not first grow its buffers in a later step.
+  size_t rows = 0, runs = 1;
+  for (const CpuAttnWork::Item& it : w.items) {
+    rows = std::max(rows, (size_t)(it.r1 - it.r0));
+    if (it.tails) runs = std::max(runs, (size_t)it.p->n_tails + 1);
+  }
+  const size_t hd = (size_t)w.head_dim, g = std::min(rows, (size_t)kAttnGroupRows);
+  for (ThreadScratch& t : scratch_) {
+    auto cap = [&w](auto& v, size_t n) {
+      if (v.capacity() < n) {
+        w.grows++;
+        v.reserve(n);
+      }
+    };
+    cap(t.q, rows * hd);
+    cap(t.acc, rows * hd);
+    cap(t.s, g * kAttnBlock);
+    cap(t.m, rows);
+    cap(t.l, rows);
+    cap(t.runs, runs);
+  }
 }
 
 // Problem p's items (rows and key chunks of about item_work each); key
