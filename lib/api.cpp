@@ -859,6 +859,28 @@ void clade_generate_params_init(clade_generate_params* p) {
   p->first_stream = 0;
 }
 
+// Both generation calls, after their own checks: read the parameters in,
+// check the sampler's, run the loop (spec: NULL for plain decoding).
+static clade_status run_generation(const char* what, clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
+                                   const clade_generate_params* params, const clade::SpecConfig* spec,
+                                   clade_generation** out) {
+  clade_generate_params p;
+  clade_generate_params_init(&p);
+  if (params) clade::abi::read_in(params, &p);
+  clade_sampler_params sp;
+  clade_sampler_params_init(&sp);
+  if (p.sampler) clade::abi::read_in(p.sampler, &sp);
+  CLADE_CHECK_ARG(sampler_params_ok(sp), std::string(what) + ": a sampler parameter is out of range");
+  std::unique_ptr<clade_generation> g(new clade_generation());
+  clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g, spec);
+  if (st != CLADE_OK && st != CLADE_STOPPED) {
+    if (g_last_error.empty()) set_error(st, std::string(what) + ": a decode step gave " + clade_status_string(st));
+    return st;
+  }
+  *out = g.release();
+  return st;
+}
+
 clade_status clade_generate(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
                             const clade_generate_params* params, clade_generation** out) {
   return guard([&]() -> clade_status {
@@ -866,21 +888,7 @@ clade_status clade_generate(clade_tree* tree, const clade_prompt* prompts, size_
     *out = nullptr;
     CLADE_CHECK_ARG(tree, "tree is NULL");
     CLADE_CHECK_ARG(prompts || n_prompts == 0, "prompts is NULL");
-    clade_generate_params p;
-    clade_generate_params_init(&p);
-    if (params) clade::abi::read_in(params, &p);
-    clade_sampler_params sp;
-    clade_sampler_params_init(&sp);
-    if (p.sampler) clade::abi::read_in(p.sampler, &sp);
-    CLADE_CHECK_ARG(sampler_params_ok(sp), "clade_generate: a sampler parameter is out of range");
-    std::unique_ptr<clade_generation> g(new clade_generation());
-    clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g);
-    if (st != CLADE_OK && st != CLADE_STOPPED) {
-      if (g_last_error.empty()) set_error(st, std::string("clade_generate: a decode step gave ") + clade_status_string(st));
-      return st;
-    }
-    *out = g.release();
-    return st;
+    return run_generation("clade_generate", tree, prompts, n_prompts, params, nullptr, out);
   });
 }
 
@@ -943,13 +951,6 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     CLADE_CHECK_ARG(tree, "tree is NULL");
     CLADE_CHECK_ARG(spec, "clade_generate_speculative: spec is NULL (use clade_generate for plain decoding)");
     CLADE_CHECK_ARG(prompts || n_prompts == 0, "prompts is NULL");
-    clade_generate_params p;
-    clade_generate_params_init(&p);
-    if (params) clade::abi::read_in(params, &p);
-    clade_sampler_params sp;
-    clade_sampler_params_init(&sp);
-    if (p.sampler) clade::abi::read_in(p.sampler, &sp);
-    CLADE_CHECK_ARG(sampler_params_ok(sp), "clade_generate_speculative: a sampler parameter is out of range");
     clade_speculative_params s;
     clade_speculative_params_init(&s);
     clade::abi::read_in(spec, &s);
@@ -970,15 +971,7 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     c.lookup_ngram = s.lookup_ngram;
     c.max_draft = s.max_draft;
     c.adaptive = s.adaptive != 0;
-    std::unique_ptr<clade_generation> g(new clade_generation());
-    clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g, &c);
-    if (st != CLADE_OK && st != CLADE_STOPPED) {
-      if (g_last_error.empty())
-        set_error(st, std::string("clade_generate_speculative: a decode step gave ") + clade_status_string(st));
-      return st;
-    }
-    *out = g.release();
-    return st;
+    return run_generation("clade_generate_speculative", tree, prompts, n_prompts, params, &c, out);
   });
 }
 

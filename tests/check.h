@@ -50,6 +50,16 @@ inline int check_exit() {
   return check_failures() ? 1 : 0;
 }
 
+// A model loaded with n_threads threads (NULL after a failed CHECK).
+inline clade_model* load_model_checked(const std::string& path, int threads) {
+  clade_model_params mp;
+  clade_model_params_init(&mp);
+  mp.n_threads = threads;
+  clade_model* m = nullptr;
+  CHECK_OK(clade_model_load(path.c_str(), &mp, &m));
+  return m;
+}
+
 // A fresh temporary folder for test files.
 inline std::string temp_dir() {
   char tmpl[] = "/tmp/clade-test-XXXXXX";

@@ -46,14 +46,7 @@ constexpr int kVocab = 300;
 
 typedef std::vector<clade_token> Tokens;
 
-clade_model* load(const std::string& path, int threads) {
-  clade_model_params mp;
-  clade_model_params_init(&mp);
-  mp.n_threads = threads;
-  clade_model* m = nullptr;
-  CHECK_OK(clade_model_load(path.c_str(), &mp, &m));
-  return m;
-}
+clade_model* load(const std::string& path, int threads) { return load_model_checked(path, threads); }
 
 clade_tree* new_tree(clade_model* m) {
   clade_tree* t = nullptr;

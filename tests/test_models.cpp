@@ -29,14 +29,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-clade_model* load(const std::string& path, int threads) {
-  clade_model_params mp;
-  clade_model_params_init(&mp);
-  mp.n_threads = threads;
-  clade_model* m = nullptr;
-  CHECK_OK(clade_model_load(path.c_str(), &mp, &m));
-  return m;
-}
+clade_model* load(const std::string& path, int threads) { return load_model_checked(path, threads); }
 
 std::vector<clade_token> tokenize(clade_model* m, const std::string& text, bool add_special) {
   size_t n = 0;

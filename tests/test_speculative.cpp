@@ -31,14 +31,7 @@ namespace {
 
 typedef std::vector<clade_token> Tokens;
 
-clade_model* load(const std::string& path, int threads = 1) {
-  clade_model_params mp;
-  clade_model_params_init(&mp);
-  mp.n_threads = threads;
-  clade_model* m = nullptr;
-  CHECK_OK(clade_model_load(path.c_str(), &mp, &m));
-  return m;
-}
+clade_model* load(const std::string& path, int threads = 1) { return load_model_checked(path, threads); }
 
 std::string write_model(const std::string& dir, const char* name, int vocab, int dim, uint64_t seed) {
   cli::RandomModelSpec sp;
