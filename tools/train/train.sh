@@ -18,12 +18,16 @@ for preset in "${@:-draft target}"; do
     /usr/bin/python3 tools/train/train.py --preset "$p" --out "models/kjv-$p-f16.gguf" \
       --checkpoint "models/.kjv-$p.pt" 2>&1 | tee "models/train-$p.log"
     if [ "$p" = target ]; then
-      # Phase 2: 240 more steps from phase 1's weights, without dropout, at
-      # a lower peak rate (phase 1 alone left the target above the draft).
-      cp models/.kjv-target.pt models/.kjv-target-phase1.pt
-      /usr/bin/python3 tools/train/train.py --preset target --resume models/.kjv-target-phase1.pt \
-        --steps 240 --lr 4e-4 --dropout 0 --seed 1235 --out models/kjv-target-f16.gguf \
-        --checkpoint models/.kjv-target.pt 2>&1 | tee models/train-target-2.log
+      # Phases 2 and 3: 240 more steps each from the previous weights,
+      # without dropout, at lower peak rates (phase 1 alone left the target
+      # above the draft).
+      for phase in "2 4e-4 1235" "3 3e-4 1236"; do
+        set -- $phase
+        cp models/.kjv-target.pt "models/.kjv-target-phase$(($1 - 1)).pt"
+        /usr/bin/python3 tools/train/train.py --preset target --resume "models/.kjv-target-phase$(($1 - 1)).pt" \
+          --steps 240 --lr "$2" --dropout 0 --seed "$3" --out models/kjv-target-f16.gguf \
+          --checkpoint models/.kjv-target.pt 2>&1 | tee "models/train-target-$1.log"
+      done
     fi
   done
 done
