@@ -887,22 +887,9 @@ class Sampler(_Handle):
         penalize_prompt: whether the prompt's tokens (the first n_prompt of a
         history) count for the penalties."""
         super().__init__()
-        p = _lib.clade_sampler_params()
-        _lib.clade_sampler_params_init(ctypes.byref(p))
-        p.temperature = temperature
-        p.top_k = top_k
-        p.top_p = top_p
-        p.min_p = min_p
-        p.repeat_penalty = repeat_penalty
-        p.seed = seed
-        p.presence_penalty = presence_penalty
-        p.frequency_penalty = frequency_penalty
-        p.penalize_prompt = 1 if penalize_prompt else 0
-        pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else list(logit_bias or ())
-        if pairs:
-            arr = (_lib.clade_logit_bias * len(pairs))(*[_lib.clade_logit_bias(t, b) for t, b in pairs])
-            p.logit_bias = arr
-            p.n_logit_bias = len(pairs)
+        keep = []  # the bias array, alive until the sampler has copied it
+        p = _sampler_params(keep, temperature, top_k, top_p, min_p, repeat_penalty, seed,
+                            presence_penalty, frequency_penalty, logit_bias, penalize_prompt)
         h = _lib.clade_sampler_p()
         _check(_lib.clade_sampler_create(ctypes.byref(p), ctypes.byref(h)))
         self._h = h
@@ -1042,6 +1029,30 @@ def _prompt(x, i):
     return Prompt(x, None)
 
 
+def _sampler_params(keep, temperature, top_k, top_p, min_p, repeat_penalty, seed,
+                    presence_penalty, frequency_penalty, logit_bias, penalize_prompt):
+    """A clade_sampler_params; the logit bias array it points to is
+    appended to keep (the caller holds it while the library reads it)."""
+    p = _lib.clade_sampler_params()
+    _lib.clade_sampler_params_init(ctypes.byref(p))
+    p.temperature = temperature
+    p.top_k = top_k
+    p.top_p = top_p
+    p.min_p = min_p
+    p.repeat_penalty = repeat_penalty
+    p.seed = seed
+    p.presence_penalty = presence_penalty
+    p.frequency_penalty = frequency_penalty
+    p.penalize_prompt = 1 if penalize_prompt else 0
+    pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else list(logit_bias or ())
+    if pairs:
+        lb = (_lib.clade_logit_bias * len(pairs))(*[_lib.clade_logit_bias(t, b) for t, b in pairs])
+        keep.append(lb)
+        p.logit_bias = lb
+        p.n_logit_bias = len(pairs)
+    return p
+
+
 def _piece(text, n):
     return ctypes.string_at(text, n).decode("utf-8", "replace") if n else ""
 
@@ -1067,23 +1078,8 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
         arr[i].tokens = toks
         arr[i].n_tokens = n
         arr[i].parent = -1 if p.parent is None else _parent_index(p.parent, i)
-    sp = _lib.clade_sampler_params()
-    _lib.clade_sampler_params_init(ctypes.byref(sp))
-    sp.temperature = temperature
-    sp.top_k = top_k
-    sp.top_p = top_p
-    sp.min_p = min_p
-    sp.repeat_penalty = repeat_penalty
-    sp.seed = seed
-    sp.presence_penalty = presence_penalty
-    sp.frequency_penalty = frequency_penalty
-    sp.penalize_prompt = 1 if penalize_prompt else 0
-    pairs = list(logit_bias.items()) if isinstance(logit_bias, dict) else list(logit_bias or ())
-    if pairs:
-        lb = (_lib.clade_logit_bias * len(pairs))(*[_lib.clade_logit_bias(t, b) for t, b in pairs])
-        keep.append(lb)
-        sp.logit_bias = lb
-        sp.n_logit_bias = len(pairs)
+    sp = _sampler_params(keep, temperature, top_k, top_p, min_p, repeat_penalty, seed,
+                         presence_penalty, frequency_penalty, logit_bias, penalize_prompt)
     gp = _lib.clade_generate_params()
     _lib.clade_generate_params_init(ctypes.byref(gp))
     gp.max_new_tokens = max_new_tokens
