@@ -551,6 +551,8 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       AttnDesc d;
       d.rows = p.rows;
       d.limit = p.limit;
+      d.mask = p.mask;
+      d.mask_base = p.mask_base;
       d.kv = p.kv;
       d.layer_stride = p.layer_stride;
       d.cap = p.cap;

@@ -228,7 +228,8 @@ __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int he
 // softmax per row in fp32 (running max m, sum l, output rescaled by
 // exp(m - m')), then the tile's V rows replace the keys and every thread
 // accumulates its (row, element) outputs. A row sees the keys below its
-// limit; a row that sees none in the unit gets o = 0 and lse = -inf. The
+// limit (and, with a tree mask, only its ancestors' keys from the mask's
+// base on); a row that sees none in the unit gets o = 0 and lse = -inf. The
 // unit writes the problem's outputs when it covers every key (part < 0),
 // else partial rows part + (r - r0) of part_o / part_lse, combined later by
 // combine_kernel.
@@ -301,7 +302,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       for (int i = tid; i < nr * tk; i += kAttnThreads) {
         const int r = i / tk, j = i - r * tk;
         float s = -INFINITY;
-        if (j < jb && j0 + j < lim[r]) {
+        const int key = j0 + j;
+        const bool hidden =
+            P.mask && key >= P.mask_base && !((P.mask[U.r0 + r] >> (unsigned)(key - P.mask_base)) & 1ull);  // tree mask
+        if (j < jb && key < lim[r] && !hidden) {
           const float* qr = qs + r * hd;
           const float* kr = kvs + j * ld;
           float s0 = 0.0f, s1 = 0.0f;

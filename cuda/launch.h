@@ -28,6 +28,8 @@ constexpr int kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2;
 struct AttnDesc {
   const int32_t* rows;   // [n_rows] query row indices into q
   const int32_t* limit;  // [n_rows] keys visible per row, or nullptr: all
+  const uint64_t* mask;  // [n_rows] tree mask, or nullptr: row r sees key j >= mask_base only when bit
+                         // (j - mask_base) of mask[r] is set (lib/backend.h)
   const void* kv;        // one head of a span in layer 0: [2 * cap][head_dim] of the KV type, K and V rows in
                          // blocks of kKVBlock keys (lib/kv_layout.h)
   int64_t layer_stride;  // bytes from one layer's head to the next's
@@ -36,6 +38,7 @@ struct AttnDesc {
   int32_t n_rows;        // > 0
   int32_t len;           // >= 0
   int32_t cap;           // the span's capacity, >= len
+  int32_t mask_base;
 };
 
 // out [n][width] f32 = rows tokens[i] of table [n_rows][width] (type code,

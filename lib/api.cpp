@@ -683,13 +683,26 @@ void clade_batch_init(clade_batch* b) {
 }
 
 clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
+  return clade_decode_tree(cache, batch, nullptr);
+}
+
+clade_status clade_decode_tree(clade_cache* cache, const clade_batch* batch, const int32_t* parents) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(cache, "cache is NULL");
     CLADE_CHECK_ARG(batch, "batch is NULL");
     clade_batch b;
     clade_batch_init(&b);
     clade::abi::read_in(batch, &b);
-    return cache->c->decode(b);
+    return cache->c->decode(b, parents);
+  });
+}
+
+clade_status clade_cache_keep(clade_cache* cache, clade_seq_id seq, int32_t from, const int32_t* keep, size_t n_keep) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache, "cache is NULL");
+    CLADE_CHECK_ARG(keep || n_keep == 0, "keep is NULL");
+    cache->c->keep(seq, from, keep, n_keep);
+    return CLADE_OK;
   });
 }
 

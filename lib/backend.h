@@ -47,7 +47,13 @@ constexpr int32_t kMaxHeadDim = 256;
 // the part of a span from a block boundary on is itself a span). Row r is
 // q[rows[r]] (each a head_dim vector). Row r sees the first limit[r] keys
 // of the span (limit == nullptr: all len keys); a row
-// that sees none gives lse = -inf and o = 0. Outputs: o [n_rows][head_dim]
+// that sees none gives lse = -inf and o = 0.
+//
+// Tree masks (token trees of speculative decoding, several continuations
+// of a sequence evaluated in one pass): with mask not null, row r sees key
+// j < limit[r] only when j < mask_base or bit (j - mask_base) of mask[r]
+// is set (its ancestors in the tree and itself); limit[r] <= mask_base +
+// 64. Outputs: o [n_rows][head_dim]
 // (the softmax-weighted values) and lse [n_rows] (natural-log
 // log-sum-exp of the scaled scores, in fp64: an fp32 lse of magnitude ~10
 // carries an absolute error of ~5e-7, which the merge turns into a relative
@@ -67,6 +73,8 @@ struct AttnTail {
   int32_t cap = 0;
   int32_t row0 = 0, row1 = 0;
   const int32_t* limit = nullptr;  // [row1 - row0], each <= cap
+  const uint64_t* mask = nullptr;  // [row1 - row0] or nullptr: a tree mask (above)
+  int32_t mask_base = 0;
 };
 
 struct AttnProblem {
@@ -77,6 +85,8 @@ struct AttnProblem {
   int32_t cap = 0;           // the span's capacity (len <= cap)
   int32_t len = 0;
   const int32_t* limit = nullptr;
+  const uint64_t* mask = nullptr;  // [n_rows] or nullptr: a tree mask (above)
+  int32_t mask_base = 0;
   float* o = nullptr;
   double* lse = nullptr;
   const AttnTail* tails = nullptr;

@@ -229,7 +229,7 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
 
 // Everything checked before anything changes. *rows: logit rows the step
 // gives; *total_new: tokens it brings.
-clade_status Cache::check_step(const clade_batch& b, size_t* rows, size_t* total_new) {
+clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, size_t* rows, size_t* total_new) {
   if (b.n_seqs && (!b.seq_ids || !b.n_tokens)) fail(CLADE_E_INVALID_ARG, "decode: seq_ids and n_tokens are required");
   *rows = *total_new = 0;
   struct Clear {  // seen_ back to all zero however this ends
@@ -252,6 +252,19 @@ clade_status Cache::check_step(const clade_batch& b, size_t* rows, size_t* total
     *rows += b.all_logits ? m : (m > 0 ? 1 : 0);
   }
   if (*total_new && !b.tokens) fail(CLADE_E_INVALID_ARG, "decode: tokens is NULL");
+  if (parents)
+    for (size_t i = 0, at = 0; i < b.n_seqs; at += (size_t)b.n_tokens[i], i++)
+      for (int32_t j = 0; j < b.n_tokens[i]; j++) {
+        const int32_t p = parents[at + (size_t)j];
+        if (p < -1 || p >= j)
+          fail(CLADE_E_INVALID_ARG, "decode: sequence " + std::to_string(b.seq_ids[i]) + "'s token " +
+                                        std::to_string(j) + " has parent " + std::to_string(p) +
+                                        ": -1 or an earlier token of its own");
+        if (p != j - 1 && b.n_tokens[i] > kMaxTreeTokens)
+          fail(CLADE_E_INVALID_ARG, "decode: sequence " + std::to_string(b.seq_ids[i]) + " has a token tree of " +
+                                        std::to_string(b.n_tokens[i]) + " tokens, more than " +
+                                        std::to_string(kMaxTreeTokens));
+      }
   // Capacity first, so that an absurd count is refused before n tokens are read.
   for (size_t i = 0; i < b.n_seqs; i++) {
     const Seq& s = get(b.seq_ids[i]);
@@ -265,9 +278,9 @@ clade_status Cache::check_step(const clade_batch& b, size_t* rows, size_t* total
   return CLADE_OK;
 }
 
-clade_status Cache::decode(const clade_batch& b) {
+clade_status Cache::decode(const clade_batch& b, const int32_t* parents) {
   size_t rows = 0, total_new = 0;
-  clade_status st = check_step(b, &rows, &total_new);
+  clade_status st = check_step(b, parents, &rows, &total_new);
   if (st != CLADE_OK) return st;
   // The KV budget for the whole step first, so that a refusal grows
   // nothing (each store's reserve checks it again).
@@ -302,6 +315,7 @@ clade_status Cache::decode(const clade_batch& b) {
     saved_len_.push_back(s.kv->length);
   }
   pend_at_.push_back(pending_.size());
+  tree_layout(b, parents);
   try {
     run_passes(b);
   } catch (...) {
@@ -315,6 +329,57 @@ clade_status Cache::decode(const clade_batch& b) {
   }
   if (total_new || rows) steps++;
   return CLADE_OK;
+}
+
+// The positions and masks of the step's token trees (is_tree_, tpos_,
+// tmask_): a sequence whose parents are not a chain has a tree; its queued
+// tokens come first, causal, then its tree from the mask's base on.
+void Cache::tree_layout(const clade_batch& b, const int32_t* parents) {
+  is_tree_.assign(b.n_seqs, 0);
+  if (!parents) return;
+  bool any = false;
+  for (size_t i = 0, at = 0; i < b.n_seqs; at += (size_t)b.n_tokens[i], i++)
+    for (int32_t j = 0; j < b.n_tokens[i] && !is_tree_[i]; j++)
+      if (parents[at + (size_t)j] != j - 1) is_tree_[i] = 1, any = true;
+  if (!any) return;
+  tpos_.resize(pending_.size());
+  tmask_.resize(pending_.size());
+  for (size_t i = 0, at = 0; i < b.n_seqs; at += (size_t)b.n_tokens[i], i++) {
+    if (!is_tree_[i]) continue;
+    const Seq& s = get(b.seq_ids[i]);
+    const size_t p0 = pend_at_[i], nq = pend_at_[i + 1] - p0 - (size_t)b.n_tokens[i];
+    const int32_t pos0 = (s.priv ? 0 : s.node->end()) + saved_len_[i];
+    for (size_t t = 0; t < nq; t++) {
+      tpos_[p0 + t] = pos0 + (int32_t)t;
+      tmask_[p0 + t] = ~0ull;
+    }
+    for (int32_t j = 0; j < b.n_tokens[i]; j++) {
+      const int32_t par = parents[at + (size_t)j];
+      const size_t k = p0 + nq + (size_t)j;
+      const size_t pk = p0 + nq + (size_t)par;
+      tpos_[k] = par < 0 ? pos0 + (int32_t)nq : tpos_[pk] + 1;
+      tmask_[k] = (par < 0 ? 0 : tmask_[pk]) | (1ull << j);
+    }
+  }
+}
+
+void Cache::keep(clade_seq_id id, int32_t from, const int32_t* idx, size_t n) {
+  Seq& s = get(id);
+  const int32_t len = s.length();
+  if (from < 0 || from > len) fail(CLADE_E_INVALID_ARG, "cache: keep: from is outside the sequence");
+  for (size_t k = 0; k < n; k++)
+    if (idx[k] < (k ? idx[k - 1] + 1 : 0) || from + (int64_t)idx[k] >= len)
+      fail(CLADE_E_INVALID_ARG, "cache: keep: the indices must increase and lie in the sequence");
+  // One token at a time, in order: a kept token moves to a lower slot or
+  // stays, so no copy overlaps one still to be read.
+  for (size_t k = 0; k < n; k++) {
+    const int32_t src = from + idx[k], dst = from + (int32_t)k;
+    if (src == dst) continue;
+    s.kv->copy_range(*s.kv, s.base + src, 1, s.base + dst);
+    s.tokens[(size_t)dst] = s.tokens[(size_t)src];
+  }
+  s.kv->length = s.base + from + (int32_t)n;
+  s.tokens.resize((size_t)(from + (int64_t)n));
 }
 
 // Passes of at most `chunk` tokens; a sequence may span passes. Lengths
@@ -340,6 +405,12 @@ void Cache::run_passes(const clade_batch& b) {
         p.pos0 = (s.priv ? 0 : s.node->end()) + s.kv->length;
         p.n_tokens = (int32_t)take;
         p.tok0 = (int32_t)toks_.size();
+        if (is_tree_[seq]) {
+          const size_t k = pend_at_[seq] + off;
+          p.pos = tpos_.data() + k;
+          p.mask = tmask_.data() + k;
+          p.mask_base = saved_len_[seq] + (int32_t)(pend_at_[seq + 1] - pend_at_[seq]) - b.n_tokens[seq];
+        }
         const int32_t tok0 = p.tok0;
         if (!s.priv) Tree::add_path(s.node, plan);
         const int32_t* src = pending_.data() + pend_at_[seq] + off;

@@ -40,7 +40,17 @@ class Cache {
   void truncate(clade_seq_id id, int32_t length);
   int32_t length(clade_seq_id id) const;
   size_t kv_bytes() const;
-  clade_status decode(const clade_batch& batch);
+  // parents (nullptr: every sequence's tokens a chain): per batch token,
+  // its parent among its sequence's tokens of this batch (-1: it follows
+  // the sequence's history; else an earlier index): a token tree of at
+  // most kMaxTreeTokens tokens per sequence, each token seeing its
+  // ancestors only, at position (history) + its depth. The tokens take
+  // slots in batch order; keep() then keeps one path.
+  clade_status decode(const clade_batch& batch, const int32_t* parents = nullptr);
+  // Keep the unique tokens [0, from) and from + idx[0..n) (increasing),
+  // in that order, and drop the rest: a tree step's accepted path.
+  void keep(clade_seq_id id, int32_t from, const int32_t* idx, size_t n);
+  static constexpr int32_t kMaxTreeTokens = 64;
 
   clade_status fork(clade_seq_id id, clade_seq_id* out);
   clade_node_id promote(clade_seq_id id);
@@ -67,7 +77,8 @@ class Cache {
   Seq* free_slot();
   void grow(Seq& s, int32_t need);
   int64_t grown_capacity(const Seq& s, int32_t need) const;
-  clade_status check_step(const clade_batch& b, size_t* rows, size_t* total_new);
+  clade_status check_step(const clade_batch& b, const int32_t* parents, size_t* rows, size_t* total_new);
+  void tree_layout(const clade_batch& b, const int32_t* parents);
   void run_passes(const clade_batch& b);
   std::vector<Seq> seqs_;
   Forward fwd_;
@@ -76,6 +87,11 @@ class Cache {
   std::vector<int32_t> pending_, want_, toks_;
   std::vector<size_t> pend_at_;
   std::vector<int32_t> saved_len_;
+  // Token trees of the step: per sequence whether it has one, and per
+  // pending token its position and mask (pending_'s order).
+  std::vector<char> is_tree_;
+  std::vector<int32_t> tpos_;
+  std::vector<uint64_t> tmask_;
 };
 
 }  // namespace clade

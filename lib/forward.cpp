@@ -17,15 +17,15 @@ Forward::Forward(const Model& model) : m_(model), be_(*model.backend), work_(be_
 }
 
 Forward::~Forward() {
-  for (Buf* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &pos_, &tok_, &rows_, &limits_,
-                 &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
+  for (Buf* b : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_,
+                 &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
     if (b->p) be_.release(b->p);
 }
 
 size_t Forward::workspace_bytes() const {
   size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes();
-  for (const Buf* x : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &pos_, &tok_, &rows_, &limits_,
-                       &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
+  for (const Buf* x : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_,
+                       &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
     b += x->cap;
   return b;
 }
@@ -77,7 +77,12 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     be_.copy_to(prows, plan.part_rows.data(), plan.part_rows.size() * 4);
   }
   if (!plan.part_begin.empty()) be_.copy_to(pbegin, plan.part_begin.data(), plan.part_begin.size() * 4);
-  plan.bind({rows, limits, part_o, part_lse}, hd);
+  uint64_t* masks = nullptr;
+  if (!plan.masks.empty()) {
+    masks = get<uint64_t>(masks_, plan.masks.size());
+    be_.copy_to(masks, plan.masks.data(), plan.masks.size() * 8);
+  }
+  plan.bind({rows, limits, masks, part_o, part_lse}, hd);
   const float scale = 1.0f / std::sqrt((float)hd);
   if (mode != CLADE_ATTENTION_NONE) be_.attention_prepare(*work_, hd, scale, plan.sets.data(), plan.sets.size());
   MergeList ml;
@@ -149,7 +154,9 @@ void HostAttention::prepare(AttnPlan& plan, int head_dim, float scale) {
   head_dim_ = head_dim;
   part_o_.resize(std::max<size_t>(1, plan.rows.size()) * (size_t)head_dim);
   part_lse_.resize(std::max<size_t>(1, plan.rows.size()));
-  plan.bind({plan.rows.data(), plan.limits.data(), part_o_.data(), part_lse_.data()}, head_dim);
+  plan.bind({plan.rows.data(), plan.limits.data(), plan.masks.empty() ? nullptr : plan.masks.data(), part_o_.data(),
+             part_lse_.data()},
+            head_dim);
   be_.attention_prepare(*work_, head_dim, scale, plan.sets.data(), plan.sets.size());
 }
 

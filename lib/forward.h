@@ -59,7 +59,7 @@ class Forward {
   const Model& m_;
   Backend& be_;
   Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_;
-  Buf pos_, tok_, rows_, limits_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
+  Buf pos_, tok_, rows_, limits_, masks_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
   std::unique_ptr<AttnWork> work_;
   std::vector<float> zero_;  // host zeros (attention NONE)
   RopeParams rope_;          // inv_freq in backend memory

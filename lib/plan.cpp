@@ -48,9 +48,10 @@ int64_t AttnPlan::n_tokens() const {
 size_t AttnPlan::host_bytes() const {
   return seqs.capacity() * sizeof(PassSeq) + spans.capacity() * sizeof(PassSpan) +
          (problems.capacity() + sorted_.capacity()) * sizeof(AttnProblem) + tails.capacity() * sizeof(AttnTail) +
-         sets.capacity() * sizeof(AttnSet) +
+         sets.capacity() * sizeof(AttnSet) + masks.capacity() * sizeof(uint64_t) + tail_masked_.capacity() +
          (rows.capacity() + limits.capacity() + part_begin.capacity() + part_rows.capacity() + pos.capacity() +
-          tail_depth_.capacity() + count_.capacity()) * sizeof(int32_t) +
+          tail_depth_.capacity() + count_.capacity()) *
+             sizeof(int32_t) +
          (layout_.capacity() + sorted_layout_.capacity()) * sizeof(Layout) + uses_.capacity() * sizeof(Use) +
          rps_.capacity() * sizeof(int64_t);
 }
@@ -62,6 +63,7 @@ void AttnPlan::add_rows(const PassSeq& s, int h, bool causal) {
     for (int j = 0; j < group_; j++) {
       rows.push_back((s.tok0 + t) * heads_ + h * group_ + j);
       limits.push_back(causal ? s.own_before + t + 1 : 0);
+      if (any_mask_) masks.push_back(s.mask && causal ? s.mask[t] : ~0ull);
     }
 }
 
@@ -72,7 +74,7 @@ void AttnPlan::add_problem(const KVStore* store, clade_kv_type type, int h, int3
   p.cap = store->capacity();
   p.len = len;
   problems.push_back(p);
-  layout_.push_back({(int64_t)rows.size(), (int32_t)tails.size(), 0, causal, type});
+  layout_.push_back({(int64_t)rows.size(), (int32_t)tails.size(), 0, causal, type, false});
 }
 
 void AttnPlan::end_problem() {
@@ -86,6 +88,8 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
   sets.clear();
   rows.clear();
   limits.clear();
+  masks.clear();
+  tail_masked_.clear();
   part_begin.clear();
   part_rows.clear();
   layout_.clear();
@@ -96,8 +100,11 @@ void AttnPlan::build(int n_heads, int kv_heads, int head_dim, clade_attention mo
   const int64_t T = n_tokens();
   n_out_rows = T * n_heads;
   pos.assign((size_t)T, 0);
-  for (const PassSeq& s : seqs)
-    for (int t = 0; t < s.n_tokens; t++) pos[(size_t)(s.tok0 + t)] = s.pos0 + t;
+  any_mask_ = false;
+  for (const PassSeq& s : seqs) {
+    for (int t = 0; t < s.n_tokens; t++) pos[(size_t)(s.tok0 + t)] = s.pos ? s.pos[t] : s.pos0 + t;
+    any_mask_ = any_mask_ || (s.mask && s.n_tokens > 0);
+  }
   if (mode == CLADE_ATTENTION_NONE) return;
   choose_tails(shared_type, fuse_own);
   order_uses();
@@ -169,7 +176,9 @@ void AttnPlan::add_seq_rows(int32_t seq, int32_t depth, int h) {
   t.cap = s.own->capacity();
   t.row0 = row0;
   t.row1 = (int32_t)((int64_t)rows.size() - layout_.back().rows_at);
+  t.mask_base = s.mask_base;
   tails.push_back(t);
+  tail_masked_.push_back(s.mask != nullptr);
   layout_.back().n_tails++;
   n_tails++;
 }
@@ -217,6 +226,10 @@ void AttnPlan::add_own_problems(int kv_heads) {
     if (s.n_tokens == 0 || tail_depth_[i] >= 0) continue;
     for (int h = 0; h < kv_heads; h++) {
       add_problem(s.own, s.own->type(), h, s.own_before + s.n_tokens, true);
+      if (s.mask) {
+        layout_.back().masked = true;
+        problems.back().mask_base = s.mask_base;
+      }
       add_rows(s, h, true);
       end_problem();
     }
@@ -268,6 +281,7 @@ void AttnPlan::bind(const PlanBuffers& b, int head_dim) {
     const Layout& L = layout_[i];
     p.rows = b.rows + L.rows_at;
     p.limit = L.causal ? b.limits + L.rows_at : nullptr;
+    p.mask = L.masked && b.masks ? b.masks + L.rows_at : nullptr;
     p.o = b.part_o + L.rows_at * head_dim;
     p.lse = b.part_lse + L.rows_at;
     p.tails = L.n_tails ? tails.data() + L.tail0 : nullptr;
@@ -275,6 +289,7 @@ void AttnPlan::bind(const PlanBuffers& b, int head_dim) {
     for (int32_t t = 0; t < L.n_tails; t++) {
       AttnTail& a = tails[(size_t)(L.tail0 + t)];
       a.limit = b.limits + L.rows_at + a.row0;
+      a.mask = tail_masked_[(size_t)(L.tail0 + t)] && b.masks ? b.masks + L.rows_at + a.row0 : nullptr;
     }
   }
 }

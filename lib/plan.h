@@ -42,6 +42,12 @@ struct PassSeq {
   int32_t pos0 = 0;         // position of the first new token
   int32_t n_tokens = 0;
   int32_t tok0 = 0;         // index of its first token in the pass
+  // A token tree (speculative decoding): per token, its position (else
+  // pos0 + t) and its tree mask over the own span's keys from mask_base
+  // on (backend.h); nullptr: a chain, causal.
+  const int32_t* pos = nullptr;
+  const uint64_t* mask = nullptr;
+  int32_t mask_base = 0;
 };
 
 struct PassSpan {
@@ -53,6 +59,7 @@ struct PassSpan {
 struct PlanBuffers {
   const int32_t* rows;
   const int32_t* limits;
+  const uint64_t* masks;  // nullptr when the plan has none
   float* part_o;
   double* part_lse;
 };
@@ -84,6 +91,9 @@ class AttnPlan {
   // rows[i]: query row of plan entry i; limits[i]: keys it sees (causal
   // problems and tails only). Partial row i belongs to plan entry i.
   std::vector<int32_t> rows, limits;
+  // masks[i]: plan entry i's tree mask, when a sequence has one (else
+  // empty).
+  std::vector<uint64_t> masks;
   // Merge list: output query row r combines partial rows
   // part_rows[part_begin[r] .. part_begin[r+1]).
   std::vector<int32_t> part_begin, part_rows;
@@ -101,6 +111,7 @@ class AttnPlan {
     int32_t tail0, n_tails;
     bool causal;
     clade_kv_type type;
+    bool masked;  // an own problem under a tree mask
   };
   struct Use {  // sequence seq has span key at depth
     const KVStore* key;
@@ -120,6 +131,8 @@ class AttnPlan {
   void add_seq_rows(int32_t seq, int32_t depth, int h);
   void end_problem();
   std::vector<Layout> layout_, sorted_layout_;
+  std::vector<char> tail_masked_;  // per tail: under a tree mask
+  bool any_mask_ = false;
   std::vector<AttnProblem> sorted_;
   std::vector<Use> uses_;
   std::vector<int32_t> tail_depth_, count_;

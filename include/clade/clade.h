@@ -68,11 +68,11 @@ extern "C" {
 /* ---- version ---------------------------------------------------------- */
 
 #define CLADE_VERSION_MAJOR 1
-#define CLADE_VERSION_MINOR 1
+#define CLADE_VERSION_MINOR 2
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "1.1.0"
+#define CLADE_VERSION_STRING "1.2.0"
 /* The shared library's soname carries this number. */
 #define CLADE_ABI_MAJOR 1
 
@@ -1069,6 +1069,32 @@ typedef struct clade_generation_stats {
 
 CLADE_API clade_status clade_generation_get_stats(
     const clade_generation *gen, clade_generation_stats *stats);
+
+/* ---- token trees (clade 1.2) ------------------------------------------ */
+/* One decode step in which a sequence evaluates a tree of tokens instead
+   of a chain: several continuations of its history at once, as a
+   speculative decoder verifies a tree of drafts. parents has one entry per
+   batch token (in batch order): for token j of sequence i's n_tokens[i],
+   -1 (it follows the sequence's history and queued tokens) or the index
+   (< j) of its parent among that sequence's tokens of this batch. Each
+   token attends to the history and to its ancestors in the tree only, at
+   position (history length) + its depth; a sequence whose parents are
+   0, 1, .. j-1 (a chain) is evaluated exactly as clade_decode would. A
+   tree holds at most 64 tokens (CLADE_E_INVALID_ARG). The tokens take the
+   sequence's next slots in batch order; after the step, clade_cache_keep
+   keeps one root-to-node path (clade_cache_truncate keeps a prefix of the
+   slots). parents NULL: clade_decode. Everything else as clade_decode. */
+CLADE_API clade_status clade_decode_tree(clade_cache *cache,
+                                         const clade_batch *batch,
+                                         const int32_t *parents);
+/* Keep sequence seq's unique tokens [0, from) and the tokens at from +
+   keep[0..n_keep) (strictly increasing, each inside the sequence), moved
+   down in that order; drop the rest. After a tree step of a sequence of
+   length L, from = L and keep = the accepted path's batch indices leaves
+   the sequence as if only that path had been decoded. */
+CLADE_API clade_status clade_cache_keep(clade_cache *cache, clade_seq_id seq,
+                                        int32_t from, const int32_t *keep,
+                                        size_t n_keep);
 
 /* ---- experimental ----------------------------------------------------- */
 /* Calls still moving, outside the ABI promise (zstd's way): they may change

@@ -70,6 +70,8 @@ struct KeyRun {
   int cap, c0, end, ra, rb;
   const int32_t* limit;  // [rb - ra], or nullptr: every row sees len
   int len;
+  const uint64_t* mask;  // [rb - ra], or nullptr: a tree mask (backend.h)
+  int mask_base;
   int lim(int r) const { return limit ? limit[r - ra] : len; }
   const uint8_t* at(int64_t row, int hd, size_t es) const { return span_row(kv, row, hd, es); }
 };
@@ -426,7 +428,8 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
   std::vector<KeyRun>& runs = s.runs;
   runs.clear();
   {
-    KeyRun u{layer_kv(p.kv, p.layer_stride, layer), p.cap, c0, 0, 0, R, p.limit ? p.limit + r0 : nullptr, p.len};
+    KeyRun u{layer_kv(p.kv, p.layer_stride, layer), p.cap,      c0, 0, 0, R, p.limit ? p.limit + r0 : nullptr, p.len,
+             p.mask ? p.mask + r0 : nullptr,        p.mask_base};
     for (int r = 0; r < R; r++) u.end = std::max(u.end, u.lim(r));
     u.end = std::min(c1, u.end);
     if (u.end > c0) runs.push_back(u);
@@ -435,7 +438,8 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     const AttnTail& a = p.tails[t];
     const int ra = std::max(a.row0, r0), rb = std::min(a.row1, r1);
     if (ra >= rb) continue;
-    KeyRun u{layer_kv(a.kv, a.layer_stride, layer), a.cap, 0, 0, ra - r0, rb - r0, a.limit + (ra - a.row0), 0};
+    KeyRun u{layer_kv(a.kv, a.layer_stride, layer),     a.cap,      0, 0, ra - r0, rb - r0, a.limit + (ra - a.row0), 0,
+             a.mask ? a.mask + (ra - a.row0) : nullptr, a.mask_base};
     for (int r = u.ra; r < u.rb; r++) u.end = std::max(u.end, u.lim(r));
     if (u.end > 0) runs.push_back(u);
   }
@@ -445,6 +449,19 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
     for (int r = g0; r < g0 + n; r++) {
       float* Sr = S + (size_t)(r - g0) * jb;
       int vis = std::min(jb, u.lim(r) - j0);
+      // A tree mask hides keys from the mask's base on (-inf, then 0
+      // after the sum: the vector exp2 clamps -inf to a tiny power).
+      int hid0 = vis, hidden = 0;
+      if (u.mask && vis > 0 && j0 + vis > u.mask_base) {
+        const uint64_t bits = u.mask[r - u.ra];
+        hid0 = std::max(0, u.mask_base - j0);
+        for (int j = hid0; j < vis; j++)
+          if (!((bits >> (j0 + j - u.mask_base)) & 1)) {
+            Sr[j] = -std::numeric_limits<float>::infinity();
+            hidden++;
+          }
+        if (hidden == vis) vis = 0;
+      }
       if (vis <= 0) {
         std::fill(Sr, Sr + jb, 0.0f);
         continue;
@@ -462,6 +479,14 @@ void CpuBackend::attend_item(int tid, const float* q, int hd, float scale, Tenso
       }
       float sum = k_.exp2_sum(Sr, nm, vis);
       std::fill(Sr + vis, Sr + jb, 0.0f);
+      if (hidden) {
+        const uint64_t bits = u.mask[r - u.ra];
+        for (int j = hid0; j < vis; j++)
+          if (!((bits >> (j0 + j - u.mask_base)) & 1)) {
+            sum -= Sr[j];
+            Sr[j] = 0.0f;
+          }
+      }
       s.l[(size_t)r] = s.l[(size_t)r] * corr + sum;
       s.m[(size_t)r] = nm;
     }
