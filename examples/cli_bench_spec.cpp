@@ -48,7 +48,7 @@ double median_of(std::vector<double> v) {
 int cmd_bench_spec(Args& a) {
   std::string model, draft, text_file;
   std::vector<long> batches{1};
-  long prefix = 128, gen = 128, branch = 8, lookup = 3, draft_max = 8;
+  long prefix = 128, gen = 128, branch = 8, lookup = 3, draft_max = 8, tree_width = 2;
   int threads = 0, rounds = 3;
   bool csv = false, repeat = false, fixed = false;
   std::vector<std::string> modes{"plain", "lookup"};
@@ -66,6 +66,7 @@ int cmd_bench_spec(Args& a) {
     else if (f == "--mode") modes = split(a.next(f), ',');
     else if (f == "--lookup") lookup = to_long(a.next(f), f);
     else if (f == "--draft-max") draft_max = to_long(a.next(f), f);
+    else if (f == "--draft-tree") tree_width = to_long(a.next(f), f);
     else if (f == "--draft-fixed") fixed = true;
     else if (f == "--repeat") repeat = true;
     else if (f == "--threads") threads = (int)to_long(a.next(f), f);
@@ -75,10 +76,12 @@ int cmd_bench_spec(Args& a) {
   }
   if (model.empty()) Args::die("bench spec: -m FILE is required");
   for (const std::string& m : modes)
-    if (m != "plain" && m != "lookup" && m != "draft" && m != "verify-cost")
-      Args::die("bench spec: --mode takes plain, lookup, draft and verify-cost (token trees are not verified yet)");
-  if (std::find(modes.begin(), modes.end(), "draft") != modes.end() && draft.empty())
-    Args::die("bench spec: --mode draft needs --draft-model FILE");
+    if (m != "plain" && m != "lookup" && m != "draft" && m != "lookup-tree" && m != "draft-tree" && m != "verify-cost")
+      Args::die("bench spec: --mode takes plain, lookup, draft, lookup-tree, draft-tree and verify-cost");
+  for (const char* dm_mode : {"draft", "draft-tree"})
+    if (std::find(modes.begin(), modes.end(), dm_mode) != modes.end() && draft.empty())
+      Args::die(std::string("bench spec: --mode ") + dm_mode + " needs --draft-model FILE");
+  if (tree_width < 2 || tree_width > 8) Args::die("bench spec: --draft-tree takes 2..8 children per draft token");
   if (std::find(modes.begin(), modes.end(), "plain") == modes.end()) modes.insert(modes.begin(), "plain");
   for (long b : batches)
     if (b < 1 || b > 4096) Args::die("bench spec: --batch values must be 1..4096");
@@ -139,8 +142,10 @@ int cmd_bench_spec(Args& a) {
         clade_speculative_params_init(&spec);
         spec.max_draft = (int32_t)draft_max;
         spec.adaptive = fixed ? 0 : 1;
-        if (modes[mi] == "lookup") spec.lookup_ngram = (int32_t)lookup;
-        if (modes[mi] == "draft") spec.draft_model = dm;
+        const bool is_tree = modes[mi] == "lookup-tree" || modes[mi] == "draft-tree";
+        if (modes[mi] == "lookup" || modes[mi] == "lookup-tree") spec.lookup_ngram = (int32_t)lookup;
+        if (modes[mi] == "draft" || modes[mi] == "draft-tree") spec.draft_model = dm;
+        if (is_tree) spec.tree_width = (int32_t)tree_width;
         if (modes[mi] == "verify-cost") {
           spec.draft = full_budget;
           spec.adaptive = 0;
@@ -184,10 +189,15 @@ int cmd_bench_spec(Args& a) {
       const double t_step = g.target_seconds / (double)std::max<uint64_t>(g.steps, 1);
       const double t_draft = g.spec_steps ? g.draft_seconds / (double)g.spec_steps : 0;
       // Standard formula: a step gains (1 - a^(g+1)) / (1 - a) tokens per
-      // sequence at the cost of one verify step plus its drafting.
+      // sequence at the cost of one verify step plus its drafting. A tree
+      // has no per-token acceptance: its measured mean accepted length per
+      // sequence-step, plus the step's own token, in the same place.
+      const bool is_tree = modes[mi] == "lookup-tree" || modes[mi] == "draft-tree";
       double predicted = 1;
       if (g.spec_steps && gamma > 0) {
-        const double e = alpha >= 1 ? gamma + 1 : (1 - std::pow(alpha, gamma + 1)) / (1 - alpha);
+        const double e = is_tree       ? 1 + (double)g.accepted / ((double)g.spec_steps * (double)batch)
+                         : alpha >= 1 ? gamma + 1
+                                      : (1 - std::pow(alpha, gamma + 1)) / (1 - alpha);
         const double t_verify = (g.target_seconds - t_plain * (double)(g.steps - g.spec_steps)) / (double)g.spec_steps;
         predicted = e * t_plain / (t_verify + t_draft);
         // plain steps of the run (the cost model's choice) count at 1

@@ -943,7 +943,7 @@ int64_t clade_generation_prompt(const clade_generation* gen, size_t i) {
 
 /* ---- speculative decoding ---- */
 
-void clade_speculative_params_init(clade_speculative_params* p) {
+static void speculative_defaults(clade_speculative_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
   p->size = sizeof *p;
@@ -953,7 +953,24 @@ void clade_speculative_params_init(clade_speculative_params* p) {
   p->lookup_ngram = 0;
   p->max_draft = 8;
   p->adaptive = 1;
+  p->tree_width = 1;
 }
+
+#ifndef CLADE_ABI_FUTURE_BUILD
+// clade 1.2 grew the struct (tree_width), so its *_init has two versions
+// (lib/abi.h): binaries built against 1.1 are bound to
+// clade_speculative_params_init@CLADE_1.1, which fills exactly the 1.1
+// size; the default, @@CLADE_1.2, fills the whole struct. (The ABI test's
+// "future" library versions it itself: tests/abi/future_compat.cpp.)
+extern "C" CLADE_API void clade_speculative_params_init_1_1(clade_speculative_params* p) {
+  clade::abi::init_prefix(p, clade::abi::Abi<clade_speculative_params>::first_size, &speculative_defaults);
+}
+extern "C" CLADE_API void clade_speculative_params_init_1_2(clade_speculative_params* p) { speculative_defaults(p); }
+__asm__(".symver clade_speculative_params_init_1_1, clade_speculative_params_init@CLADE_1.1\n\t"
+        ".symver clade_speculative_params_init_1_2, clade_speculative_params_init@@CLADE_1.2");
+#else
+void clade_speculative_params_init(clade_speculative_params* p) { speculative_defaults(p); }
+#endif
 
 clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
                                         const clade_generate_params* params, const clade_speculative_params* spec,
@@ -965,7 +982,7 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     CLADE_CHECK_ARG(spec, "clade_generate_speculative: spec is NULL (use clade_generate for plain decoding)");
     CLADE_CHECK_ARG(prompts || n_prompts == 0, "prompts is NULL");
     clade_speculative_params s;
-    clade_speculative_params_init(&s);
+    speculative_defaults(&s);
     clade::abi::read_in(spec, &s);
     const int drafters = (s.draft != nullptr) + (s.draft_model != nullptr) + (s.lookup_ngram != 0);
     CLADE_CHECK_ARG(drafters == 1, "clade_generate_speculative: give exactly one drafter (draft, draft_model or "
@@ -975,6 +992,8 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     CLADE_CHECK_ARG(s.max_draft >= 1 && s.max_draft <= 64,
                     "clade_generate_speculative: max_draft must be 1..64 (it is " + std::to_string(s.max_draft) + ")");
     CLADE_CHECK_ARG(s.adaptive == 0 || s.adaptive == 1, "clade_generate_speculative: adaptive must be 0 or 1");
+    CLADE_CHECK_ARG(s.tree_width >= 1 && s.tree_width <= 8,
+                    "clade_generate_speculative: tree_width must be 1..8 (it is " + std::to_string(s.tree_width) + ")");
     if (s.draft_model && s.draft_model->m->vocab_only)
       return set_error(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model was loaded vocab_only");
     clade::SpecConfig c;
@@ -983,6 +1002,7 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     c.draft_model = s.draft_model ? s.draft_model->m.get() : nullptr;
     c.lookup_ngram = s.lookup_ngram;
     c.max_draft = s.max_draft;
+    c.tree_width = s.tree_width;
     c.adaptive = s.adaptive != 0;
     return run_generation("clade_generate_speculative", tree, prompts, n_prompts, params, &c, out);
   });

@@ -255,7 +255,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
 
   std::vector<size_t> live, still;
   std::vector<clade_seq_id> ids;
-  std::vector<int32_t> counts, toks, lens, n_draft;
+  std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node;
+  std::vector<Candidate> cands;
   std::vector<double> alphas, dense;
   std::vector<DraftSeq> dreq;
   std::vector<DraftSeq*> dptr;
@@ -321,6 +322,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         const int64_t left = (int64_t)p.max_new_tokens - (int64_t)out.seqs[live[r]].tokens.size();
         const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq);  // the pending token's
         int64_t budget = std::min<int64_t>(k, left - 1);
+        if (spec->tree_width > 1) budget = std::min<int64_t>(budget, Cache::kMaxTreeTokens - 1);  // with the pending token
         if (!long_ctx) budget = std::min<int64_t>(budget, model.cfg.n_ctx - 1 - pos);
         if (budget < 1) continue;
         DraftSeq& d = dreq[r];
@@ -329,9 +331,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         d.n_prompt = s.n_prompt;
         d.n_path = (size_t)s.node->end();
         d.max = (int32_t)budget;
-        d.tokens.clear();
-        d.q_tokens.clear();
-        d.q_probs.clear();
+        d.width = spec->tree_width;
+        d.clear();
         dptr.push_back(&d);
       }
       if (!dptr.empty()) {
@@ -343,12 +344,20 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         stats.draft_seconds += ds;
         stats.draft_steps += drafter->steps - steps0;
         cost.add_draft(dptr.size(), k, ds);
-        for (size_t r = 0; r < live.size(); r++)
-          if (dreq[r].max > 0) n_draft[r] = (int32_t)dreq[r].tokens.size();
+        for (size_t r = 0; r < live.size(); r++) {
+          if (dreq[r].max <= 0) continue;
+          DraftSeq& d = dreq[r];
+          n_draft[r] = (int32_t)d.tokens.size();
+          if (d.parents.empty())  // a chain
+            for (int32_t j = 0; j < n_draft[r]; j++) d.parents.push_back(j - 1);
+        }
       }
     }
-    bool any_draft = false;
-    for (int32_t nd : n_draft) any_draft = any_draft || nd > 0;
+    bool any_draft = false, any_tree = false;
+    for (size_t r = 0; r < live.size(); r++) {
+      any_draft = any_draft || n_draft[r] > 0;
+      for (int32_t j = 0; j < n_draft[r] && !any_tree; j++) any_tree = dreq[r].parents[(size_t)j] != j - 1;
+    }
 
     // One decode step of the live sequences: each one's pending token, then
     // its drafts (a logits row for each when there are drafts).
@@ -356,13 +365,18 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     toks.clear();
     counts.clear();
     lens.clear();
+    pars.clear();
     size_t n_rows = 0;
     for (size_t r = 0; r < live.size(); r++) {
       const SeqState& s = st[live[r]];
       ids.push_back(s.seq);
       lens.push_back(cache.length(s.seq));
       toks.push_back(s.pending);
-      for (int32_t j = 0; j < n_draft[r]; j++) toks.push_back(dreq[r].tokens[(size_t)j]);
+      pars.push_back(-1);
+      for (int32_t j = 0; j < n_draft[r]; j++) {
+        toks.push_back(dreq[r].tokens[(size_t)j]);
+        pars.push_back(dreq[r].parents[(size_t)j] + 1);  // (the pending token is index 0)
+      }
       counts.push_back(1 + n_draft[r]);
       n_rows += any_draft ? (size_t)(1 + n_draft[r]) : 1;
     }
@@ -378,7 +392,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     b.logits = logits.data();
     b.logits_rows = n_rows;
     const auto t0 = std::chrono::steady_clock::now();
-    clade_status ds = cache.decode(b);
+    clade_status ds = cache.decode(b, any_tree ? pars.data() : nullptr);
     const double step_s = seconds_since(t0);
     if (ds == CLADE_STOPPED) {
       finish_rest(CLADE_FINISH_ABORTED);
@@ -419,35 +433,52 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         const int32_t nd = n_draft[r];
         const int64_t base = (int64_t)s.node->end() + lens[r];  // the pending token's position
         const uint64_t stream = p.first_stream + i;
-        int32_t accepted = 0;
+        // From the pending token's row down the tree: at each node, its
+        // children (in draw order) are the candidates of the rule; an
+        // accepted child's row is next.
+        const DraftSeq& d = dreq[r];
+        int32_t accepted = 0, cur = -1;
+        size_t row = row0;
         bool ended = false;
-        for (int32_t j = 0; j <= nd; j++) {
-          SampleRow row;
-          row.stream = stream;
-          row.logits = logits.data() + (row0 + (size_t)j) * (size_t)n_vocab;
-          row.history = s.history.data();
-          row.n_history = s.history.size();
-          row.n_prompt = s.n_prompt;
-          sampler.distribution(row, n_vocab, dist.tokens, dist.probs);
-          bool acc = false;
-          int32_t t;
-          if (j < nd) {
-            const DraftSeq& d = dreq[r];
+        path.clear();
+        for (;;) {
+          SampleRow sr;
+          sr.stream = stream;
+          sr.logits = logits.data() + row * (size_t)n_vocab;
+          sr.history = s.history.data();
+          sr.n_history = s.history.size();
+          sr.n_prompt = s.n_prompt;
+          sampler.distribution(sr, n_vocab, dist.tokens, dist.probs);
+          cands.clear();
+          cand_node.clear();
+          const size_t n_draws = d.draws.empty() ? (size_t)nd : d.draws.size();
+          for (size_t q = 0; q < n_draws && nd > 0; q++) {
+            const int32_t j = d.draws.empty() ? (int32_t)q : d.draws[q];
+            if (d.parents[(size_t)j] != cur) continue;
             const bool has_q = (size_t)j < d.q_tokens.size();
-            t = accept_or_resample(dist, d.tokens[(size_t)j], has_q ? &d.q_tokens[(size_t)j] : nullptr,
-                                   has_q ? &d.q_probs[(size_t)j] : nullptr, greedy, sampler, stream, dense, &acc);
-          } else {
-            t = draw_from(dist, greedy, sampler, stream);
+            cands.push_back({d.tokens[(size_t)j], has_q ? &d.q_tokens[(size_t)j] : nullptr,
+                             has_q ? &d.q_probs[(size_t)j] : nullptr});
+            cand_node.push_back(j);
           }
+          int32_t which = -1;
+          const int32_t t = cands.empty() ? draw_from(dist, greedy, sampler, stream)
+                                          : accept_candidates(dist, cands.data(), cands.size(), greedy, sampler,
+                                                              stream, dense, &which);
           float lp = 0;
           for (size_t q = 0; q < dist.tokens.size(); q++)
             if (dist.tokens[q] == t) lp = (float)std::log(dist.probs[q]);
-          if (acc) accepted++;
-          if (take(i, t, lp, base + 1 + j)) {
+          const int64_t pos = base + 1 + accepted;  // where t would be evaluated
+          if (which >= 0) {
+            accepted++;
+            cur = cand_node[(size_t)which];
+            path.push_back(1 + cur);
+          }
+          if (take(i, t, lp, pos)) {
             ended = true;
             break;
           }
-          if (!acc) break;
+          if (which < 0) break;
+          row = row0 + 1 + (size_t)cur;
         }
         row0 += (size_t)(1 + nd);
         stats.drafted += (uint64_t)nd;
@@ -457,7 +488,14 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           s.drafted = 0.8 * s.drafted + nd;
         }
         if (ended) continue;
-        cache.truncate(s.seq, lens[r] + 1 + accepted);
+        bool prefix = true;  // the kept path is the first slots: a truncation
+        for (size_t q = 0; q < path.size(); q++) prefix = prefix && path[q] == (int32_t)q + 1;
+        if (prefix) {
+          cache.truncate(s.seq, lens[r] + 1 + accepted);
+        } else {
+          path.insert(path.begin(), 0);  // the pending token's slot
+          cache.keep(s.seq, lens[r], path.data(), path.size());
+        }
         still.push_back(i);
       }
     }

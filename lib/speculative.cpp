@@ -28,6 +28,7 @@ class CallbackDrafter final : public Drafter {
   void draft(std::vector<DraftSeq*>& seqs) override {
     reqs_.assign(seqs.size(), clade_draft_request());
     bufs_.resize(seqs.size());
+    pars_.resize(seqs.size());
     for (size_t i = 0; i < seqs.size(); i++) {
       const DraftSeq& d = *seqs[i];
       clade_draft_request& r = reqs_[i];
@@ -37,9 +38,13 @@ class CallbackDrafter final : public Drafter {
       r.n_history = d.history->size();
       r.n_prompt = d.n_prompt;
       r.max_tokens = d.max;
+      r.tree_width = d.width;
       bufs_[i].assign((size_t)d.max, -1);
       r.tokens = bufs_[i].data();
       r.n_tokens = 0;
+      pars_[i].resize((size_t)d.max);
+      for (int32_t j = 0; j < d.max; j++) pars_[i][(size_t)j] = j - 1;  // a chain unless the drafter says
+      r.parents = pars_[i].data();
     }
     const int32_t rc = fn_(user_, reqs_.data(), reqs_.size());
     if (rc < 0) fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter returned " + std::to_string(rc));
@@ -56,8 +61,28 @@ class CallbackDrafter final : public Drafter {
                                   std::to_string(bufs_[i][(size_t)k]) + ", outside the vocabulary [0, " +
                                   std::to_string(n_vocab_) + ")");
     }
-    for (size_t i = 0; i < seqs.size(); i++)
+    for (size_t i = 0; i < seqs.size(); i++) {
+      const clade_draft_request& r = reqs_[i];
+      std::vector<int32_t> kids((size_t)r.n_tokens + 1, 0);
+      for (int32_t k = 0; k < r.n_tokens; k++) {
+        const int32_t par = pars_[i][(size_t)k];
+        if (par < -1 || par >= k)
+          fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter gave sequence " + std::to_string(r.seq) +
+                                        " parents[" + std::to_string(k) + "] = " + std::to_string(par) +
+                                        ": -1 or an earlier draft token's index");
+        if (par != k - 1 && seqs[i]->width <= 1)
+          fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter gave sequence " + std::to_string(r.seq) +
+                                        " a tree, but tree_width is 1 (chains)");
+        if (++kids[(size_t)(par + 1)] > std::max(seqs[i]->width, 1))
+          fail(CLADE_E_INVALID_ARG, "clade_generate_speculative: the drafter gave sequence " + std::to_string(r.seq) +
+                                        " a token with more than tree_width = " + std::to_string(seqs[i]->width) +
+                                        " children");
+      }
+    }
+    for (size_t i = 0; i < seqs.size(); i++) {
       seqs[i]->tokens.assign(bufs_[i].begin(), bufs_[i].begin() + reqs_[i].n_tokens);
+      seqs[i]->parents.assign(pars_[i].begin(), pars_[i].begin() + reqs_[i].n_tokens);
+    }
   }
 
  private:
@@ -65,11 +90,15 @@ class CallbackDrafter final : public Drafter {
   void* user_;
   int32_t n_vocab_;
   std::vector<clade_draft_request> reqs_;
-  std::vector<std::vector<int32_t>> bufs_;
+  std::vector<std::vector<int32_t>> bufs_, pars_;
 };
 
 // Prompt lookup: the longest n-gram (n <= ngram) that ends the history and
-// occurs earlier in it, its most recent earlier occurrence's continuation.
+// occurs earlier in it; the continuation of its most recent earlier
+// occurrence (a chain), or with width > 1 the continuations of its most
+// recent occurrences merged into a tree, depth by depth, the more recent
+// first (a node has at most width children; shallow tokens, the likelier
+// to be accepted, take the budget first).
 class LookupDrafter final : public Drafter {
  public:
   explicit LookupDrafter(int32_t ngram) : ngram_(ngram) {}
@@ -77,22 +106,58 @@ class LookupDrafter final : public Drafter {
     for (DraftSeq* d : seqs) {
       const std::vector<int32_t>& h = *d->history;
       const size_t len = h.size();
-      d->tokens.clear();
-      for (size_t n = std::min<size_t>((size_t)ngram_, len > 0 ? len - 1 : 0); n >= 1 && d->tokens.empty(); n--) {
+      d->clear();
+      const size_t want = d->width > 1 ? 4 * (size_t)d->width : 1;  // occurrences
+      from_.clear();
+      for (size_t n = std::min<size_t>((size_t)ngram_, len > 0 ? len - 1 : 0); n >= 1 && from_.empty(); n--) {
         const int32_t* pat = h.data() + len - n;
         // occurrences starting at i < len - n, the most recent first
-        for (size_t i = len - n; i-- > 0;) {
-          if (h[i] != pat[0] || std::memcmp(h.data() + i, pat, n * sizeof(int32_t)) != 0) continue;
-          const size_t from = i + n, to = std::min(len, from + (size_t)d->max);
-          d->tokens.assign(h.begin() + (long)from, h.begin() + (long)to);
-          break;
+        for (size_t i = len - n; i-- > 0 && from_.size() < want;)
+          if (h[i] == pat[0] && std::memcmp(h.data() + i, pat, n * sizeof(int32_t)) == 0) from_.push_back(i + n);
+      }
+      if (from_.empty()) continue;
+      if (d->width <= 1) {
+        const size_t to = std::min(len, from_[0] + (size_t)d->max);
+        d->tokens.assign(h.begin() + (long)from_[0], h.begin() + (long)to);
+        continue;
+      }
+      at_.assign(from_.size(), -1);  // each continuation's node so far (-1: the pending token)
+      alive_.assign(from_.size(), 1);
+      kids_.assign((size_t)d->max + 1, 0);  // children per node (+1: index -1 first)
+      for (size_t t = 0; (int32_t)d->tokens.size() < d->max; t++) {
+        bool any = false;
+        for (size_t c = 0; c < from_.size() && (int32_t)d->tokens.size() < d->max; c++) {
+          if (!alive_[c] || from_[c] + t >= len) {
+            alive_[c] = 0;
+            continue;
+          }
+          any = true;
+          const int32_t tok = h[from_[c] + t];
+          int32_t child = -1;
+          for (size_t j = 0; j < d->tokens.size() && child < 0; j++)
+            if (d->parents[j] == at_[c] && d->tokens[j] == tok) child = (int32_t)j;
+          if (child < 0) {
+            if (kids_[(size_t)(at_[c] + 1)] >= d->width) {
+              alive_[c] = 0;
+              continue;
+            }
+            kids_[(size_t)(at_[c] + 1)]++;
+            child = (int32_t)d->tokens.size();
+            d->tokens.push_back(tok);
+            d->parents.push_back(at_[c]);
+          }
+          at_[c] = child;
         }
+        if (!any) break;
       }
     }
   }
 
  private:
   int32_t ngram_;
+  std::vector<size_t> from_;
+  std::vector<int32_t> at_, kids_;
+  std::vector<char> alive_;
 };
 
 // A draft model: its own tree with the prompts mirrored (so prefixes are
@@ -157,6 +222,13 @@ class ModelDrafter final : public Drafter {
     seqs_.erase(it);
   }
 
+  // A chain: up to max steps of all drafting sequences together. A tree
+  // (width > 1) is a chain with alternatives beside it: greedy, the
+  // width - 1 likeliest other tokens of each chain step (the draft's
+  // softmax), the nodes of highest path probability kept within the budget
+  // (the chain stops early when its tip can no longer make the cut);
+  // sampling, width - 1 more independent draws from the same q at the first
+  // steps (a fixed shape: which draws are kept must not depend on them).
   void draft(std::vector<DraftSeq*>& seqs) override {
     const int32_t nv = m_.cfg.n_vocab;
     // Each sequence: roll the draft KV back to where it agrees with the
@@ -166,11 +238,10 @@ class ModelDrafter final : public Drafter {
     ids_.resize(n);
     feed_.assign(n, std::vector<int32_t>());
     hist_.resize(n);
+    work_.resize(n);
     for (size_t i = 0; i < n; i++) {
       DraftSeq& d = *seqs[i];
-      d.tokens.clear();
-      d.q_tokens.clear();
-      d.q_probs.clear();
+      d.clear();
       const clade_seq_id id = seqs_.at(d.index);
       ids_[i] = id;
       const std::vector<int32_t>& have = cache_->tokens_of(id);
@@ -181,14 +252,25 @@ class ModelDrafter final : public Drafter {
       if (same < have.size()) cache_->truncate(id, (int32_t)same);
       feed_[i].assign(h.begin() + (long)(d.n_path + same), h.end());
       hist_[i] = h;
+      Work& w = work_[i];
+      w.chain.clear();
+      w.chain_p.assign(1, 1.0);
+      w.alts.clear();
+      w.done = false;
+      w.steps = d.max;
+      w.alt_steps = 0;
+      if (d.width > 1 && !greedy_) {  // the fixed shape: alternatives at the first alt_steps
+        w.alt_steps = d.max / (2 * (d.width - 1));
+        w.steps = d.max - (d.width - 1) * w.alt_steps;
+      }
     }
     int32_t kmax = 0;
-    for (DraftSeq* d : seqs) kmax = std::max(kmax, d->max);
+    for (size_t i = 0; i < n; i++) kmax = std::max(kmax, work_[i].steps);
     std::vector<size_t> act;
     for (int32_t step = 0; step < kmax; step++) {
       act.clear();
       for (size_t i = 0; i < n; i++)
-        if ((int32_t)seqs[i]->tokens.size() == step && step < seqs[i]->max) act.push_back(i);
+        if (!work_[i].done && step < work_[i].steps) act.push_back(i);
       if (act.empty()) break;
       bids_.clear();
       counts_.clear();
@@ -223,25 +305,149 @@ class ModelDrafter final : public Drafter {
       }
       if (greedy_) {
         sampler_->sample_rows(rows_.data(), rows_.size(), nv);
-        for (size_t r = 0; r < act.size(); r++) push(*seqs[act[r]], act[r], rows_[r].token);
+        for (size_t r = 0; r < act.size(); r++) {
+          const size_t i = act[r];
+          const int32_t t = rows_[r].token;
+          if (seqs[i]->width > 1) alternatives(*seqs[i], work_[i], logits_.data() + r * (size_t)nv, t);
+          push(i, t);
+        }
       } else {
         for (size_t r = 0; r < act.size(); r++) {
           const size_t i = act[r];
+          Work& w = work_[i];
+          DraftSeq& d = *seqs[i];
           sampler_->distribution(rows_[r], nv, dist_.tokens, dist_.probs);
-          const int32_t t = draw_from(dist_, false, *sampler_, seqs[i]->index);
-          seqs[i]->q_tokens.push_back(dist_.tokens);
-          seqs[i]->q_probs.push_back(dist_.probs);
-          push(*seqs[i], i, t);
+          const int32_t t = draw_from(dist_, false, *sampler_, d.index);
+          d.q_tokens.push_back(dist_.tokens);
+          d.q_probs.push_back(dist_.probs);
+          if (step < w.alt_steps)
+            for (int32_t k = 1; k < d.width; k++) w.alts.push_back({step, draw_from(dist_, false, *sampler_, d.index), 0.0});
+          push(i, t);
         }
       }
     }
+    for (size_t i = 0; i < n; i++) assemble(*seqs[i], work_[i]);
   }
 
  private:
-  void push(DraftSeq& d, size_t i, int32_t t) {
-    d.tokens.push_back(t);
+  // A sequence's drafting in a step: its chain, the chain's path
+  // probabilities (chain_p[d]: of its first d tokens), the alternatives
+  // beside it (at chain step `step`: siblings of chain token `step`).
+  struct Alt {
+    int32_t step, token;
+    double value;  // greedy: its path probability
+  };
+  struct Work {
+    std::vector<int32_t> chain;
+    std::vector<double> chain_p;
+    std::vector<Alt> alts;
+    int32_t steps = 0, alt_steps = 0;
+    bool done = false;
+  };
+
+  void push(size_t i, int32_t t) {
+    work_[i].chain.push_back(t);
     hist_[i].push_back(t);
     feed_[i].assign(1, t);
+  }
+
+  // Greedy tree: the width - 1 likeliest tokens other than chain token t at
+  // this step, by the draft's softmax; the chain's path probability; and
+  // whether the chain's tip still makes the budget's cut.
+  void alternatives(const DraftSeq& d, Work& w, const float* logits, int32_t t) {
+    const int32_t nv = m_.cfg.n_vocab;
+    const int32_t step = (int32_t)w.chain.size();
+    float mx = logits[0];
+    for (int32_t v = 1; v < nv; v++) mx = std::max(mx, logits[v]);
+    double sum = 0;
+    for (int32_t v = 0; v < nv; v++) sum += std::exp((double)(logits[v] - mx));
+    top_.clear();  // the width - 1 highest logits but t's, highest first
+    for (int32_t v = 0; v < nv; v++) {
+      if (v == t) continue;
+      const float l = logits[v];
+      if ((int32_t)top_.size() == d.width - 1 && l <= logits[top_.back()]) continue;
+      size_t at = top_.size();
+      while (at > 0 && logits[top_[at - 1]] < l) at--;
+      top_.insert(top_.begin() + (long)at, v);
+      if ((int32_t)top_.size() > d.width - 1) top_.pop_back();
+    }
+    const double base = w.chain_p.back();
+    for (int32_t v : top_) w.alts.push_back({step, v, base * std::exp((double)(logits[v] - mx)) / sum});
+    const double tip = base * std::exp((double)(logits[t] - mx)) / sum;
+    w.chain_p.push_back(tip);
+    // Nodes at least as likely as the new tip: the chain so far and the
+    // alternatives above it. When they fill the budget, the chain's next
+    // tokens (less likely than the tip) would not be kept.
+    int32_t above = step + 1;
+    for (const Alt& a : w.alts) above += a.value >= tip;
+    if (above >= d.max) w.done = true;
+  }
+
+  // A sequence's drafted tokens, parents, q and draws, from its work.
+  void assemble(DraftSeq& d, const Work& w) {
+    const int32_t L = (int32_t)w.chain.size();
+    if (d.width <= 1 || w.alts.empty()) {  // a chain (q filled per step when sampling)
+      d.tokens = w.chain;
+      return;
+    }
+    // Which chain tokens and alternatives are kept: greedy, the likeliest
+    // within the budget (a chain token's path probability is at least its
+    // successors' and its alternatives'); sampling, all (the shape fits).
+    int32_t keep_chain = L;
+    keep_alt_.assign(w.alts.size(), 1);
+    if (greedy_) {
+      order_.clear();
+      for (int32_t k = 0; k < L; k++) order_.push_back({w.chain_p[(size_t)k + 1], -1 - k});
+      for (size_t a = 0; a < w.alts.size(); a++) order_.push_back({w.alts[a].value, (int32_t)a});
+      std::sort(order_.begin(), order_.end(), [](const std::pair<double, int32_t>& x, const std::pair<double, int32_t>& y) {
+        return x.first != y.first ? x.first > y.first : x.second < y.second;  // ties: chain tokens first
+      });
+      keep_chain = 0;
+      keep_alt_.assign(w.alts.size(), 0);
+      int32_t kept = 0;
+      for (const auto& o : order_) {
+        if (kept == d.max) break;
+        if (o.second < 0) {
+          if (-1 - o.second != keep_chain) continue;  // (its predecessor was not kept)
+          keep_chain++;
+        } else {
+          if (w.alts[(size_t)o.second].step > keep_chain) continue;  // its parent was not kept
+          keep_alt_[(size_t)o.second] = 1;
+        }
+        kept++;
+      }
+    }
+    // Step by step: the chain token, then the alternatives beside it;
+    // sampling, each step's draws in order (a repeat is the node drawn
+    // before, the chain token included), q per node.
+    q_tok_.swap(d.q_tokens);
+    q_prob_.swap(d.q_probs);
+    d.clear();
+    int32_t parent = -1;
+    size_t a = 0;
+    for (int32_t k = 0; k < keep_chain; k++) {
+      const int32_t first = (int32_t)d.tokens.size();
+      auto add = [&](int32_t tok) {
+        d.tokens.push_back(tok);
+        d.parents.push_back(parent);
+        if (!greedy_) {
+          d.q_tokens.push_back(q_tok_[(size_t)k]);
+          d.q_probs.push_back(q_prob_[(size_t)k]);
+        }
+        return (int32_t)d.tokens.size() - 1;
+      };
+      add(w.chain[(size_t)k]);
+      if (!greedy_) d.draws.push_back(first);
+      for (; a < w.alts.size() && w.alts[a].step == k; a++) {
+        if (!keep_alt_[a]) continue;
+        int32_t node = -1;
+        for (int32_t j = first; j < (int32_t)d.tokens.size() && node < 0; j++)
+          if (d.tokens[(size_t)j] == w.alts[a].token) node = j;
+        if (node < 0) node = add(w.alts[a].token);
+        if (!greedy_) d.draws.push_back(node);
+      }
+      parent = first;
+    }
   }
 
   const Model& m_;
@@ -259,6 +465,12 @@ class ModelDrafter final : public Drafter {
   std::vector<float> logits_;
   std::vector<SampleRow> rows_;
   RowDist dist_;
+  std::vector<Work> work_;
+  std::vector<int32_t> top_;
+  std::vector<std::pair<double, int32_t>> order_;
+  std::vector<char> keep_alt_;
+  std::vector<std::vector<int32_t>> q_tok_;
+  std::vector<std::vector<double>> q_prob_;
 };
 
 }  // namespace
@@ -293,47 +505,55 @@ int32_t draw_from(const RowDist& p, bool greedy, Sampler& sampler, uint64_t stre
   return p.tokens.back();
 }
 
-int32_t accept_or_resample(const RowDist& p, int32_t x, const std::vector<int32_t>* q_tok,
-                           const std::vector<double>* q_prob, bool greedy, Sampler& sampler, uint64_t stream,
-                           std::vector<double>& dense, bool* accepted) {
-  if (greedy) {  // p is one token: accepted when x is it
-    *accepted = p.tokens[0] == x;
+int32_t accept_candidates(const RowDist& p, const Candidate* cands, size_t n, bool greedy, Sampler& sampler,
+                          uint64_t stream, std::vector<double>& dense, int32_t* which) {
+  *which = -1;
+  if (greedy) {  // p is one token: the first candidate equal to it
+    for (size_t i = 0; i < n; i++)
+      if (cands[i].token == p.tokens[0]) {
+        *which = (int32_t)i;
+        break;
+      }
     return p.tokens[0];
   }
-  // p(x) and q(x)
-  double px = 0, total = 0;
-  for (size_t i = 0; i < p.tokens.size(); i++) {
-    total += p.probs[i];
-    if (p.tokens[i] == x) px = p.probs[i];
-  }
-  px /= total;
-  double qx = 1;
-  const bool has_q = q_tok && !q_tok->empty();
-  if (has_q) {
-    qx = 0;
-    for (size_t i = 0; i < q_tok->size(); i++)
-      if ((*q_tok)[i] == x) qx = (*q_prob)[i];
-  }
-  if (qx > 0 && sampler.draw(stream) < std::min(1.0, px / qx)) {
-    *accepted = true;
-    return x;
-  }
-  *accepted = false;
-  // The residual max(0, p - q), normalized, in a dense scratch row.
+  // The residual r, dense over the vocabulary (nonzero on p's tokens only),
+  // starts as p normalized.
+  double total = 0;
+  for (double v : p.probs) total += v;
   for (size_t i = 0; i < p.tokens.size(); i++) dense[(size_t)p.tokens[i]] = p.probs[i] / total;
-  if (has_q) {
-    for (size_t i = 0; i < q_tok->size(); i++) {
-      double& v = dense[(size_t)(*q_tok)[i]];
-      v = std::max(0.0, v - (*q_prob)[i]);
-    }
-  } else {
-    dense[(size_t)x] = 0;  // q is all on x
-  }
-  double mass = 0;
-  for (int32_t t : p.tokens) mass += dense[(size_t)t];
   int32_t pick = -1;
-  if (mass > 0) {
-    double u = sampler.draw(stream) * mass;
+  bool spent = false;  // the residual has no mass left (r == q): draw from p
+  for (size_t i = 0; i < n && pick < 0 && !spent; i++) {
+    const Candidate& c = cands[i];
+    const bool has_q = c.q_tok && !c.q_tok->empty();
+    double qx = has_q ? 0 : 1;
+    if (has_q)
+      for (size_t k = 0; k < c.q_tok->size(); k++)
+        if ((*c.q_tok)[k] == c.token) qx = (*c.q_prob)[k];
+    if (qx > 0 && sampler.draw(stream) < std::min(1.0, dense[(size_t)c.token] / qx)) {
+      pick = c.token;
+      *which = (int32_t)i;
+      break;
+    }
+    // Rejected: r = max(0, r - q) normalized.
+    if (has_q) {
+      for (size_t k = 0; k < c.q_tok->size(); k++) {
+        double& v = dense[(size_t)(*c.q_tok)[k]];
+        v = std::max(0.0, v - (*c.q_prob)[k]);
+      }
+    } else {
+      dense[(size_t)c.token] = 0;  // q is all on the token
+    }
+    double mass = 0;
+    for (int32_t t : p.tokens) mass += dense[(size_t)t];
+    if (mass > 0) {
+      for (int32_t t : p.tokens) dense[(size_t)t] /= mass;
+    } else {
+      spent = true;
+    }
+  }
+  if (pick < 0 && !spent) {  // every candidate rejected: a draw from r
+    double u = sampler.draw(stream);
     for (int32_t t : p.tokens) {
       const double v = dense[(size_t)t];
       if (v <= 0) continue;
@@ -343,10 +563,12 @@ int32_t accept_or_resample(const RowDist& p, int32_t x, const std::vector<int32_
     }
   }
   for (int32_t t : p.tokens) dense[(size_t)t] = 0;
-  if (has_q)
-    for (int32_t t : *q_tok) dense[(size_t)t] = 0;
-  dense[(size_t)x] = 0;
-  if (pick < 0) pick = draw_from(p, false, sampler, stream);  // p == q: nothing left over
+  for (size_t i = 0; i < n; i++) {
+    dense[(size_t)cands[i].token] = 0;
+    if (cands[i].q_tok)
+      for (int32_t t : *cands[i].q_tok) dense[(size_t)t] = 0;
+  }
+  if (pick < 0) pick = draw_from(p, false, sampler, stream);  // nothing left over
   return pick;
 }
 

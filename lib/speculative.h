@@ -28,6 +28,7 @@ struct SpecConfig {
   const Model* draft_model = nullptr;
   int32_t lookup_ngram = 0;
   int32_t max_draft = 8;
+  int32_t tree_width = 1;  // children per draft token at most (1: chains)
   bool adaptive = true;
 };
 
@@ -38,12 +39,26 @@ struct DraftSeq {
   size_t n_prompt = 0;
   size_t n_path = 0;   // history tokens on its leaf's node path
   int32_t max = 0;     // budget (>= 1)
-  // out: the chain, and for a drafter that samples, each token's
-  // distribution (the kept tokens and their probabilities; empty: the
-  // token was certain, q = 1)
-  std::vector<int32_t> tokens;
+  int32_t width = 1;   // children per token at most (1: a chain)
+  // out: the draft tokens and their parents (parents[j] in -1..j-1; -1:
+  // it follows the pending token; empty: a chain), and for a drafter that
+  // samples, the distribution each token was drawn from (the kept tokens
+  // and their probabilities; empty: certain, q = 1).
+  std::vector<int32_t> tokens, parents;
   std::vector<std::vector<int32_t>> q_tokens;
   std::vector<std::vector<double>> q_probs;
+  // A drafter that draws a token's children independently from one q
+  // gives every draw in order here, repeats included (a repeat is one
+  // node, drawn twice: the rule must see both draws); empty: each token
+  // once, in order.
+  std::vector<int32_t> draws;
+  void clear() {
+    tokens.clear();
+    parents.clear();
+    q_tokens.clear();
+    q_probs.clear();
+    draws.clear();
+  }
 };
 
 class Drafter {
@@ -66,19 +81,30 @@ std::unique_ptr<Drafter> make_drafter(const SpecConfig& c, const Model& target, 
                                       size_t n_prompts, const std::vector<int32_t>& root_path,
                                       const clade_sampler_params& sp, int32_t max_seqs, int32_t max_tokens);
 
-// The acceptance rule for one row. p: the sampler's distribution of the
-// row (tokens, probabilities; one token with probability 1 when greedy).
-// x: the draft token; q: its drafter's distribution (empty: q(x) = 1).
-// Returns the token to take and sets *accepted when it is x. u1, u2: the
-// stream's next uniform numbers (drawn only when needed).
+// The acceptance rule for one row, for a chain's draft token or a tree
+// node's candidate children. p: the sampler's distribution of the row
+// (tokens, probabilities; one token with probability 1 when greedy).
+// Candidate i: token x_i drawn from q_i (empty: q_i(x_i) = 1). Greedy: the
+// first candidate equal to p's token. Sampling (the multi-candidate rule):
+// with r = p, each candidate in turn is accepted with probability
+// min(1, r(x_i) / q_i(x_i)); on a rejection r becomes max(0, r - q_i)
+// normalized; when all are rejected the token is drawn from r. Its output
+// follows p exactly when the candidates are drawn independently. Returns
+// the token and sets *which to the accepted candidate's index, or -1.
+// Uniform numbers come from the stream, one per candidate tried and one
+// for the final draw.
 struct RowDist {
   std::vector<int32_t> tokens;
   std::vector<double> probs;
 };
+struct Candidate {
+  int32_t token;
+  const std::vector<int32_t>* q_tok;  // nullptr or empty: q = 1 on token
+  const std::vector<double>* q_prob;
+};
 // dense: n_vocab zeros (scratch, zero again on return).
-int32_t accept_or_resample(const RowDist& p, int32_t x, const std::vector<int32_t>* q_tok,
-                           const std::vector<double>* q_prob, bool greedy, Sampler& sampler, uint64_t stream,
-                           std::vector<double>& dense, bool* accepted);
+int32_t accept_candidates(const RowDist& p, const Candidate* cands, size_t n, bool greedy, Sampler& sampler,
+                          uint64_t stream, std::vector<double>& dense, int32_t* which);
 // A draw from p with the stream's next number (greedy: its first token).
 int32_t draw_from(const RowDist& p, bool greedy, Sampler& sampler, uint64_t stream);
 

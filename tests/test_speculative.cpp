@@ -16,6 +16,7 @@
 // - A drafter returning garbage (tokens outside the vocabulary, too many
 //   tokens, an error code) gives a clear status and no results; the tree
 //   is usable after, and gives the same output as before.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -125,6 +126,33 @@ int32_t oracle_draft(void* user, clade_draft_request* req, size_t n) {
   return 0;
 }
 
+// The oracle as a tree: at a corrupted position, the corrupt token and the
+// right one are siblings, and the chain goes on under the right one, so
+// the accepted path skips nodes (the cache keeps a path, not a prefix).
+int32_t oracle_tree_draft(void* user, clade_draft_request* req, size_t n) {
+  Oracle& o = *(Oracle*)user;
+  o.calls++;
+  for (size_t i = 0; i < n; i++) {
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
+    const Tokens& a = (*o.answer)[r.seq];
+    const size_t have = r.n_history - o.n_path;
+    int32_t k = 0, parent = -1;
+    for (size_t at = have; k < r.max_tokens && at < a.size(); at++) {
+      const bool corrupt = (at * 2654435761u + r.seq * 40503u) % 3 == 0;
+      if (corrupt && r.tree_width >= 2 && k + 2 <= r.max_tokens) {
+        r.tokens[k] = (a[at] + 1) % 300;
+        r.parents[k] = parent;
+        k++;
+      }
+      r.tokens[k] = a[at];
+      r.parents[k] = parent;
+      parent = k++;
+    }
+    r.n_tokens = k;
+  }
+  return 0;
+}
+
 void test_greedy(const std::string& dir) {
   const std::string path = write_model(dir, "g.gguf", 300, 64, 11);
   const std::string dpath = write_model(dir, "g-draft.gguf", 300, 32, 12);
@@ -141,35 +169,49 @@ void test_greedy(const std::string& dir) {
         const clade_generate_params gp = params(&sp, 40, samples, att);
         const Output plain = run(m, pr, gp, nullptr);
         CHECK(plain.seqs.size() == (size_t)(branches * samples));
-        for (int adaptive : {0, 1}) {
-          clade_speculative_params spec;
-          clade_speculative_params_init(&spec);
-          spec.adaptive = adaptive;
-          spec.max_draft = 5;
-          spec.lookup_ngram = 3;
-          Output o = run(m, pr, gp, &spec);
-          CHECK_MSG(o.seqs == plain.seqs, "lookup: batch %d, adaptive %d", branches * samples, adaptive);
-          spec.lookup_ngram = 0;
-          spec.draft_model = dm;
-          o = run(m, pr, gp, &spec);
-          CHECK_MSG(o.seqs == plain.seqs, "draft model: batch %d, adaptive %d", branches * samples, adaptive);
-          spec.draft_model = m;  // the target as its own draft: every draft accepted
-          o = run(m, pr, gp, &spec);
-          CHECK_MSG(o.seqs == plain.seqs, "self draft: batch %d", branches * samples);
-          if (!adaptive) CHECK(o.stats.drafted > 0 && o.stats.accepted == o.stats.drafted);
-          spec.draft_model = nullptr;
-          Oracle oracle{&plain.seqs, pr.prefix.size() + 2};
-          spec.draft = oracle_draft;
-          spec.user = &oracle;
-          o = run(m, pr, gp, &spec);
-          CHECK_MSG(o.seqs == plain.seqs, "oracle: batch %d, adaptive %d", branches * samples, adaptive);
-          if (!adaptive) {
-            // every kind of step happened: some drafts rejected, some accepted
-            CHECK(o.stats.accepted > 0 && o.stats.accepted < o.stats.drafted);
-            CHECK(o.stats.steps < plain.stats.steps);
-            CHECK(o.stats.tokens == plain.stats.tokens);
+        for (int adaptive : {0, 1})
+          for (int width : {1, 3}) {
+            clade_speculative_params spec;
+            clade_speculative_params_init(&spec);
+            spec.adaptive = adaptive;
+            spec.max_draft = 5;
+            spec.tree_width = width;
+            spec.lookup_ngram = 3;
+            Output o = run(m, pr, gp, &spec);
+            CHECK_MSG(o.seqs == plain.seqs, "lookup: batch %d, adaptive %d, width %d", branches * samples, adaptive,
+                      width);
+            spec.lookup_ngram = 0;
+            spec.draft_model = dm;
+            o = run(m, pr, gp, &spec);
+            CHECK_MSG(o.seqs == plain.seqs, "draft model: batch %d, adaptive %d, width %d", branches * samples, adaptive,
+                      width);
+            spec.draft_model = m;  // the target as its own draft: every chain token accepted
+            o = run(m, pr, gp, &spec);
+            CHECK_MSG(o.seqs == plain.seqs, "self draft: batch %d, width %d", branches * samples, width);
+            if (!adaptive && width == 1) CHECK(o.stats.drafted > 0 && o.stats.accepted == o.stats.drafted);
+            spec.draft_model = nullptr;
+            Oracle oracle{&plain.seqs, pr.prefix.size() + 2};
+            spec.draft = width == 1 ? oracle_draft : oracle_tree_draft;
+            spec.user = &oracle;
+            o = run(m, pr, gp, &spec);
+            CHECK_MSG(o.seqs == plain.seqs, "oracle: batch %d, adaptive %d, width %d", branches * samples, adaptive,
+                      width);
+            if (!adaptive) {
+              // every kind of step happened: some drafts rejected, some accepted
+              CHECK(o.stats.accepted > 0 && o.stats.accepted < o.stats.drafted);
+              CHECK(o.stats.steps < plain.stats.steps);
+              CHECK(o.stats.tokens == plain.stats.tokens);
+            }
+            if (!adaptive && width > 1) {  // the tree's right siblings are taken: more accepted than drafted chains
+              const double per_step = (double)o.stats.accepted / (double)o.stats.spec_steps;
+              spec.draft = oracle_draft;
+              spec.tree_width = 1;
+              const Output chain = run(m, pr, gp, &spec);
+              CHECK_MSG(per_step > (double)chain.stats.accepted / (double)chain.stats.spec_steps,
+                        "oracle tree: %.2f accepted per step, chain %.2f", per_step,
+                        (double)chain.stats.accepted / (double)chain.stats.spec_steps);
+            }
           }
-        }
       }
     }
   }
@@ -224,6 +266,20 @@ void test_rollback(const std::string& dir) {
   CHECK_OK(clade_tree_release(t, node));
   clade_tree_free(t);
   clade_model_free(m);
+}
+
+// A fixed tree: tokens 0, 1, 2 after the pending token, and 3 under 0 (one-hot candidates).
+int32_t fixed_tree(void*, clade_draft_request* req, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
+    const int32_t toks[4] = {0, 1, 2, 3}, pars[4] = {-1, -1, -1, 0};
+    r.n_tokens = std::min(r.max_tokens, 4);
+    for (int32_t k = 0; k < r.n_tokens; k++) {
+      r.tokens[k] = toks[k];
+      r.parents[k] = pars[k];
+    }
+  }
+  return 0;
 }
 
 int32_t always_zero(void*, clade_draft_request* req, size_t n) {
@@ -294,6 +350,22 @@ void test_sampling(const std::string& dir) {
   spec.draft = nullptr;
   spec.draft_model = dm;
   const Output draft = run(m, pr, gp, &spec);
+  // Trees: the draft model's independent draws beside its chain (3 at the
+  // first step: repeats happen on a vocabulary of 8), prompt lookup's
+  // continuations, a fixed tree of one-hot candidates.
+  // (6 new tokens, so that the step after the first token has a budget of
+  // 4 drafts; the pairs are the same tokens 2 and 3)
+  spec.tree_width = 3;
+  spec.max_draft = 4;
+  clade_generate_params gp6 = gp;
+  gp6.max_new_tokens = 6;
+  const Output draft_tree = run(m, pr, gp6, &spec);
+  spec.draft_model = nullptr;
+  spec.lookup_ngram = 1;
+  const Output lookup_tree = run(m, pr, gp6, &spec);
+  spec.lookup_ngram = 0;
+  spec.draft = fixed_tree;
+  const Output fixed = run(m, pr, gp6, &spec);
   sp.seed = 7;
   const Output plain2 = run(m, pr, gp, nullptr);
   int df = 0;
@@ -315,6 +387,15 @@ void test_sampling(const std::string& dir) {
                (unsigned long long)draft.stats.accepted, (unsigned long long)draft.stats.drafted);
   CHECK(x2 < q999(df));
   CHECK(draft.stats.accepted > 0 && draft.stats.accepted < draft.stats.drafted);
+  const char* names[3] = {"draft model tree", "lookup tree", "fixed tree"};
+  const Output* trees[3] = {&draft_tree, &lookup_tree, &fixed};
+  for (int k = 0; k < 3; k++) {
+    const double x = chi2(pairs(plain), pairs(*trees[k]), &df);
+    std::fprintf(stderr, "sampling: plain vs %s chi2 %.1f (df %d, accepted %llu of %llu)\n", names[k], x, df,
+                 (unsigned long long)trees[k]->stats.accepted, (unsigned long long)trees[k]->stats.drafted);
+    CHECK_MSG(x < q999(df), "%s", names[k]);
+    CHECK(trees[k]->stats.accepted > 0 && trees[k]->stats.accepted < trees[k]->stats.drafted);
+  }
   clade_model_free(dm);
   clade_model_free(m);
 }
@@ -327,9 +408,13 @@ int32_t garbage(void* user, clade_draft_request* req, size_t n) {
   if (mode == 0) return -7;
   for (size_t i = 0; i < n; i++) {
     clade_draft_request& r = *CLADE_DRAFT_REQUEST_AT(req, i);
-    r.n_tokens = mode == 1 ? r.max_tokens + 1 : 1;
+    r.n_tokens = mode == 1 ? r.max_tokens + 1 : mode >= 4 ? 3 : 1;
     if (mode == 1) continue;
-    r.tokens[0] = mode == 2 ? 300 : -1;
+    r.tokens[0] = mode == 2 ? 300 : mode == 3 ? -1 : 5;
+    if (mode < 4) continue;
+    r.tokens[1] = r.tokens[2] = 6;
+    if (mode == 4) r.parents[1] = 1;                  // itself
+    if (mode == 5) r.parents[1] = r.parents[2] = -1;  // three children under the pending token
   }
   return 0;
 }
@@ -347,13 +432,16 @@ void test_garbage(const std::string& dir) {
   CHECK_OK(clade_generate(t, pr.list.data(), pr.list.size(), &gp, &g));
   const Output before = collect(g);
   clade_generation_free(g);
-  const clade_status want[] = {CLADE_E_INVALID_ARG, CLADE_E_INVALID_ARG, CLADE_E_TOKEN, CLADE_E_TOKEN};
-  const char* words[] = {"returned -7", "n_tokens", "outside the vocabulary", "outside the vocabulary"};
-  for (int mode = 0; mode < 4; mode++) {
-    Garbage gb{mode};
+  const clade_status want[] = {CLADE_E_INVALID_ARG, CLADE_E_INVALID_ARG, CLADE_E_TOKEN,      CLADE_E_TOKEN,
+                               CLADE_E_INVALID_ARG, CLADE_E_INVALID_ARG, CLADE_E_INVALID_ARG};
+  const char* words[] = {"returned -7", "n_tokens", "outside the vocabulary", "outside the vocabulary",
+                         "parents[1] = 1",  "children", "tree_width is 1"};
+  for (int mode = 0; mode < 7; mode++) {
+    Garbage gb{mode == 6 ? 5 : mode};
     clade_speculative_params spec;
     clade_speculative_params_init(&spec);
     spec.adaptive = 0;
+    spec.tree_width = mode == 6 ? 1 : 2;
     spec.draft = garbage;
     spec.user = &gb;
     g = (clade_generation*)&gb;
@@ -372,6 +460,12 @@ void test_garbage(const std::string& dir) {
   spec.draft_model = nullptr;
   spec.max_draft = 0;
   CHECK(clade_generate_speculative(t, pr.list.data(), pr.list.size(), &gp, &spec, &g) == CLADE_E_INVALID_ARG);
+  spec.max_draft = 4;
+  for (int w : {0, 9}) {
+    spec.tree_width = w;
+    CHECK(clade_generate_speculative(t, pr.list.data(), pr.list.size(), &gp, &spec, &g) == CLADE_E_INVALID_ARG);
+    CHECK(std::strstr(clade_last_error(), "tree_width") != nullptr);
+  }
   CHECK(clade_generate_speculative(t, pr.list.data(), pr.list.size(), &gp, nullptr, &g) == CLADE_E_INVALID_ARG);
   clade_model* other = load(write_model(dir, "y.gguf", 200, 32, 42));
   clade_speculative_params_init(&spec);

@@ -1001,6 +1001,13 @@ typedef struct clade_draft_request {
   int32_t max_tokens;         /* at most this many (>= 1) */
   clade_token *tokens;        /* out: the draft chain, tokens[0..n_tokens) */
   int32_t n_tokens;           /* out: 0..max_tokens; 0: no draft */
+  /* clade 1.2: token trees. */
+  int32_t *parents;           /* out: parents[j] of draft token j: -1 (it
+                                 follows the history) or an earlier draft
+                                 token's index; preset to j - 1 (a chain),
+                                 so a chain drafter leaves it alone */
+  int32_t tree_width;         /* the call's tree_width: children per token
+                                 at most (1: chains only) */
 } clade_draft_request;
 
 /* Request i of a drafter's array: the array's stride is the library's
@@ -1041,6 +1048,19 @@ typedef struct clade_speculative_params {
   int32_t adaptive;          /* 1 (default): draft lengths and on/off follow
                                 acceptance and the measured cost model; 0:
                                 always max_draft */
+  int32_t reserved;          /* (clade 1.2) zero */
+  int32_t tree_width;        /* (clade 1.2) token trees: children per draft
+                                token at most, 1..8; 1 (default): chains. A
+                                tree of max_draft tokens (at most 63) puts
+                                alternatives beside the likeliest chain:
+                                the draft model's next likeliest tokens
+                                (greedy: the nodes of highest path
+                                probability; sampling: width - 1 more
+                                independent draws at the first steps),
+                                prompt lookup's continuations of several
+                                earlier occurrences, or the caller's
+                                drafter's parents. One step verifies the
+                                whole tree (clade_decode_tree). */
 } clade_speculative_params;
 
 CLADE_API void clade_speculative_params_init(clade_speculative_params *p);
