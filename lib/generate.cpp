@@ -64,7 +64,7 @@ struct SeqState {
   int32_t pending = -1;         // the token the next step evaluates
   bool done = false;
   bool drafting = false;        // admitted to the drafter
-  double acc = 0, drafted = 0;  // decayed counts of accepted / drafted tokens
+  double acc = 0, drafted = 0;  // decayed counts of accepted tokens / draft levels
   double alpha() const { return (acc + 0.5) / (drafted + 1.0); }
 };
 
@@ -255,7 +255,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
 
   std::vector<size_t> live, still;
   std::vector<clade_seq_id> ids;
-  std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node;
+  std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node, dep;
   std::vector<Candidate> cands;
   std::vector<double> alphas, dense;
   std::vector<DraftSeq> dreq;
@@ -483,9 +483,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         row0 += (size_t)(1 + nd);
         stats.drafted += (uint64_t)nd;
         stats.accepted += (uint64_t)accepted;
-        if (nd > 0) {
+        if (nd > 0) {  // acceptance per level: a tree's depth counts, not its width
+          int32_t depth = 0;
+          dep.resize((size_t)nd);
+          for (int32_t j = 0; j < nd; j++) {
+            const int32_t par = d.parents[(size_t)j];
+            dep[(size_t)j] = par < 0 ? 1 : dep[(size_t)par] + 1;
+            depth = std::max(depth, dep[(size_t)j]);
+          }
           s.acc = 0.8 * s.acc + accepted;
-          s.drafted = 0.8 * s.drafted + nd;
+          s.drafted = 0.8 * s.drafted + depth;
         }
         if (ended) continue;
         bool prefix = true;  // the kept path is the first slots: a truncation
