@@ -486,6 +486,41 @@ class ModelTest(unittest.TestCase):
                 with self.assertRaises(clade.CacheFull):
                     one.fork(t)
 
+    def test_decode_tree_and_keep(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree, \
+                clade.Cache(tree, max_seqs=3, max_tokens=64) as cache:
+            node = tree.append(0, [5, 6, 7, 8])
+            s = cache.add(node, [9, 10])
+            cache.decode({s: []})
+            c, d = cache.fork(s), cache.fork(s)
+            # 21 and 30 after the history, 31 under 30, 22 under 21
+            rows = cache.decode_tree({s: [21, 30, 31, 22]}, {s: [-1, -1, 1, 0]}, all_logits=True)
+            self.assertEqual(len(rows), 4)
+            self.assertEqual(cache.length(s), 6)
+            # each branch as the chain decoded alone; d is a chain (no parents)
+            a = cache.decode({c: [30, 31]}, all_logits=True)
+            b = cache.decode_tree({d: [21, 22]}, {}, all_logits=True)
+            for got, want in zip(rows, [b[0], a[0], a[1], b[1]]):
+                assert_close(self, got, want)
+            # keep the path 30, 31: as if only it was decoded
+            cache.keep(s, 2, [1, 2])
+            self.assertEqual(cache.length(s), 4)
+            self.assertEqual(cache.seq_tokens(s), cache.seq_tokens(c))
+            a, b = cache.decode({s: [40], c: [40]})
+            assert_close(self, a, b)
+            # bad parents, a parents list of the wrong length, a bad keep:
+            # CLADE_E_INVALID_ARG, nothing changed
+            for step, parents in [({s: [1, 2]}, {s: [0, -1]}), ({s: [1, 2]}, {s: [-1, 5]}),
+                                  ({s: [1, 2]}, {s: [-1]}), ({s: [1]}, {c: [-1]})]:
+                with self.assertRaises(clade.CladeError) as e:
+                    cache.decode_tree(step, parents)
+                self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG, parents)
+            with self.assertRaises(clade.CladeError) as e:
+                cache.keep(s, 2, [1, 0])
+            self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG)
+            self.assertEqual(cache.length(s), 5)
+            tree.release(node)
+
     def test_promote_and_move(self):
         prompt = [5, 17, 42, 99]
         with clade.Tree(self.model, kv_type=clade.KV_F32) as tree, \
@@ -879,11 +914,12 @@ class SpeculativeTest(unittest.TestCase):
         with clade.Model(random_model("small.gguf", "--vocab", "300"), n_threads=1) as m, \
                 clade.Tree(m, kv_type=clade.KV_F32) as tree:
             want = tree.generate(prompts, **kw)
-            got = tree.generate(prompts, lookup=3, adaptive=False, **kw)
-            self.check_same(want, got)
-            self.assertGreater(got.stats.accepted, 0)
-            self.assertGreater(got.stats.spec_steps, 0)
-            self.assertLess(got.stats.steps, want.stats.steps)
+            for width in (1, 3):  # chains, and lookup trees (clade 1.2)
+                got = tree.generate(prompts, lookup=3, adaptive=False, tree_width=width, **kw)
+                self.check_same(want, got)
+                self.assertGreater(got.stats.accepted, 0)
+                self.assertGreater(got.stats.spec_steps, 0)
+                self.assertLess(got.stats.steps, want.stats.steps)
             # sampling: another draw of the same distribution, as many tokens
             kw.update(temperature=0.9, seed=5, samples=2)
             got = tree.generate(prompts, lookup=3, **kw)
@@ -951,6 +987,86 @@ class SpeculativeTest(unittest.TestCase):
                 texts[seq] += piece
             self.check_same(want, stream.results)
             self.assertEqual(texts, [g.text for g in want])
+
+    def test_tree_width(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            for kw in [dict(lookup=3), dict(draft_model=self.draft), dict(draft_model=self.model)]:
+                for adaptive in (True, False):
+                    got = tree.generate(self.prompts, tree_width=2, max_draft=6, adaptive=adaptive,
+                                        **dict(self.kw, **kw))
+                    self.check_same(want, got)
+            # its own draft model: the likeliest chain of each tree is accepted
+            self.assertGreater(got.stats.accepted, 0)
+            self.assertLess(got.stats.steps, got.stats.tokens)
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])
+        # (test_lookup runs lookup trees where they get accepted)
+
+    def test_python_tree_drafter(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            lens = [len(self.prompts[0]) + len(self.prompts[1][0])] * 2 + [len(self.prompts[2])] * 2
+            widths, trees = [], [0]
+
+            def oracle_tree(seq, history, max_tokens):
+                # a wrong token, then the right one beside it (two siblings
+                # under the pending token) and the right chain under that
+                done = len(history) - lens[seq]
+                right = want[seq].tokens[done:done + max_tokens - 1]
+                if not right:
+                    return None
+                wrong = (right[0] + 1) % self.model.n_vocab
+                trees[0] += 1
+                return [wrong] + right, [-1, -1] + list(range(1, len(right)))
+
+            for width in (2, 8):
+                trees[0] = 0
+                got = tree.generate(self.prompts, draft=oracle_tree, tree_width=width, adaptive=False,
+                                    **self.kw)
+                self.check_same(want, got)
+                self.assertGreater(got.stats.accepted, 0)
+                self.assertLess(got.stats.steps, got.stats.tokens)
+                # every node but the wrong sibling accepted
+                self.assertEqual(got.stats.drafted - got.stats.accepted, trees[0])
+
+            def fixed(seq, history, max_tokens):
+                widths.append(max_tokens)
+                return ([3, 4, 5, 6], [-1, -1, 0, 1]) if max_tokens >= 4 else None
+
+            got = tree.generate(self.prompts, draft=fixed, tree_width=2, max_draft=4, **self.kw)
+            self.check_same(want, got)
+            self.assertTrue(widths)
+            # a chain as a pair, or with parents None, with tree_width 1
+            for answer in [([3, 4], [-1, 0]), ([3, 4], None), (3, 4)]:
+                got = tree.generate(self.prompts, draft=lambda s, h, m: answer if m >= 2 else None,
+                                    adaptive=False, **self.kw)
+                self.check_same(want, got)
+                self.assertGreater(got.stats.drafted, 0)
+            self.assertEqual(tree.children(clade.Tree.ROOT), [])
+
+    def test_tree_drafter_errors(self):
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as tree:
+            want = self.plain(tree)
+            for answer, width in [(([3, 4], [0, -1]), 2),       # a parent not before its child
+                                  (([3, 4], [-1, 7]), 2),
+                                  (([3, 4], [-1, -2]), 2),
+                                  (([3, 4], [-1, 2 ** 40]), 2),  # no silent wrap to int32
+                                  (([3, 4, 5], [-1, -1, -1]), 2),  # too many children
+                                  (([3, 4], [-1, -1]), 1),       # a tree with tree_width 1
+                                  (([3, 4], [-1]), 2)]:          # one parent per token
+                with self.assertRaises(clade.CladeError) as e:
+                    tree.generate(self.prompts, draft=lambda s, h, m: answer, tree_width=width,
+                                  adaptive=False, **self.kw)
+                self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG, answer)
+                self.assertEqual(tree.children(clade.Tree.ROOT), [])
+            with self.assertRaises(TypeError):  # not a parent
+                tree.generate(self.prompts, draft=lambda s, h, m: ([3], [None]), tree_width=2,
+                              **self.kw)
+            for width in (0, 9):
+                with self.assertRaises(clade.CladeError) as e:
+                    tree.generate(self.prompts, lookup=2, tree_width=width, **self.kw)
+                self.assertEqual(e.exception.status, _lib.CLADE_E_INVALID_ARG)
+            self.check_same(want, tree.generate(self.prompts, lookup=2, tree_width=2, **self.kw))
 
     def test_drafter_errors(self):
         nv = self.model.n_vocab

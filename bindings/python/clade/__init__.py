@@ -34,6 +34,10 @@ plain decoding, token for token:
 
     res = tree.generate([ids], max_new_tokens=64, temperature=0, lookup=3)
     print(res[0].text, res.stats.accepted / max(res.stats.drafted, 1))
+
+Token trees (clade 1.2): tree_width=W (2..8) drafts a tree of alternatives
+instead of a chain, verified in one step (a draft callable may return
+(tokens, parents)); Cache.decode_tree and Cache.keep are the step itself.
 """
 
 import atexit
@@ -366,8 +370,8 @@ class Model(_Handle):
 
     def generate(self, prompts, kv_type=KV_F16, **kw):
         """Tree.generate on a tree made for the call (see Tree.generate; the
-        speculative options draft=, draft_model=, lookup=, max_draft= and
-        adaptive= included)."""
+        speculative options draft=, draft_model=, lookup=, max_draft=,
+        adaptive= and tree_width= included)."""
         with Tree(self, kv_type=kv_type) as tree:
             return tree.generate(prompts, **kw)
 
@@ -703,11 +707,15 @@ class Tree(_Handle):
             once per live sequence each step, on this thread (the stream's
             for generate_stream); history is the sequence's prompt path
             then its output so far, the draft continues after its last
-            token. A token outside the vocabulary fails the call with
-            CladeError CLADE_E_TOKEN, more than max_tokens with
-            CLADE_E_INVALID_ARG; an exception the drafter raises stops the
-            call and is raised here. It must not use this tree. Either way
-            the tree is as before the call.
+            token. With tree_width > 1 it may return a tree instead, a
+            pair (tokens, parents): parents[j] is -1 (token j follows the
+            history) or the index of an earlier token, at most tree_width
+            children each (parents None: a chain). A token outside the
+            vocabulary fails the call with CladeError CLADE_E_TOKEN, more
+            than max_tokens, or bad parents, with CLADE_E_INVALID_ARG; an
+            exception the drafter raises stops the call and is raised
+            here. It must not use this tree. Either way the tree is as
+            before the call.
           draft_model: a Model of the same vocabulary (a smaller one).
           lookup: prompt lookup, the longest n-gram (<= lookup) ending the
             history found earlier in it; its continuation is the draft.
@@ -716,9 +724,16 @@ class Tree(_Handle):
           adaptive: True (default): draft lengths, and drafting on or off,
             follow the measured acceptance and step times; False: always
             max_draft.
-        Without a drafter, max_draft and adaptive are unused. The other
-        options, the results and the errors are those of plain generate;
-        res.stats.accepted / res.stats.drafted is the acceptance rate."""
+          tree_width: children per draft token at most (1..8; default 1,
+            chains; clade 1.2). Above 1 the drafter proposes a tree of
+            alternatives (at most max_draft tokens, 63 at most), verified in
+            one step: the draft model's next likeliest tokens, prompt
+            lookup's continuations of several earlier occurrences, or the
+            draft callable's parents.
+        Without a drafter, max_draft, adaptive and tree_width are unused.
+        The other options, the results and the errors are those of plain
+        generate; res.stats.accepted / res.stats.drafted is the acceptance
+        rate."""
         return _generate(self, prompts, callback, max_new_tokens=max_new_tokens,
                          samples=samples, stop=stop, **kw)[0]
 
@@ -833,6 +848,38 @@ class Cache(_Handle):
         Raises CacheFull, KVBudgetExceeded, ContextFull or Stopped (the
         abort callback's own exception if it raised one), all CladeErrors,
         with nothing changed."""
+        return self._decode(step, all_logits, None)
+
+    def decode_tree(self, step, parents, all_logits=False):
+        """decode() where a sequence's new tokens form a tree
+        (clade_decode_tree, clade 1.2): parents maps sequence id -> one
+        entry per new token of it, -1 (it follows the history and queued
+        tokens) or the index of an earlier new token of that sequence (a
+        sequence missing from parents: a chain). Each token sees the history
+        and its ancestors only; all_logits gives one row per token. The
+        tokens take the sequence's next slots in order: keep() then keeps
+        one path. At most 64 tokens per tree (CladeError
+        CLADE_E_INVALID_ARG, as for bad parents)."""
+        _need("clade_decode_tree")
+        for s, ps in parents.items():
+            if s not in step or len(ps) != len(step[s]):
+                raise CladeError(_lib.CLADE_E_INVALID_ARG, "decode_tree: sequence %r has %s "
+                                 "parents for %s new tokens" % (s, len(ps), len(step.get(s, ()))))
+        flat = [p for s in step for p in parents.get(s, range(-1, len(step[s]) - 1))]
+        return self._decode(step, all_logits, _tokens(flat)[0])
+
+    def keep(self, seq, start, keep):
+        """Keep seq's unique tokens [0, start) and those at start + keep[i]
+        (keep strictly increasing), moved down in that order, and drop the
+        rest (clade_cache_keep, clade 1.2). After a decode_tree step of a
+        sequence of length L, keep(seq, L, path) with the batch indices of
+        one root-to-node path leaves it as if only that path was decoded."""
+        _need("clade_cache_keep")
+        arr, n = _tokens(keep)
+        _check(_lib.clade_cache_keep(self._get(), seq, start, arr, n))
+
+    def _decode(self, step, all_logits, parents):
+        """clade_decode, or clade_decode_tree with parents (a c_int32 array)."""
         seqs = list(step.keys())
         counts = [len(step[s]) for s in seqs]
         flat = [t for s in seqs for t in step[s]]
@@ -855,7 +902,10 @@ class Cache(_Handle):
         b.logits = logits
         b.logits_rows = rows
         self.tree._abort_exc[0] = None
-        st = _lib.clade_decode(self._get(), ctypes.byref(b))
+        if parents is None:
+            st = _lib.clade_decode(self._get(), ctypes.byref(b))
+        else:
+            st = _lib.clade_decode_tree(self._get(), ctypes.byref(b), parents)
         if st != _lib.CLADE_OK:
             self.tree._raise_stopped(st)
         for s in seqs:
@@ -1062,7 +1112,8 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
               presence_penalty=0.0, frequency_penalty=0.0, logit_bias=None, penalize_prompt=True,
               logprobs=False, ignore_eog=False, max_live=0, special=False,
               attention=ATTENTION_AUTO, root=0, first_stream=0,
-              draft=None, draft_model=None, lookup=None, max_draft=8, adaptive=True):
+              draft=None, draft_model=None, lookup=None, max_draft=8, adaptive=True,
+              tree_width=1):
     """clade_generate on tree (clade_generate_speculative when draft,
     draft_model or lookup is given); callback(seq, token, piece) -> None,
     STOP_SEQ or STOP_ALL, or None. Returns (GenerationList, stopped)."""
@@ -1131,6 +1182,10 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
         spec.lookup_ngram = lookup or 0
         spec.max_draft = max_draft
         spec.adaptive = 1 if adaptive else 0
+        if tree_width != 1 and _lib.clade_decode_tree is None:
+            raise CladeError(_lib.CLADE_E_UNSUPPORTED, "the clade library loaded (%s) has no "
+                             "token trees (tree_width)" % version())
+        spec.tree_width = tree_width
     out = _lib.clade_generation_p()
     tree._abort_exc[0] = None
     if speculative:
@@ -1171,6 +1226,29 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
 
 _INT32 = (-2 ** 31, 2 ** 31 - 1)
 
+# A request's bytes up to the end of its token-tree fields (clade 1.2): a
+# 1.1 library's requests (requests[0].size) are shorter, with no parents.
+_TREE_REQUEST_SIZE = _lib.clade_draft_request.tree_width.offset + ctypes.sizeof(ctypes.c_int32)
+
+
+def _is_index(x):
+    try:
+        operator.index(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _draft_answer(got):
+    """A drafter's answer as (tokens, parents or None): a sequence of
+    tokens (a chain), None, or a pair (tokens, parents)."""
+    if got is None:
+        return [], None
+    if isinstance(got, tuple) and len(got) == 2 and not _is_index(got[0]):
+        toks, parents = got
+        return [] if toks is None else list(toks), None if parents is None else list(parents)
+    return list(got), None
+
 
 def _draft_thunk(draft, err):
     """A clade_draft_fn body calling draft(seq, history, max_tokens) once per
@@ -1185,19 +1263,37 @@ def _draft_thunk(draft, err):
             stride = req.from_address(requests).size if n_requests else 0
             for i in range(n_requests):
                 r = req.from_address(requests + i * stride)
-                got = draft(r.seq, r.history[:r.n_history], r.max_tokens)
-                got = [] if got is None else list(got)
+                got, parents = _draft_answer(draft(r.seq, r.history[:r.n_history], r.max_tokens))
                 for k, t in enumerate(got[:r.max_tokens]):
                     t = operator.index(t)
                     # out of int32: -1, which the library refuses (CLADE_E_TOKEN)
                     r.tokens[k] = t if _INT32[0] <= t <= _INT32[1] else -1
                 # more than max_tokens: the library fails the call (CLADE_E_INVALID_ARG)
                 r.n_tokens = min(len(got), _INT32[1])
+                if parents is not None:
+                    _draft_parents(r, stride, got, parents)
             return 0
         except BaseException as e:  # nothing may propagate into C
             err[0] = e
             return -1
     return thunk
+
+
+def _draft_parents(r, stride, got, parents):
+    """Write a drafter's parents into request r (the library checks them:
+    CLADE_E_INVALID_ARG)."""
+    parents = [operator.index(p) for p in parents]
+    if len(parents) != len(got):
+        raise CladeError(_lib.CLADE_E_INVALID_ARG, "the drafter gave sequence %d %d parents for "
+                         "%d tokens" % (r.seq, len(parents), len(got)))
+    if stride < _TREE_REQUEST_SIZE:  # a 1.1 library: chains only
+        if parents != list(range(-1, len(got) - 1)):
+            raise CladeError(_lib.CLADE_E_UNSUPPORTED, "the clade library loaded (%s) has no "
+                             "token trees: the drafter gave a tree" % version())
+        return
+    for k, p in enumerate(parents[:r.max_tokens]):
+        # out of int32: -2, which the library refuses
+        r.parents[k] = p if _INT32[0] <= p <= _INT32[1] else -2
 
 
 def _parent_index(parent, i):

@@ -42,11 +42,11 @@ lib = ctypes.CDLL(LIBRARY_PATH)
 # ---- version --------------------------------------------------------------
 
 CLADE_VERSION_MAJOR = 1
-CLADE_VERSION_MINOR = 1
+CLADE_VERSION_MINOR = 2
 CLADE_VERSION_PATCH = 0
 CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
                         + CLADE_VERSION_PATCH)
-CLADE_VERSION_STRING = "1.1.0"
+CLADE_VERSION_STRING = "1.2.0"
 CLADE_ABI_MAJOR = 1
 
 
@@ -660,6 +660,10 @@ class clade_draft_request(Structure):
         ("max_tokens", c_int32),
         ("tokens", POINTER(clade_token)),
         ("n_tokens", c_int32),
+        # clade 1.2: token trees (a 1.1 library's requests end before them:
+        # read them only where requests[0].size covers them).
+        ("parents", POINTER(c_int32)),
+        ("tree_width", c_int32),
     ]
 
 
@@ -679,10 +683,15 @@ class clade_speculative_params(Structure):
         ("lookup_ngram", c_int32),
         ("max_draft", c_int32),
         ("adaptive", c_int32),
+        ("reserved", c_int32),    # clade 1.2: zero
+        ("tree_width", c_int32),  # clade 1.2: 1..8, 1 (default): chains
     ]
 
 
 # void clade_speculative_params_init(clade_speculative_params *p);
+# (Symbol-versioned since clade 1.2: dlsym gives the default,
+# clade_speculative_params_init@@CLADE_1.2, which fills the 1.2 size, so the
+# struct above must have the 1.2 layout; a 1.1 library fills its 48 bytes.)
 clade_speculative_params_init = _fn_opt("clade_speculative_params_init", None,
                                         [POINTER(clade_speculative_params)])
 # clade_status clade_generate_speculative(
@@ -714,3 +723,15 @@ class clade_generation_stats(Structure):
 #                                         clade_generation_stats *stats);
 clade_generation_get_stats = _fn_opt("clade_generation_get_stats", clade_status,
                                      [clade_generation_p, POINTER(clade_generation_stats)])
+
+
+# ---- token trees (clade 1.2) ------------------------------------------------
+
+# clade_status clade_decode_tree(clade_cache *cache, const clade_batch *batch,
+#                                const int32_t *parents);
+clade_decode_tree = _fn_opt("clade_decode_tree", clade_status,
+                            [clade_cache_p, POINTER(clade_batch), POINTER(c_int32)])
+# clade_status clade_cache_keep(clade_cache *cache, clade_seq_id seq, int32_t from,
+#                               const int32_t *keep, size_t n_keep);
+clade_cache_keep = _fn_opt("clade_cache_keep", clade_status,
+                           [clade_cache_p, clade_seq_id, c_int32, POINTER(c_int32), c_size_t])
