@@ -34,6 +34,11 @@
 //! # Ok::<(), clade::Error>(())
 //! ```
 //!
+//! Token trees (clade 1.2): [`Speculative::tree_width`] above 1 drafts a
+//! tree of alternatives instead of a chain, verified in one step (a
+//! [`Drafter::TreeFn`] gives parents); [`Cache::decode_tree`] and
+//! [`Cache::keep`] are the step itself.
+//!
 //! Ownership: every handle owns its C object and nothing else. The C
 //! library defers freeing (sqlite's close_v2): a tree keeps its model's
 //! memory alive, a cache its tree's, a detokenizer its model's, until they
@@ -1270,6 +1275,43 @@ impl Cache {
     /// KvBudget, ContextFull or Stopped (the abort callback) with nothing
     /// changed; a panic in the abort callback is resumed here.
     pub fn decode(&mut self, step: &[(SeqId, &[Token])], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        self.decode_impl(step, None, all_logits)
+    }
+
+    /// [`Cache::decode`] where each sequence's new tokens form a tree
+    /// (clade_decode_tree, clade 1.2): (sequence, new tokens, parents), one
+    /// parent per token: -1 (it follows the history and queued tokens) or
+    /// the index of an earlier new token of that sequence. Each token sees
+    /// the history and its ancestors only; all_logits gives one row per
+    /// token. The tokens take the sequence's next slots in order: then
+    /// [`Cache::keep`] keeps one path. Bad parents, or a tree of more than
+    /// 64 tokens: [`ErrorKind::InvalidArg`], nothing changed.
+    pub fn decode_tree(&mut self, step: &[(SeqId, &[Token], &[i32])], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        let mut parents = Vec::new();
+        for &(seq, tokens, ps) in step {
+            if ps.len() != tokens.len() {
+                return Err(Error::new(sys::CLADE_E_INVALID_ARG, format!(
+                    "decode_tree: sequence {seq} has {} parents for {} tokens", ps.len(), tokens.len())));
+            }
+            parents.extend_from_slice(ps);
+        }
+        let pairs: Vec<(SeqId, &[Token])> = step.iter().map(|&(s, t, _)| (s, t)).collect();
+        self.decode_impl(&pairs, Some(&parents), all_logits)
+    }
+
+    /// Keep seq's unique tokens [0, from) and those at from + `keep[i]`
+    /// (keep strictly increasing), moved down in that order, and drop the
+    /// rest (clade_cache_keep, clade 1.2). After a [`Cache::decode_tree`]
+    /// step of a sequence of length L, `keep(seq, L, path)` with the batch
+    /// indices of one root-to-node path leaves it as if only that path had
+    /// been decoded.
+    pub fn keep(&mut self, seq: SeqId, from: i32, keep: &[i32]) -> Result<()> {
+        self.call(|c| unsafe { sys::clade_cache_keep(c, seq, from, keep.as_ptr(), keep.len()) })
+    }
+
+    /// clade_decode, or clade_decode_tree with parents.
+    fn decode_impl(&mut self, step: &[(SeqId, &[Token])], parents: Option<&[i32]>, all_logits: bool)
+        -> Result<Vec<Vec<f32>>> {
         let seqs: Vec<SeqId> = step.iter().map(|s| s.0).collect();
         let counts: Vec<i32> = step.iter().map(|s| s.1.len() as i32).collect();
         let tokens: Vec<Token> = step.iter().flat_map(|s| s.1.iter().copied()).collect();
@@ -1289,7 +1331,12 @@ impl Cache {
         b.logits = logits.as_mut_ptr();
         b.logits_rows = rows;
         let cache = self.as_ptr();
-        self.shared.run(|| unsafe { sys::clade_decode(cache, &b) })?;
+        self.shared.run(|| unsafe {
+            match parents {
+                Some(p) => sys::clade_decode_tree(cache, &b, p.as_ptr()),
+                None => sys::clade_decode(cache, &b),
+            }
+        })?;
         for &s in &seqs {
             if let Some(q) = self.queued_mut(s) {
                 *q = 0;
@@ -1664,6 +1711,11 @@ pub enum Drafter<'a> {
     /// last token. It runs with the tree's lock held: it must not use the
     /// tree or its caches.
     Fn(Box<dyn FnMut(u64, &[Token], usize) -> Vec<Token> + 'a>),
+    /// As `Fn`, drafting a tree (clade 1.2; with [`Speculative::tree_width`]
+    /// above 1): `(tokens, parents)`, where `parents[j]` is -1 (token j
+    /// follows the history) or the index of an earlier token, at most
+    /// tree_width children each, one parent per token; `None`: a chain.
+    TreeFn(Box<dyn FnMut(u64, &[Token], usize) -> (Vec<Token>, Option<Vec<i32>>) + 'a>),
 }
 
 impl fmt::Debug for Drafter<'_> {
@@ -1672,6 +1724,7 @@ impl fmt::Debug for Drafter<'_> {
             Drafter::Lookup(n) => f.debug_tuple("Lookup").field(n).finish(),
             Drafter::Model(m) => f.debug_tuple("Model").field(&m.as_ptr()).finish(),
             Drafter::Fn(_) => f.write_str("Fn(..)"),
+            Drafter::TreeFn(_) => f.write_str("TreeFn(..)"),
         }
     }
 }
@@ -1686,6 +1739,12 @@ pub struct Speculative<'a> {
     /// true (default): draft lengths, and drafting on or off, follow the
     /// measured acceptance and step times; false: always `max_draft`.
     pub adaptive: bool,
+    /// Children per draft token at most (1..=8; default 1, chains; clade
+    /// 1.2). Above 1 the drafter proposes a tree of alternatives (at most
+    /// `max_draft` tokens, 63 at most), verified in one step: the draft
+    /// model's next likeliest tokens, prompt lookup's continuations of
+    /// several earlier occurrences, or a [`Drafter::TreeFn`]'s parents.
+    pub tree_width: i32,
 }
 
 impl<'a> Speculative<'a> {
@@ -1693,7 +1752,7 @@ impl<'a> Speculative<'a> {
     pub fn new(drafter: Drafter<'a>) -> Self {
         let mut c = unsafe { MaybeUninit::<sys::clade_speculative_params>::zeroed().assume_init() };
         unsafe { sys::clade_speculative_params_init(&mut c) };
-        Speculative { drafter, max_draft: c.max_draft, adaptive: c.adaptive != 0 }
+        Speculative { drafter, max_draft: c.max_draft, adaptive: c.adaptive != 0, tree_width: c.tree_width }
     }
     /// Prompt lookup with n-grams of at most `ngram` tokens.
     pub fn lookup(ngram: i32) -> Self {
@@ -1710,12 +1769,24 @@ impl<'a> Speculative<'a> {
     {
         Speculative::new(Drafter::Fn(Box::new(f)))
     }
+    /// A tree drafter closure: `f(seq, history, max_tokens) -> (tokens,
+    /// parents)` (see [`Drafter::TreeFn`]); set [`Speculative::tree_width`].
+    pub fn tree_drafter<F>(f: F) -> Self
+    where
+        F: FnMut(u64, &[Token], usize) -> (Vec<Token>, Option<Vec<i32>>) + 'a,
+    {
+        Speculative::new(Drafter::TreeFn(Box::new(f)))
+    }
     pub fn max_draft(mut self, n: i32) -> Self {
         self.max_draft = n;
         self
     }
     pub fn adaptive(mut self, on: bool) -> Self {
         self.adaptive = on;
+        self
+    }
+    pub fn tree_width(mut self, w: i32) -> Self {
+        self.tree_width = w;
         self
     }
 }
@@ -1741,10 +1812,42 @@ pub struct GenerationStats {
     pub draft_seconds: f64,
 }
 
+enum DraftFn<'f> {
+    Chain(&'f mut dyn FnMut(u64, &[Token], usize) -> Vec<Token>),
+    Tree(&'f mut dyn FnMut(u64, &[Token], usize) -> (Vec<Token>, Option<Vec<i32>>)),
+}
+
 struct DraftSlot<'f> {
-    f: &'f mut dyn FnMut(u64, &[Token], usize) -> Vec<Token>,
+    f: DraftFn<'f>,
     /// A panic of `f`, resumed once C has returned.
     panic: Option<Box<dyn Any + Send>>,
+    /// This binding's refusal of an answer of `f`, returned after the call.
+    error: Option<Error>,
+}
+
+/// A request's bytes up to the end of its clade 1.2 fields (parents,
+/// tree_width): a 1.1 library's requests are shorter.
+const TREE_REQUEST_SIZE: usize = std::mem::offset_of!(sys::clade_draft_request, tree_width) + 4;
+
+/// Write a tree drafter's parents into request `r` of an array of stride
+/// `stride` (the library checks their values).
+unsafe fn write_parents(r: *mut sys::clade_draft_request, stride: usize, n_tokens: usize, parents: &[i32])
+    -> Result<()> {
+    if parents.len() != n_tokens {
+        return Err(Error::new(sys::CLADE_E_INVALID_ARG, format!(
+            "the drafter gave sequence {} {} parents for {n_tokens} tokens", (*r).seq, parents.len())));
+    }
+    if stride < TREE_REQUEST_SIZE {
+        // a 1.1 library: chains only
+        if parents.iter().enumerate().any(|(j, &p)| p != j as i32 - 1) {
+            return Err(Error::new(sys::CLADE_E_UNSUPPORTED, format!(
+                "the clade library loaded ({}) has no token trees: the drafter gave a tree", version())));
+        }
+        return Ok(());
+    }
+    let max = (*r).max_tokens.max(0) as usize;
+    ptr::copy_nonoverlapping(parents.as_ptr(), (*r).parents, parents.len().min(max));
+    Ok(())
 }
 
 unsafe extern "C" fn draft_trampoline(user: *mut c_void, requests: *mut sys::clade_draft_request,
@@ -1752,32 +1855,44 @@ unsafe extern "C" fn draft_trampoline(user: *mut c_void, requests: *mut sys::cla
     // SAFETY: `user` is the DraftSlot of the running generate_speculative,
     // called on its own thread during the call only.
     let slot = &mut *(user as *mut DraftSlot<'_>);
-    if slot.panic.is_some() {
+    if slot.panic.is_some() || slot.error.is_some() {
         return -1;
     }
     if n_requests == 0 {
         return 0;
     }
     // The array's stride is the library's sizeof(clade_draft_request),
-    // requests[0].size: the struct may grow.
+    // requests[0].size: the struct may grow (or, from a 1.1 library, be
+    // shorter than ours: fields are reached through the raw pointer only).
     let stride = (*requests).size;
     let f = &mut slot.f;
     // No unwinding across C: catch, fail the call, resume after it.
-    let r = panic::catch_unwind(AssertUnwindSafe(|| {
+    let r = panic::catch_unwind(AssertUnwindSafe(|| -> Result<()> {
         for i in 0..n_requests {
-            let r = &mut *((requests as *mut u8).add(i * stride) as *mut sys::clade_draft_request);
-            let history =
-                if r.n_history == 0 { &[][..] } else { std::slice::from_raw_parts(r.history, r.n_history) };
-            let max = r.max_tokens.max(0) as usize;
-            let got = f(r.seq, history, max);
+            let r = (requests as *mut u8).add(i * stride) as *mut sys::clade_draft_request;
+            let (seq, n_history) = ((*r).seq, (*r).n_history);
+            let history = if n_history == 0 { &[][..] } else { std::slice::from_raw_parts((*r).history, n_history) };
+            let max = (*r).max_tokens.max(0) as usize;
+            let (got, parents) = match f {
+                DraftFn::Chain(f) => (f(seq, history, max), None),
+                DraftFn::Tree(f) => f(seq, history, max),
+            };
             // More than max_tokens: only max_tokens are written, and the
             // library fails the call (n_tokens out of range).
-            ptr::copy_nonoverlapping(got.as_ptr(), r.tokens, got.len().min(max));
-            r.n_tokens = got.len().min(i32::MAX as usize) as i32;
+            ptr::copy_nonoverlapping(got.as_ptr(), (*r).tokens, got.len().min(max));
+            (*r).n_tokens = got.len().min(i32::MAX as usize) as i32;
+            if let Some(p) = parents {
+                write_parents(r, stride, got.len(), &p)?;
+            }
         }
+        Ok(())
     }));
     match r {
-        Ok(()) => 0,
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            slot.error = Some(e);
+            -1
+        }
         Err(p) => {
             slot.panic = Some(p);
             -1
@@ -1822,8 +1937,9 @@ impl Tree {
     /// [`Tree::generate`]; sampled output has the same distribution. Returns
     /// the results and the call's counters. A drafter's token outside the
     /// vocabulary fails the call with [`ErrorKind::Token`], more than
-    /// `max_tokens` of them with [`ErrorKind::InvalidArg`]; a panic in a
-    /// [`Drafter::Fn`] stops the call and is resumed once C has returned.
+    /// `max_tokens` of them, or bad parents of a [`Drafter::TreeFn`], with
+    /// [`ErrorKind::InvalidArg`]; a panic in a [`Drafter::Fn`] or
+    /// [`Drafter::TreeFn`] stops the call and is resumed once C has returned.
     /// Either way the tree is as before the call.
     pub fn generate_speculative(&self, prompts: &[Prompt<'_>], params: &GenerateParams, spec: &mut Speculative<'_>)
         -> Result<(Vec<Generation>, GenerationStats)> {
@@ -1909,17 +2025,21 @@ impl Tree {
         let sp = spec.map(|spec| {
             let mut c = unsafe { MaybeUninit::<sys::clade_speculative_params>::zeroed().assume_init() };
             unsafe { sys::clade_speculative_params_init(&mut c) };
+            let mut draft_fn = None;
             match &mut spec.drafter {
                 Drafter::Lookup(n) => c.lookup_ngram = *n,
                 Drafter::Model(m) => c.draft_model = m.as_ptr(),
-                Drafter::Fn(f) => {
-                    let ds = draft_slot.insert(DraftSlot { f: &mut **f, panic: None });
-                    c.draft = Some(draft_trampoline);
-                    c.user = ds as *mut DraftSlot<'_> as *mut c_void;
-                }
+                Drafter::Fn(f) => draft_fn = Some(DraftFn::Chain(&mut **f)),
+                Drafter::TreeFn(f) => draft_fn = Some(DraftFn::Tree(&mut **f)),
+            }
+            if let Some(f) = draft_fn {
+                let ds = draft_slot.insert(DraftSlot { f, panic: None, error: None });
+                c.draft = Some(draft_trampoline);
+                c.user = ds as *mut DraftSlot<'_> as *mut c_void;
             }
             c.max_draft = spec.max_draft;
             c.adaptive = spec.adaptive as i32;
+            c.tree_width = spec.tree_width;
             c
         });
         let mut out: *mut sys::clade_generation = ptr::null_mut();
@@ -1940,10 +2060,11 @@ impl Tree {
         let results = unsafe { read_generation(out, params.logprobs) };
         let stats = unsafe { read_stats(out) };
         unsafe { sys::clade_generation_free(out) };
-        if let Some(p) = draft_slot.and_then(|d| d.panic).or(caught) {
+        let (draft_panic, draft_err) = draft_slot.map_or((None, None), |d| (d.panic, d.error));
+        if let Some(p) = draft_panic.or(caught) {
             panic::resume_unwind(p);
         }
-        match err {
+        match draft_err.or(err) {
             Some(e) => Err(e),
             None => Ok((results, stats)),
         }

@@ -8,11 +8,11 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- version ---------------------------------------------------------------
 
 pub const CLADE_VERSION_MAJOR: c_int = 1;
-pub const CLADE_VERSION_MINOR: c_int = 1;
+pub const CLADE_VERSION_MINOR: c_int = 2;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "1.1.0";
+pub const CLADE_VERSION_STRING: &str = "1.2.0";
 /// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
 pub const CLADE_ABI_MAJOR: c_int = 1;
 
@@ -322,7 +322,9 @@ pub struct clade_generation {
 // ---- speculative decoding (clade 1.1) ------------------------------------------
 
 /// The library fills `size` with its own sizeof, which is also the stride of
-/// the array a clade_draft_fn receives (it may exceed this struct's).
+/// the array a clade_draft_fn receives (it may exceed this struct's, and a
+/// 1.1 library's ends before `parents`: read the 1.2 fields only where
+/// `size` covers them, through a raw pointer).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct clade_draft_request {
@@ -334,6 +336,11 @@ pub struct clade_draft_request {
     pub max_tokens: i32,
     pub tokens: *mut clade_token,
     pub n_tokens: i32,
+    /// clade 1.2: out, the parent of each draft token (-1: the history, or
+    /// an earlier draft token's index), preset to j - 1 (a chain).
+    pub parents: *mut i32,
+    /// clade 1.2: the call's tree_width (1: chains only).
+    pub tree_width: i32,
 }
 
 // typedef int32_t (*clade_draft_fn)(void *user, clade_draft_request *requests, size_t n_requests);
@@ -350,6 +357,10 @@ pub struct clade_speculative_params {
     pub lookup_ngram: i32,
     pub max_draft: i32,
     pub adaptive: i32,
+    /// clade 1.2: zero.
+    pub reserved: i32,
+    /// clade 1.2: children per draft token at most, 1..=8; 1: chains.
+    pub tree_width: i32,
 }
 
 #[repr(C)]
@@ -705,6 +716,8 @@ extern "C" {
     pub fn clade_generation_prompt(gen: *const clade_generation, i: usize) -> i64;
 
     // void clade_speculative_params_init(clade_speculative_params *p);
+    // Symbol-versioned since clade 1.2: this links to the default,
+    // clade_speculative_params_init@@CLADE_1.2, which fills the 1.2 size.
     pub fn clade_speculative_params_init(p: *mut clade_speculative_params);
     // clade_status clade_generate_speculative(
     //     clade_tree *tree, const clade_prompt *prompts, size_t n_prompts,
@@ -722,6 +735,16 @@ extern "C" {
     //                                         clade_generation_stats *stats);
     pub fn clade_generation_get_stats(gen: *const clade_generation, stats: *mut clade_generation_stats)
         -> clade_status;
+
+    // ---- token trees (clade 1.2) ----
+    // clade_status clade_decode_tree(clade_cache *cache, const clade_batch *batch,
+    //                                const int32_t *parents);
+    pub fn clade_decode_tree(cache: *mut clade_cache, batch: *const clade_batch, parents: *const i32)
+        -> clade_status;
+    // clade_status clade_cache_keep(clade_cache *cache, clade_seq_id seq, int32_t from,
+    //                               const int32_t *keep, size_t n_keep);
+    pub fn clade_cache_keep(cache: *mut clade_cache, seq: clade_seq_id, from: i32, keep: *const i32,
+                            n_keep: usize) -> clade_status;
 }
 
 #[cfg(test)]
@@ -746,8 +769,8 @@ mod layout {
         assert_eq!(size_of::<clade_logit_bias>(), 8);
         assert_eq!(size_of::<clade_prompt>(), 24);
         assert_eq!(size_of::<clade_generate_params>(), 104);
-        assert_eq!(size_of::<clade_draft_request>(), 64);
-        assert_eq!(size_of::<clade_speculative_params>(), 48);
+        assert_eq!(size_of::<clade_draft_request>(), 80);
+        assert_eq!(size_of::<clade_speculative_params>(), 56);
         assert_eq!(size_of::<clade_generation_stats>(), 72);
         assert_eq!(align_of::<clade_model_info>(), 8);
     }
@@ -766,6 +789,11 @@ mod layout {
             let mut b = std::mem::MaybeUninit::<clade_batch>::zeroed().assume_init();
             clade_batch_init(&mut b);
             assert_eq!(b.size, size_of::<clade_batch>());
+            // clade 1.2 grew this one: the default version fills all of it
+            let mut s = std::mem::MaybeUninit::<clade_speculative_params>::zeroed().assume_init();
+            s.tree_width = 7;
+            clade_speculative_params_init(&mut s);
+            assert_eq!((s.size, s.reserved, s.tree_width), (size_of::<clade_speculative_params>(), 0, 1));
             assert_eq!(clade_version_number(), CLADE_VERSION_NUMBER);
         }
     }

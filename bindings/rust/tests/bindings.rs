@@ -377,6 +377,41 @@ fn fork() {
 }
 
 #[test]
+fn decode_tree_and_keep() {
+    let m = small_model();
+    let tree = f32_tree(&m);
+    let mut c = cache(&tree, 3, 64);
+    let node = tree.append(ROOT, &[5, 6, 7, 8]).unwrap();
+    let s = c.add(node, &[9, 10], false).unwrap();
+    c.decode(&[(s, &[][..])], false).unwrap();
+    let (a, b) = (c.fork(s).unwrap(), c.fork(s).unwrap());
+    // 21 and 30 after the history, 31 under 30, 22 under 21
+    let rows = c.decode_tree(&[(s, &[21, 30, 31, 22][..], &[-1, -1, 1, 0][..])], true).unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(c.length(s).unwrap(), 6);
+    // each branch as the chain decoded alone (b: a chain's parents)
+    let ra = c.decode(&[(a, &[30, 31][..])], true).unwrap();
+    let rb = c.decode_tree(&[(b, &[21, 22][..], &[-1, 0][..])], true).unwrap();
+    for (got, want) in rows.iter().zip([&rb[0], &ra[0], &ra[1], &rb[1]]) {
+        assert_close(got, want, 1e-4);
+    }
+    // keep the path 30, 31: as if only it was decoded
+    c.keep(s, 2, &[1, 2]).unwrap();
+    assert_eq!(c.length(s).unwrap(), 4);
+    assert_eq!(c.seq_tokens(s).unwrap(), c.seq_tokens(a).unwrap());
+    let rows = c.decode(&[(s, &[40][..]), (a, &[40][..])], false).unwrap();
+    assert_close(&rows[0], &rows[1], 1e-4);
+    // bad parents (or as many as the tokens) and a bad keep: InvalidArg, nothing changed
+    for parents in [&[0, -1][..], &[-1, 5][..], &[-1][..]] {
+        let e = c.decode_tree(&[(s, &[1, 2][..], parents)], false).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArg, "{parents:?}: {e}");
+    }
+    assert_eq!(c.keep(s, 2, &[1, 0]).unwrap_err().kind, ErrorKind::InvalidArg);
+    assert_eq!(c.length(s).unwrap(), 5);
+    tree.release(node).unwrap();
+}
+
+#[test]
 fn promote_and_move() {
     let m = small_model();
     let prompt: Vec<Token> = vec![5, 17, 42, 99];
@@ -1082,4 +1117,119 @@ fn speculative_drafter_errors_and_panics() {
     assert_eq!(*caught.unwrap_err().downcast::<&str>().unwrap(), "drafter boom");
     assert_eq!(calls, 3);
     check_usable();
+}
+
+// ---- token trees (clade 1.2) -----------------------------------------------------------------
+
+#[test]
+fn speculative_tree_width_equals_greedy() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    assert_eq!(Speculative::lookup(3).tree_width, 1); // the library's default
+    let draft = Model::load_with(random_model("small-draft.gguf", &["--vocab", "300", "--layers", "1", "--seed", "11"]),
+                                 &ModelParams { n_threads: 1, ..ModelParams::default() })
+        .unwrap();
+    for adaptive in [true, false] {
+        for width in [2, 3] {
+            // (the random draft model's drafts are hardly ever accepted)
+            for (spec, accepts) in [(Speculative::lookup(3), true), (Speculative::draft_model(&draft), false),
+                                    (Speculative::draft_model(&m), true)] {
+                let mut spec = spec.max_draft(6).adaptive(adaptive).tree_width(width);
+                let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+                assert_same(&want, &got, &stats);
+                if accepts && !adaptive {
+                    assert!(stats.accepted > 0, "{spec:?}: {stats:?}");
+                }
+            }
+        }
+    }
+    assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+}
+
+#[test]
+fn speculative_tree_drafter() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    let lens: Vec<usize> = (0..4).map(|s| pr[s / 2].len()).collect();
+    let nv = m.n_vocab() as Token;
+    for width in [2, 8] {
+        // a wrong token, then the right one beside it (two siblings under
+        // the pending token) and the right chain under that
+        let mut trees = 0u64;
+        let mut spec = Speculative::tree_drafter(|seq, history: &[Token], max| {
+            let s = seq as usize;
+            let done = history.len() - lens[s];
+            let right: Vec<Token> = want[s].tokens.iter().skip(done).take(max - 1).copied().collect();
+            if right.is_empty() {
+                return (Vec::new(), None);
+            }
+            trees += 1;
+            let mut tokens = vec![(right[0] + 1) % nv];
+            tokens.extend(&right);
+            let parents = [-1, -1].into_iter().chain(1..right.len() as i32).collect();
+            (tokens, Some(parents))
+        })
+        .tree_width(width)
+        .adaptive(false);
+        let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+        drop(spec);
+        assert_same(&want, &got, &stats);
+        assert!(stats.accepted > 0 && stats.steps < stats.tokens / 4, "{stats:?}");
+        // every node but the wrong sibling accepted
+        assert_eq!(stats.drafted - stats.accepted, trees, "{stats:?}");
+    }
+    // a fixed tree; a chain as parents or None with tree_width 1
+    let answers: [(Vec<Token>, Option<Vec<i32>>, i32); 3] =
+        [(vec![3, 4, 5, 6], Some(vec![-1, -1, 0, 1]), 2), (vec![3, 4], Some(vec![-1, 0]), 1), (vec![3, 4], None, 1)];
+    for (tokens, parents, width) in answers {
+        let mut spec = Speculative::tree_drafter(|_, _, max| {
+            if max >= tokens.len() { (tokens.clone(), parents.clone()) } else { (Vec::new(), None) }
+        })
+        .tree_width(width)
+        .adaptive(false);
+        let (got, stats) = tree.generate_speculative(&prompts, &params, &mut spec).unwrap();
+        assert_same(&want, &got, &stats);
+        assert!(stats.drafted > 0, "{stats:?}");
+    }
+    assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+}
+
+#[test]
+fn speculative_tree_drafter_errors() {
+    use clade::{Prompt, Speculative};
+    let m = small_model();
+    let (pr, params) = spec_setup();
+    let prompts: Vec<Prompt> = pr.iter().map(|p| Prompt::new(p)).collect();
+    let tree = f32_tree(&m);
+    let want = tree.generate(&prompts, &params).unwrap();
+    let cases: [(&[Token], &[i32], i32); 6] = [
+        (&[3, 4], &[0, -1], 2), // a parent not before its child
+        (&[3, 4], &[-1, 7], 2),
+        (&[3, 4], &[-1, -2], 2),
+        (&[3, 4, 5], &[-1, -1, -1], 2), // too many children
+        (&[3, 4], &[-1, -1], 1),        // a tree with tree_width 1
+        (&[3, 4], &[-1], 2),            // one parent per token
+    ];
+    for (tokens, parents, width) in cases {
+        let mut spec = Speculative::tree_drafter(|_, _, _| (tokens.to_vec(), Some(parents.to_vec())))
+            .tree_width(width)
+            .adaptive(false);
+        let e = tree.generate_speculative(&prompts, &params, &mut spec).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArg, "{parents:?}: {e}");
+        assert_eq!(tree.children(ROOT).unwrap(), Vec::<clade::NodeId>::new());
+    }
+    for width in [0, 9] {
+        let e = tree.generate_speculative(&prompts, &params, &mut Speculative::lookup(2).tree_width(width)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArg);
+    }
+    let (got, _) = tree.generate_speculative(&prompts, &params, &mut Speculative::lookup(2).tree_width(2)).unwrap();
+    assert_eq!(got, want);
 }
