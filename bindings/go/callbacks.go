@@ -11,6 +11,7 @@ package clade
 import "C"
 
 import (
+	"fmt"
 	"math"
 	"runtime/cgo"
 	"sync"
@@ -104,15 +105,16 @@ func cladeGoGenerate(handle C.uintptr_t, seq C.size_t, token C.int32_t, text *C.
 	return C.int32_t(st.f(int(seq), Token(token), piece))
 }
 
-// cladeGoDraft runs a Go drafter behind a cgo.Handle (SpeculativeParams.Draft)
-// once per request, on the goroutine that made the call, which holds the
-// tree's mutex. A panic is recovered, fails the call (-1) and is raised
-// again once C has returned.
+// cladeGoDraft runs a Go drafter behind a cgo.Handle (SpeculativeParams.Draft
+// or DraftTree) once per request, on the goroutine that made the call, which
+// holds the tree's mutex. A panic is recovered, fails the call (-1) and is
+// raised again once C has returned; so is this package's refusal of an
+// answer (draftState.err).
 //
 //export cladeGoDraft
 func cladeGoDraft(handle C.uintptr_t, requests *C.clade_draft_request, n C.size_t) (ret C.int32_t) {
 	st := cgo.Handle(handle).Value().(*draftState)
-	if st.panicked {
+	if st.panicked || st.err != nil {
 		return -1
 	}
 	defer func() {
@@ -125,7 +127,8 @@ func cladeGoDraft(handle C.uintptr_t, requests *C.clade_draft_request, n C.size_
 		return 0
 	}
 	// The array's stride is the library's sizeof(clade_draft_request),
-	// requests[0].size: the struct may grow.
+	// requests[0].size: the struct may grow (or, from a 1.1 library, end
+	// before parents).
 	stride := uintptr(requests.size)
 	for i := uintptr(0); i < uintptr(n); i++ {
 		r := (*C.clade_draft_request)(unsafe.Add(unsafe.Pointer(requests), i*stride))
@@ -134,7 +137,7 @@ func cladeGoDraft(handle C.uintptr_t, requests *C.clade_draft_request, n C.size_
 			copy(history, unsafe.Slice((*Token)(unsafe.Pointer(r.history)), len(history)))
 		}
 		max := int(r.max_tokens)
-		got := st.f(uint64(r.seq), history, max)
+		got, parents := st.f(uint64(r.seq), history, max)
 		// More than maxTokens: only maxTokens are written, and the library
 		// fails the call (n_tokens out of range).
 		if k := len(got); k > 0 && max > 0 {
@@ -148,6 +151,40 @@ func cladeGoDraft(handle C.uintptr_t, requests *C.clade_draft_request, n C.size_
 		} else {
 			r.n_tokens = C.int32_t(len(got))
 		}
+		if parents != nil {
+			if st.err = writeParents(r, stride, len(got), parents); st.err != nil {
+				return -1
+			}
+		}
 	}
 	return 0
+}
+
+// treeRequestSize is a request's bytes up to the end of its clade 1.2
+// fields (parents, tree_width): a 1.1 library's requests are shorter.
+const treeRequestSize = unsafe.Offsetof(C.clade_draft_request{}.tree_width) + 4
+
+// writeParents writes a tree drafter's parents into request r of an array
+// of stride stride (the library checks their values).
+func writeParents(r *C.clade_draft_request, stride uintptr, nTokens int, parents []int32) error {
+	if len(parents) != nTokens {
+		return &Error{Status: StatusInvalidArg, Msg: fmt.Sprintf(
+			"the drafter gave sequence %d %d parents for %d tokens", uint64(r.seq), len(parents), nTokens)}
+	}
+	if stride < treeRequestSize { // a 1.1 library: chains only
+		for j, p := range parents {
+			if p != int32(j-1) {
+				return &Error{Status: StatusUnsupported, Msg: "the clade library loaded (" + Version() +
+					") has no token trees: the drafter gave a tree"}
+			}
+		}
+		return nil
+	}
+	if k, max := len(parents), int(r.max_tokens); k > 0 && max > 0 {
+		if k > max {
+			k = max
+		}
+		copy(unsafe.Slice((*int32)(unsafe.Pointer(r.parents)), max), parents[:k])
+	}
+	return nil
 }

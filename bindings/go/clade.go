@@ -38,11 +38,16 @@
 //	params.Speculative = &clade.SpeculativeParams{Lookup: 3, MaxDraft: 8, Adaptive: true}
 //	results, stats, err := tree.GenerateWithStats(prompts, &params, nil)
 //
-// Callbacks (Tree.SetAbort, SetLog, GenerateFunc's, SpeculativeParams.Draft)
-// are Go funcs called from C. C never sees a Go pointer: it gets a
-// runtime/cgo.Handle (abort, generate, draft) or nothing at all (log, kept in
-// a package variable), and fixed C trampolines call the exported Go functions
-// in callbacks.go.
+// Token trees (clade 1.2): SpeculativeParams.TreeWidth above 1 drafts a tree
+// of alternatives instead of a chain, verified in one step (a Go drafter
+// gives parents: SpeculativeParams.DraftTree); Cache.DecodeTree and
+// Cache.Keep are the step itself.
+//
+// Callbacks (Tree.SetAbort, SetLog, GenerateFunc's, SpeculativeParams.Draft
+// and DraftTree) are Go funcs called from C. C never sees a Go pointer: it
+// gets a runtime/cgo.Handle (abort, generate, draft) or nothing at all (log,
+// kept in a package variable), and fixed C trampolines call the exported Go
+// functions in callbacks.go.
 package clade
 
 /*
@@ -1291,6 +1296,57 @@ type Step struct {
 // StatusKVBudget, StatusContextFull or StatusStopped (the abort callback):
 // nothing changed. A panic in the abort callback is raised again here.
 func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
+	return c.decode(steps, nil, allLogits)
+}
+
+// TreeStep is one sequence's part of a DecodeTree step: its new tokens and
+// one parent per token, -1 (it follows the history and queued tokens) or
+// the index of an earlier new token of the sequence.
+type TreeStep struct {
+	Seq     SeqID
+	Tokens  []Token
+	Parents []int32
+}
+
+// DecodeTree is Decode where each sequence's new tokens form a tree
+// (clade_decode_tree, clade 1.2): each token sees the history and its
+// ancestors only; allLogits gives one row per token. The tokens take the
+// sequence's next slots in order: Keep then keeps one path. Bad parents, or
+// a tree of more than 64 tokens: *Error with StatusInvalidArg, nothing
+// changed.
+func (c *Cache) DecodeTree(steps []TreeStep, allLogits bool) ([][]float32, error) {
+	plain := make([]Step, len(steps))
+	parents := []int32{}
+	for i, s := range steps {
+		if len(s.Parents) != len(s.Tokens) {
+			return nil, &Error{Status: StatusInvalidArg, Msg: fmt.Sprintf(
+				"DecodeTree: sequence %d has %d parents for %d tokens", s.Seq, len(s.Parents), len(s.Tokens))}
+		}
+		plain[i] = Step{Seq: s.Seq, Tokens: s.Tokens}
+		parents = append(parents, s.Parents...)
+	}
+	return c.decode(plain, parents, allLogits)
+}
+
+// Keep keeps seq's unique tokens [0, from) and those at from + keep[i]
+// (keep strictly increasing), moved down in that order, and drops the rest
+// (clade_cache_keep, clade 1.2). After a DecodeTree step of a sequence of
+// length L, Keep(seq, L, path) with the batch indices of one root-to-node
+// path leaves it as if only that path had been decoded.
+func (c *Cache) Keep(seq SeqID, from int, keep []int32) error {
+	var kp *C.int32_t
+	if len(keep) > 0 {
+		kp = (*C.int32_t)(unsafe.Pointer(&keep[0]))
+	}
+	return c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status {
+			return C.clade_cache_keep(p, C.clade_seq_id(seq), C.int32_t(from), kp, C.size_t(len(keep)))
+		})
+	})
+}
+
+// decode is clade_decode, or clade_decode_tree with parents (not nil).
+func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float32, error) {
 	nv := c.tree.nVocab
 	nTok, rows := 0, 0
 	for _, s := range steps {
@@ -1329,6 +1385,15 @@ func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
 			k++
 		}
 	}
+	var par *C.int32_t
+	if parents != nil {
+		pa := (*[1 << 28]C.int32_t)(C.malloc(size(len(parents), 4)))
+		defer C.free(unsafe.Pointer(pa))
+		for i, x := range parents {
+			pa[i] = C.int32_t(x)
+		}
+		par = &pa[0]
+	}
 	C.clade_batch_init(b)
 	b.n_seqs = C.size_t(len(steps))
 	b.seq_ids = &seqs[0]
@@ -1343,7 +1408,12 @@ func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
 		if c.p == nil {
 			return closedErr("cache")
 		}
-		return check(func() C.clade_status { return C.clade_decode(c.p, b) })
+		return check(func() C.clade_status {
+			if par != nil {
+				return C.clade_decode_tree(c.p, b, par)
+			}
+			return C.clade_decode(c.p, b)
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -1684,6 +1754,13 @@ type SpeculativeParams struct {
 	// the call and is raised again after it. Either way the tree is as
 	// before the call.
 	Draft func(seq uint64, history []Token, maxTokens int) []Token
+	// DraftTree is Draft drafting a tree (clade 1.2; with TreeWidth above
+	// 1): it returns the tokens and their parents, parents[j] -1 (token j
+	// follows the history) or the index of an earlier token, at most
+	// TreeWidth children each, one parent per token (nil: a chain). Bad
+	// parents fail the call with StatusInvalidArg. Set Draft or DraftTree,
+	// not both.
+	DraftTree func(seq uint64, history []Token, maxTokens int) (tokens []Token, parents []int32)
 	// DraftModel is a draft model with the tree's vocabulary (a smaller
 	// one); it samples with the call's sampler settings.
 	DraftModel *Model
@@ -1696,6 +1773,13 @@ type SpeculativeParams struct {
 	// Adaptive: draft lengths, and drafting on or off, follow the measured
 	// acceptance and step times; false: always MaxDraft.
 	Adaptive bool
+	// TreeWidth is the most children per draft token (1..8; clade 1.2); 1
+	// or 0 (the zero value, as in literals written for clade 1.1): chains.
+	// Above 1 the drafter proposes a tree of alternatives (at most MaxDraft
+	// tokens, 63 at most), verified in one step: the draft model's next
+	// likeliest tokens, prompt lookup's continuations of several earlier
+	// occurrences, or DraftTree's parents.
+	TreeWidth int
 }
 
 // DefaultSpeculativeParams are the library's defaults (no drafter yet:
@@ -1703,7 +1787,8 @@ type SpeculativeParams struct {
 func DefaultSpeculativeParams() SpeculativeParams {
 	var p C.clade_speculative_params
 	C.clade_speculative_params_init(&p)
-	return SpeculativeParams{Lookup: int(p.lookup_ngram), MaxDraft: int(p.max_draft), Adaptive: p.adaptive != 0}
+	return SpeculativeParams{Lookup: int(p.lookup_ngram), MaxDraft: int(p.max_draft), Adaptive: p.adaptive != 0,
+		TreeWidth: int(p.tree_width)}
 }
 
 // GenerationStats are the counters of one generation
@@ -1721,9 +1806,10 @@ type GenerationStats struct {
 
 // draftState is what a Go drafter's cgo.Handle refers to.
 type draftState struct {
-	f        func(seq uint64, history []Token, maxTokens int) []Token
+	f        func(seq uint64, history []Token, maxTokens int) ([]Token, []int32)
 	panicked bool
 	value    interface{}
+	err      error // this package's refusal of an answer of f, returned after the call
 }
 
 // DefaultGenerateParams are the library's defaults.
@@ -1884,8 +1970,17 @@ func (t *Tree) GenerateWithStats(prompts []Prompt, params *GenerateParams,
 	if sg := gp.Speculative; sg != nil {
 		spec = (*C.clade_speculative_params)(alloc(unsafe.Sizeof(C.clade_speculative_params{})))
 		C.clade_speculative_params_init(spec)
-		if sg.Draft != nil {
-			draft = &draftState{f: sg.Draft}
+		if sg.Draft != nil && sg.DraftTree != nil {
+			return nil, stats, &Error{Status: StatusInvalidArg, Msg: "SpeculativeParams: set Draft or DraftTree, not both"}
+		}
+		if f := sg.Draft; f != nil {
+			draft = &draftState{f: func(seq uint64, history []Token, maxTokens int) ([]Token, []int32) {
+				return f(seq, history, maxTokens), nil
+			}}
+		} else if sg.DraftTree != nil {
+			draft = &draftState{f: sg.DraftTree}
+		}
+		if draft != nil {
 			h := cgo.NewHandle(draft)
 			defer h.Delete()
 			C.clade_go_set_draft(spec, C.uintptr_t(h))
@@ -1899,6 +1994,9 @@ func (t *Tree) GenerateWithStats(prompts []Prompt, params *GenerateParams,
 			defer runtime.KeepAlive(sg.DraftModel)
 		}
 		spec.lookup_ngram, spec.max_draft, spec.adaptive = C.int32_t(sg.Lookup), C.int32_t(sg.MaxDraft), cbool(sg.Adaptive)
+		if sg.TreeWidth != 0 {
+			spec.tree_width = C.int32_t(sg.TreeWidth)
+		}
 	}
 	var out *C.clade_generation
 	err := t.abortable(func() error {
@@ -1922,6 +2020,9 @@ func (t *Tree) GenerateWithStats(prompts []Prompt, params *GenerateParams,
 	}
 	if draft != nil && draft.panicked {
 		panic(draft.value)
+	}
+	if draft != nil && draft.err != nil {
+		return nil, stats, draft.err
 	}
 	if err != nil {
 		return nil, stats, err

@@ -516,6 +516,46 @@ func TestFork(t *testing.T) {
 	wantStatus(t, err, StatusCacheFull)
 }
 
+func TestDecodeTreeAndKeep(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := f32Tree(t, m)
+	c := newCache(t, tree, 3, 64)
+	node, _, err := tree.Append(Root, []Token{5, 6, 7, 8}, false)
+	ok(t, err)
+	s := must(c.Add(node, []Token{9, 10}, false))
+	must(c.Decode([]Step{{s, nil}}, false))
+	a, b := must(c.Fork(s)), must(c.Fork(s))
+	// 21 and 30 after the history, 31 under 30, 22 under 21
+	rows := must(c.DecodeTree([]TreeStep{{s, []Token{21, 30, 31, 22}, []int32{-1, -1, 1, 0}}}, true))
+	if len(rows) != 4 || must(c.Length(s)) != 6 {
+		t.Fatal(len(rows), must(c.Length(s)))
+	}
+	// each branch as the chain decoded alone (b: a chain's parents)
+	ra := must(c.Decode([]Step{{a, []Token{30, 31}}}, true))
+	rb := must(c.DecodeTree([]TreeStep{{b, []Token{21, 22}, []int32{-1, 0}}}, true))
+	for i, want := range [][]float32{rb[0], ra[0], ra[1], rb[1]} {
+		assertClose(t, rows[i], want, 1e-4)
+	}
+	// keep the path 30, 31: as if only it was decoded
+	ok(t, c.Keep(s, 2, []int32{1, 2}))
+	if must(c.Length(s)) != 4 || !equal(must(c.SeqTokens(s)), must(c.SeqTokens(a))) {
+		t.Fatal(must(c.SeqTokens(s)), must(c.SeqTokens(a)))
+	}
+	rows = must(c.Decode([]Step{{s, []Token{40}}, {a, []Token{40}}}, false))
+	assertClose(t, rows[0], rows[1], 1e-4)
+	// bad parents (or not one per token) and a bad keep: StatusInvalidArg, nothing changed
+	for _, parents := range [][]int32{{0, -1}, {-1, 5}, {-1}} {
+		_, err := c.DecodeTree([]TreeStep{{s, []Token{1, 2}, parents}}, false)
+		wantStatus(t, err, StatusInvalidArg)
+	}
+	wantStatus(t, c.Keep(s, 2, []int32{1, 0}), StatusInvalidArg)
+	if must(c.Length(s)) != 5 {
+		t.Fatal(must(c.Length(s)))
+	}
+	ok(t, tree.Release(node))
+}
+
 func TestPromoteAndMove(t *testing.T) {
 	defer catch(t)
 	m := smallModel(t)
@@ -1409,7 +1449,7 @@ func TestSpeculativeLookupAndDraftModel(t *testing.T) {
 	if plain.Drafted != 0 || plain.Steps == 0 {
 		t.Fatalf("plain stats %+v", plain)
 	}
-	if d := DefaultSpeculativeParams(); d.MaxDraft != 8 || !d.Adaptive || d.Lookup != 0 {
+	if d := DefaultSpeculativeParams(); d.MaxDraft != 8 || !d.Adaptive || d.Lookup != 0 || d.TreeWidth != 1 {
 		t.Fatalf("defaults %+v", d)
 	}
 	for _, adaptive := range []bool{true, false} {
@@ -1573,4 +1613,155 @@ func TestSpeculativeDrafterErrors(t *testing.T) {
 		t.Fatalf("%d drafter calls", calls)
 	}
 	usable()
+}
+
+// ---- token trees (clade 1.2) ----------------------------------------------------------------
+
+func TestSpeculativeTreeWidth(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	_, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want := must(tree.Generate(prompts, &params))
+	draft := must(LoadModel(randomModel(t, "small-draft.gguf", "--vocab", "300", "--layers", "1", "--seed", "11"),
+		&ModelParams{NThreads: 1}))
+	defer draft.Close()
+	for _, adaptive := range []bool{true, false} {
+		for _, width := range []int{2, 3} {
+			// (the random draft model's drafts are hardly ever accepted)
+			for i, set := range []func(s *SpeculativeParams){
+				func(s *SpeculativeParams) { s.Lookup = 3 },
+				func(s *SpeculativeParams) { s.DraftModel = m },
+				func(s *SpeculativeParams) { s.DraftModel = draft },
+			} {
+				got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+					set(s)
+					s.MaxDraft, s.Adaptive, s.TreeWidth = 6, adaptive, width
+				}))
+				ok(t, err)
+				checkSame(t, want, got, st)
+				if i < 2 && !adaptive && st.Accepted == 0 {
+					t.Fatalf("drafter %d, width %d: stats %+v", i, width, st)
+				}
+			}
+		}
+	}
+	// TreeWidth 0 (a literal written for clade 1.1): chains
+	got, st, err := specGenerate(t, tree, prompts, params, &SpeculativeParams{Lookup: 3, MaxDraft: 8})
+	ok(t, err)
+	checkSame(t, want, got, st)
+	if kids := must(tree.Children(Root)); len(kids) != 0 {
+		t.Fatalf("generate left nodes: %v", kids)
+	}
+}
+
+func TestSpeculativeTreeDrafter(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	pr, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want := must(tree.Generate(prompts, &params))
+	nv := Token(m.NVocab())
+	for _, width := range []int{2, 8} {
+		// a wrong token, then the right one beside it (two siblings under
+		// the pending token) and the right chain under that
+		trees := uint64(0)
+		got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Adaptive, s.TreeWidth = false, width
+			s.DraftTree = func(seq uint64, history []Token, maxTokens int) ([]Token, []int32) {
+				right := want[seq].Tokens[len(history)-len(pr[seq/2]):]
+				if len(right) > maxTokens-1 {
+					right = right[:maxTokens-1]
+				}
+				if len(right) == 0 {
+					return nil, nil
+				}
+				trees++
+				tokens, parents := []Token{(right[0] + 1) % nv}, []int32{-1}
+				for j, x := range right {
+					tokens, parents = append(tokens, x), append(parents, int32(j))
+				}
+				parents[1] = -1
+				return tokens, parents
+			}
+		}))
+		ok(t, err)
+		checkSame(t, want, got, st)
+		// every node but the wrong sibling accepted
+		if st.Accepted == 0 || st.Steps >= st.Tokens/4 || st.Drafted-st.Accepted != trees {
+			t.Fatalf("width %d: %d trees, stats %+v", width, trees, st)
+		}
+	}
+	// a fixed tree; a chain as parents or nil with TreeWidth 1
+	for i, c := range []struct {
+		tokens  []Token
+		parents []int32
+		width   int
+	}{{[]Token{3, 4, 5, 6}, []int32{-1, -1, 0, 1}, 2}, {[]Token{3, 4}, []int32{-1, 0}, 1}, {[]Token{3, 4}, nil, 1}} {
+		got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Adaptive, s.TreeWidth = false, c.width
+			s.DraftTree = func(_ uint64, _ []Token, maxTokens int) ([]Token, []int32) {
+				if maxTokens < len(c.tokens) {
+					return nil, nil
+				}
+				return c.tokens, c.parents
+			}
+		}))
+		ok(t, err)
+		checkSame(t, want, got, st)
+		if st.Drafted == 0 {
+			t.Fatalf("case %d: stats %+v", i, st)
+		}
+	}
+	if kids := must(tree.Children(Root)); len(kids) != 0 {
+		t.Fatalf("generate left nodes: %v", kids)
+	}
+}
+
+func TestSpeculativeTreeDrafterErrors(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	_, prompts, params := specSetup()
+	tree := f32Tree(t, m)
+	want := must(tree.Generate(prompts, &params))
+	for i, c := range []struct {
+		tokens  []Token
+		parents []int32
+		width   int
+	}{
+		{[]Token{3, 4}, []int32{0, -1}, 2}, // a parent not before its child
+		{[]Token{3, 4}, []int32{-1, 7}, 2},
+		{[]Token{3, 4}, []int32{-1, -2}, 2},
+		{[]Token{3, 4, 5}, []int32{-1, -1, -1}, 2}, // too many children
+		{[]Token{3, 4}, []int32{-1, -1}, 1},        // a tree with TreeWidth 1
+		{[]Token{3, 4}, []int32{-1}, 2},            // one parent per token
+	} {
+		_, _, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Adaptive, s.TreeWidth = false, c.width
+			s.DraftTree = func(uint64, []Token, int) ([]Token, []int32) { return c.tokens, c.parents }
+		}))
+		if err == nil {
+			t.Fatalf("case %d: no error", i)
+		}
+		wantStatus(t, err, StatusInvalidArg)
+		if kids := must(tree.Children(Root)); len(kids) != 0 {
+			t.Fatalf("case %d: generate left nodes: %v", i, kids)
+		}
+	}
+	for _, set := range []func(s *SpeculativeParams){
+		func(s *SpeculativeParams) { s.Lookup, s.TreeWidth = 2, 9 },
+		func(s *SpeculativeParams) { s.Lookup, s.TreeWidth = 2, -1 },
+		func(s *SpeculativeParams) {
+			s.Draft = func(uint64, []Token, int) []Token { return nil }
+			s.DraftTree = func(uint64, []Token, int) ([]Token, []int32) { return nil, nil }
+		},
+	} {
+		_, _, err := specGenerate(t, tree, prompts, params, specParams(set))
+		wantStatus(t, err, StatusInvalidArg)
+	}
+	got, st, err := specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+		s.Lookup, s.TreeWidth = 2, 2
+	}))
+	ok(t, err)
+	checkSame(t, want, got, st)
 }
