@@ -850,7 +850,27 @@ clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
 
 /* ---- generation ---- */
 
-void clade_generate_params_init(clade_generate_params* p) {
+// A struct grown in clade 1.2 has its *_init twice (lib/abi.h): binaries
+// built against an older header are bound to T_init@old_node, which fills
+// exactly the struct's size of that release (Abi<T>::first_size); the
+// default, T_init@@CLADE_1.2, fills the whole struct. The ABI test's
+// "future" library versions every *_init itself
+// (tests/abi/future_compat.cpp), so there this is the plain function.
+#ifndef CLADE_ABI_FUTURE_BUILD
+#define CLADE_GROWN_INIT(T, defaults, old_node)                            \
+  extern "C" CLADE_API void T##_init_old(T* p) {                           \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &defaults); \
+  }                                                                        \
+  extern "C" CLADE_API void T##_init_1_2(T* p) { defaults(p); }            \
+  __asm__(".symver " #T "_init_old, " #T "_init@" old_node                 \
+          "\n\t"                                                           \
+          ".symver " #T "_init_1_2, " #T "_init@@CLADE_1.2");
+#else
+#define CLADE_GROWN_INIT(T, defaults, old_node) \
+  void T##_init(T* p) { defaults(p); }
+#endif
+
+static void generate_defaults(clade_generate_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
   p->size = sizeof *p;
@@ -870,7 +890,10 @@ void clade_generate_params_init(clade_generate_params* p) {
   p->special = 0;
   p->root = 0;
   p->first_stream = 0;
+  p->top_logprobs = 0;
 }
+
+CLADE_GROWN_INIT(clade_generate_params, generate_defaults, "CLADE_1")
 
 // Both generation calls, after their own checks: read the parameters in,
 // check the sampler's, run the loop (spec: NULL for plain decoding).
@@ -878,7 +901,7 @@ static clade_status run_generation(const char* what, clade_tree* tree, const cla
                                    const clade_generate_params* params, const clade::SpecConfig* spec,
                                    clade_generation** out) {
   clade_generate_params p;
-  clade_generate_params_init(&p);
+  generate_defaults(&p);
   if (params) clade::abi::read_in(params, &p);
   clade_sampler_params sp;
   clade_sampler_params_init(&sp);
@@ -931,6 +954,15 @@ const float* clade_generation_logprobs(const clade_generation* gen, size_t i) {
   return s && gen->g.logprobs && !s->logprobs.empty() ? s->logprobs.data() : nullptr;
 }
 
+const clade_token* clade_generation_top(const clade_generation* gen, size_t i, const float** logprobs,
+                                        size_t* per_token) {
+  const clade::GenSeq* s = gen_seq(gen, i);
+  const bool has = s && gen->g.top_n > 0 && !s->top_tokens.empty();
+  if (logprobs) *logprobs = has ? s->top_logprobs.data() : nullptr;
+  if (per_token) *per_token = s ? gen->g.top_n : 0;
+  return has ? s->top_tokens.data() : nullptr;
+}
+
 clade_finish_reason clade_generation_finish(const clade_generation* gen, size_t i) {
   const clade::GenSeq* s = gen_seq(gen, i);
   return s ? s->finish : CLADE_FINISH_NONE;
@@ -956,21 +988,7 @@ static void speculative_defaults(clade_speculative_params* p) {
   p->tree_width = 1;
 }
 
-#ifndef CLADE_ABI_FUTURE_BUILD
-// clade 1.2 grew the struct (tree_width), so its *_init has two versions
-// (lib/abi.h): binaries built against 1.1 are bound to
-// clade_speculative_params_init@CLADE_1.1, which fills exactly the 1.1
-// size; the default, @@CLADE_1.2, fills the whole struct. (The ABI test's
-// "future" library versions it itself: tests/abi/future_compat.cpp.)
-extern "C" CLADE_API void clade_speculative_params_init_1_1(clade_speculative_params* p) {
-  clade::abi::init_prefix(p, clade::abi::Abi<clade_speculative_params>::first_size, &speculative_defaults);
-}
-extern "C" CLADE_API void clade_speculative_params_init_1_2(clade_speculative_params* p) { speculative_defaults(p); }
-__asm__(".symver clade_speculative_params_init_1_1, clade_speculative_params_init@CLADE_1.1\n\t"
-        ".symver clade_speculative_params_init_1_2, clade_speculative_params_init@@CLADE_1.2");
-#else
-void clade_speculative_params_init(clade_speculative_params* p) { speculative_defaults(p); }
-#endif
+CLADE_GROWN_INIT(clade_speculative_params, speculative_defaults, "CLADE_1.1")
 
 clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
                                         const clade_generate_params* params, const clade_speculative_params* spec,

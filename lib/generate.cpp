@@ -87,6 +87,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   if (p.n_samples < 1 || p.n_samples > (1 << 20))
     fail(CLADE_E_INVALID_ARG, "clade_generate: n_samples must be at least 1 (it is " + std::to_string(p.n_samples) + ")");
   if (p.max_live < 0 || p.max_live > (1 << 20)) fail(CLADE_E_INVALID_ARG, "clade_generate: max_live out of range");
+  if (p.top_logprobs < 0 || p.top_logprobs > 20)
+    fail(CLADE_E_INVALID_ARG,
+         "clade_generate: top_logprobs must be 0..20 (it is " + std::to_string(p.top_logprobs) + ")");
   int att;
   std::memcpy(&att, &p.attention, sizeof att);
   if (att < CLADE_ATTENTION_AUTO || att > CLADE_ATTENTION_NONE)
@@ -174,6 +177,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
 
   out.seqs.assign(total, GenSeq());
   out.logprobs = p.logprobs != 0;
+  out.top_n = (size_t)p.top_logprobs;
+  const size_t top_n = out.top_n;
   std::vector<SeqState> st(total);
   const bool long_ctx = (tree.flags & CLADE_TREE_ALLOW_LONG_CONTEXT) != 0;
   bool stop_all = false;
@@ -203,8 +208,10 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     }
   };
   // Sequence i drew token, which a step would evaluate at position pos:
-  // true when it has ended.
-  auto take = [&](size_t i, int32_t token, float logprob, int64_t pos) -> bool {
+  // true when it has ended. top: its row's most likely tokens (top_n
+  // asked for, n_top given).
+  auto take = [&](size_t i, int32_t token, float logprob, int64_t pos, const int32_t* top_tok, const float* top_lp,
+                  size_t n_top) -> bool {
     taken++;
     SeqState& s = st[i];
     GenSeq& g = out.seqs[i];
@@ -214,6 +221,10 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     }
     g.tokens.push_back(token);
     if (out.logprobs) g.logprobs.push_back(logprob);
+    for (size_t k = 0; k < top_n; k++) {
+      g.top_tokens.push_back(k < n_top ? top_tok[k] : -1);
+      g.top_logprobs.push_back(k < n_top ? top_lp[k] : -INFINITY);
+    }
     s.history.push_back(token);
     size_t old = g.text.size();
     if (s.detok) g.text += s.detok->push(token);
@@ -257,6 +268,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   std::vector<clade_seq_id> ids;
   std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node, dep;
   std::vector<Candidate> cands;
+  std::vector<int32_t> top_tok;  // the rows' top tokens and log-probabilities
+  std::vector<float> top_lp;
   std::vector<double> alphas, dense;
   std::vector<DraftSeq> dreq;
   std::vector<DraftSeq*> dptr;
@@ -281,9 +294,14 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       row.history = s.history.data();
       row.n_history = s.history.size();
       row.n_prompt = s.n_prompt;
+      top_tok.resize(top_n);
+      top_lp.resize(top_n);
+      row.top_tokens = top_tok.data();
+      row.top_logprobs = top_lp.data();
+      row.top_capacity = top_n;
       sampler.sample_rows(&row, 1, n_vocab);
       if (i % n_samples == n_samples - 1) std::vector<float>().swap(leaf_logits[l]);
-      if (take(i, row.token, row.logprob, (int64_t)s.node->end())) continue;
+      if (take(i, row.token, row.logprob, (int64_t)s.node->end(), top_tok.data(), top_lp.data(), row.n_top)) continue;
       clade_status a = cache.add(s.node->id, nullptr, 0, 0, &s.seq);
       if (a != CLADE_OK) fail(CLADE_E_INTERNAL, "clade_generate: no cache slot for an admitted sequence");
       if (drafter) {
@@ -407,6 +425,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     still.clear();
     if (!any_draft) {
       rows.assign(live.size(), SampleRow());
+      top_tok.resize(live.size() * top_n);
+      top_lp.resize(live.size() * top_n);
       for (size_t r = 0; r < live.size(); r++) {
         const SeqState& s = st[live[r]];
         rows[r].stream = p.first_stream + live[r];
@@ -414,12 +434,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         rows[r].history = s.history.data();
         rows[r].n_history = s.history.size();
         rows[r].n_prompt = s.n_prompt;
+        rows[r].top_tokens = top_tok.data() + r * top_n;
+        rows[r].top_logprobs = top_lp.data() + r * top_n;
+        rows[r].top_capacity = top_n;
       }
       sampler.sample_rows(rows.data(), rows.size(), n_vocab);
       for (size_t r = 0; r < live.size() && !stop_all; r++) {
-        const SeqState& s = st[live[r]];
-        const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq);
-        if (!take(live[r], rows[r].token, rows[r].logprob, pos)) still.push_back(live[r]);
+        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + 1;
+        if (!take(live[r], rows[r].token, rows[r].logprob, pos, rows[r].top_tokens, rows[r].top_logprobs,
+                  rows[r].n_top))
+          still.push_back(live[r]);
       }
     } else {
       // Verification: each sequence's rows in order, while its drafts are
@@ -467,13 +491,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           float lp = 0;
           for (size_t q = 0; q < dist.tokens.size(); q++)
             if (dist.tokens[q] == t) lp = (float)std::log(dist.probs[q]);
+          const size_t n_top = std::min(top_n, dist.tokens.size());  // (most likely first)
+          top_lp.resize(n_top);
+          for (size_t q = 0; q < n_top; q++) top_lp[q] = (float)std::log(dist.probs[q]);
           const int64_t pos = base + 1 + accepted;  // where t would be evaluated
           if (which >= 0) {
             accepted++;
             cur = cand_node[(size_t)which];
             path.push_back(1 + cur);
           }
-          if (take(i, t, lp, pos)) {
+          if (take(i, t, lp, pos, dist.tokens.data(), top_lp.data(), n_top)) {
             ended = true;
             break;
           }

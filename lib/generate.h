@@ -19,6 +19,9 @@ struct GenSeq {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;  // empty unless asked for
+  // top_logprobs per token when asked for: [tokens][top_n]
+  std::vector<int32_t> top_tokens;
+  std::vector<float> top_logprobs;
   clade_finish_reason finish = CLADE_FINISH_NONE;
   int64_t prompt = -1;  // index of its leaf prompt
 };
@@ -26,6 +29,7 @@ struct GenSeq {
 struct Generation {
   std::vector<GenSeq> seqs;
   bool logprobs = false;
+  size_t top_n = 0;                // params.top_logprobs
   clade_generation_stats stats{};  // size unset: the C boundary fills it
 };
 

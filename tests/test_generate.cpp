@@ -609,6 +609,102 @@ void test_tree_and_errors(const std::string& path) {
 
 }  // namespace
 
+// top_logprobs: per token, the row's most likely kept tokens, most likely
+// first, the chosen token among them with its own log-probability when it
+// is that likely; greedy keeps one (log-probability 0); speculative
+// decoding gives the same tops as plain (greedy); out of range is refused.
+void test_top_logprobs(const std::string& path) {
+  clade_model* m = load(path, 2);
+  if (!m) return;
+  clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
+  auto run = [&](const clade_sampler_params& sp, int top, const clade_speculative_params* spec) {
+    clade_generate_params gp;
+    clade_generate_params_init(&gp);
+    gp.max_new_tokens = 16;
+    gp.n_samples = 3;
+    gp.ignore_eog = 1;
+    gp.logprobs = 1;
+    gp.top_logprobs = top;
+    gp.sampler = &sp;
+    clade_tree* t = new_tree(m);
+    clade_generation* g = nullptr;
+    if (spec)
+      CHECK_OK(clade_generate_speculative(t, &pr, 1, &gp, spec, &g));
+    else
+      CHECK_OK(clade_generate(t, &pr, 1, &gp, &g));
+    clade_tree_free(t);
+    return g;
+  };
+  clade_sampler_params sp = sampling(3);
+  clade_generation* g = run(sp, 5, nullptr);
+  size_t checked = 0, chosen_in_top = 0;
+  for (size_t i = 0; g && i < clade_generation_count(g); i++) {
+    size_t per = 0, n = 0;
+    const float* tlp = nullptr;
+    const clade_token* top = clade_generation_top(g, i, &tlp, &per);
+    const clade_token* toks = clade_generation_tokens(g, i, &n);
+    const float* lp = clade_generation_logprobs(g, i);
+    CHECK(top && tlp && per == 5 && lp && n == 16);
+    for (size_t k = 0; top && toks && lp && k < n; k++, checked++) {
+      double mass = 0;
+      bool in_top = false;
+      for (size_t j = 0; j < per; j++) {
+        const clade_token t = top[k * per + j];
+        const float v = tlp[k * per + j];
+        if (t < 0) {  // fewer kept: the rest is empty
+          CHECK(v == -INFINITY);
+          continue;
+        }
+        CHECK(t < kVocab && v <= 0.0f);
+        if (j > 0 && top[k * per + j - 1] >= 0) CHECK(v <= tlp[k * per + j - 1]);
+        mass += std::exp((double)v);
+        if (t == toks[k]) {
+          CHECK(v == lp[k]);
+          chosen_in_top++;
+          in_top = true;
+        }
+      }
+      CHECK(mass <= 1.0 + 1e-5);
+      // a chosen token outside the top is no more likely than its last entry
+      if (!in_top) CHECK(top[k * per + per - 1] >= 0 && lp[k] <= tlp[k * per + per - 1]);
+    }
+  }
+  CHECK_MSG(checked == 48 && chosen_in_top > 0, "%zu tokens checked, %zu in their top 5", checked, chosen_in_top);
+  clade_generation_free(g);
+  // Greedy, plain and speculative (lookup, every draft length): one entry,
+  // the chosen token at log-probability 0, the rest empty.
+  sp.temperature = 0;
+  clade_speculative_params spec;
+  clade_speculative_params_init(&spec);
+  spec.lookup_ngram = 2;
+  spec.adaptive = 0;
+  const clade_speculative_params* specs[2] = {nullptr, &spec};
+  for (const clade_speculative_params* s : specs) {
+    g = run(sp, 3, s);
+    size_t per = 0, n = 0;
+    const float* tlp = nullptr;
+    const clade_token* top = clade_generation_top(g, 0, &tlp, &per);
+    const clade_token* toks = clade_generation_tokens(g, 0, &n);
+    CHECK(top && per == 3 && n == 16);
+    for (size_t k = 0; top && toks && k < n; k++)
+      CHECK(top[k * 3] == toks[k] && tlp[k * 3] == 0.0f && top[k * 3 + 1] == -1 && top[k * 3 + 2] == -1);
+    clade_generation_free(g);
+  }
+  // Not asked for: NULL; out of range: refused.
+  g = run(sp, 0, nullptr);
+  size_t per = 7;
+  CHECK(clade_generation_top(g, 0, nullptr, &per) == nullptr && per == 0);
+  clade_generation_free(g);
+  clade_generate_params gp;
+  clade_generate_params_init(&gp);
+  gp.top_logprobs = 21;
+  clade_tree* t = new_tree(m);
+  g = nullptr;
+  CHECK(clade_generate(t, &pr, 1, &gp, &g) == CLADE_E_INVALID_ARG && g == nullptr);
+  clade_tree_free(t);
+  clade_model_free(m);
+}
+
 int main() {
   std::string dir = temp_dir();
   std::string path = dir + "/random.gguf", tpath = dir + "/text.gguf";
@@ -642,6 +738,7 @@ int main() {
   }
   test_reproducible(path);
   test_tree_and_errors(path);
+  test_top_logprobs(path);
   if (have_vocab) {
     TextModel tm;
     tm.m = load(tpath, 2);

@@ -895,6 +895,12 @@ typedef struct clade_generate_params {
                          tree (its KV is reused); default 0, the root */
   uint64_t first_stream; /* sequence i draws on stream first_stream + i;
                             default 0 */
+  int32_t top_logprobs;  /* (clade 1.2) 0..20: also keep, for each output
+                            token, this many of its row's most likely kept
+                            tokens and their log-probabilities
+                            (clade_sample_result's top: after every stage,
+                            most likely first; greedy keeps one);
+                            clade_generation_top. Default 0 */
 } clade_generate_params;
 
 CLADE_API void clade_generate_params_init(clade_generate_params *params);
@@ -960,6 +966,15 @@ CLADE_API const float *clade_generation_logprobs(const clade_generation *gen,
                                                  size_t i);
 CLADE_API clade_finish_reason clade_generation_finish(
     const clade_generation *gen, size_t i);
+/* (clade 1.2) Sequence i's top alternatives (params.top_logprobs): the
+   tokens, [n_tokens][*per_token] row by row, and in *logprobs (if not
+   NULL) their log-probabilities in the same layout; a row with fewer kept
+   tokens than per_token ends with token -1 and -INFINITY. NULL (and
+   *per_token 0) when params.top_logprobs was 0, or for a bad gen or i. */
+CLADE_API const clade_token *clade_generation_top(const clade_generation *gen,
+                                                  size_t i,
+                                                  const float **logprobs,
+                                                  size_t *per_token);
 /* The index (into the prompts array) of sequence i's leaf prompt; -1 for a
    bad gen or i. */
 CLADE_API int64_t clade_generation_prompt(const clade_generation *gen,

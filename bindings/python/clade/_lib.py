@@ -602,6 +602,7 @@ class clade_generate_params(Structure):
         ("special", c_int32),
         ("root", clade_node_id),
         ("first_stream", c_uint64),
+        ("top_logprobs", c_int32),  # clade 1.2
     ]
 
 

@@ -304,6 +304,7 @@ pub struct clade_generate_params {
     pub special: i32,
     pub root: clade_node_id,
     pub first_stream: u64,
+    pub top_logprobs: i32, // clade 1.2
 }
 
 pub type clade_finish_reason = c_int;
@@ -768,7 +769,7 @@ mod layout {
         assert_eq!(size_of::<clade_sample_result>(), 48);
         assert_eq!(size_of::<clade_logit_bias>(), 8);
         assert_eq!(size_of::<clade_prompt>(), 24);
-        assert_eq!(size_of::<clade_generate_params>(), 104);
+        assert_eq!(size_of::<clade_generate_params>(), 112);
         assert_eq!(size_of::<clade_draft_request>(), 80);
         assert_eq!(size_of::<clade_speculative_params>(), 56);
         assert_eq!(size_of::<clade_generation_stats>(), 72);
