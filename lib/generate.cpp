@@ -266,7 +266,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
 
   std::vector<size_t> live, still;
   std::vector<clade_seq_id> ids;
-  std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node, dep;
+  std::vector<int32_t> counts, toks, lens, n_draft, pars, path, cand_node, dep, acc_nodes;
   std::vector<Candidate> cands;
   std::vector<int32_t> top_tok;  // the rows' top tokens and log-probabilities
   std::vector<float> top_lp;
@@ -522,6 +522,11 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           s.drafted = 0.8 * s.drafted + depth;
         }
         if (ended) continue;
+        if (nd > 0) {  // the accepted draft tokens, for a drafter that learns
+          acc_nodes.clear();
+          for (int32_t q : path) acc_nodes.push_back(q - 1);
+          drafter->verified(d, acc_nodes.data(), acc_nodes.size());
+        }
         bool prefix = true;  // the kept path is the first slots: a truncation
         for (size_t q = 0; q < path.size(); q++) prefix = prefix && path[q] == (int32_t)q + 1;
         if (prefix) {

@@ -95,10 +95,13 @@ class CallbackDrafter final : public Drafter {
 
 // Prompt lookup: the longest n-gram (n <= ngram) that ends the history and
 // occurs earlier in it; the continuation of its most recent earlier
-// occurrence (a chain), or with width > 1 the continuations of its most
-// recent occurrences merged into a tree, depth by depth, the more recent
-// first (a node has at most width children; shallow tokens, the likelier
-// to be accepted, take the budget first).
+// occurrence (a chain). With width > 1, the continuations of its most
+// recent occurrences merged into a trie (at most width children a node),
+// and of that the max tokens of highest value kept: a token's value is its
+// parent's times how often, in this call's verifications, a token of its
+// kind was accepted once its parent was (the most recent continuation's
+// tokens, or the others'), so a passage that repeats exactly keeps its
+// chain deep and one that varies spreads the budget over alternatives.
 class LookupDrafter final : public Drafter {
  public:
   explicit LookupDrafter(int32_t ngram) : ngram_(ngram) {}
@@ -107,6 +110,7 @@ class LookupDrafter final : public Drafter {
       const std::vector<int32_t>& h = *d->history;
       const size_t len = h.size();
       d->clear();
+      last_.erase(d->index);
       const size_t want = d->width > 1 ? 4 * (size_t)d->width : 1;  // occurrences
       from_.clear();
       for (size_t n = std::min<size_t>((size_t)ngram_, len > 0 ? len - 1 : 0); n >= 1 && from_.empty(); n--) {
@@ -121,43 +125,85 @@ class LookupDrafter final : public Drafter {
         d->tokens.assign(h.begin() + (long)from_[0], h.begin() + (long)to);
         continue;
       }
-      at_.assign(from_.size(), -1);  // each continuation's node so far (-1: the pending token)
-      alive_.assign(from_.size(), 1);
-      kids_.assign((size_t)d->max + 1, 0);  // children per node (+1: index -1 first)
-      for (size_t t = 0; (int32_t)d->tokens.size() < d->max; t++) {
-        bool any = false;
-        for (size_t c = 0; c < from_.size() && (int32_t)d->tokens.size() < d->max; c++) {
-          if (!alive_[c] || from_[c] + t >= len) {
-            alive_[c] = 0;
-            continue;
-          }
-          any = true;
+      // The trie, each continuation in turn (its nodes after their parents).
+      trie_.clear();
+      for (size_t c = 0; c < from_.size(); c++) {
+        int32_t at = -1;
+        for (size_t t = 0; t < (size_t)d->max && from_[c] + t < len; t++) {
           const int32_t tok = h[from_[c] + t];
-          int32_t child = -1;
-          for (size_t j = 0; j < d->tokens.size() && child < 0; j++)
-            if (d->parents[j] == at_[c] && d->tokens[j] == tok) child = (int32_t)j;
-          if (child < 0) {
-            if (kids_[(size_t)(at_[c] + 1)] >= d->width) {
-              alive_[c] = 0;
-              continue;
+          int32_t child = -1, kids = 0;
+          for (size_t j = 0; j < trie_.size() && child < 0; j++)
+            if (trie_[j].parent == at) {
+              kids++;
+              if (trie_[j].token == tok) child = (int32_t)j;
             }
-            kids_[(size_t)(at_[c] + 1)]++;
-            child = (int32_t)d->tokens.size();
-            d->tokens.push_back(tok);
-            d->parents.push_back(at_[c]);
+          if (child < 0) {
+            if (kids >= d->width) break;
+            const int rank = c == 0 ? 0 : 1;
+            const double v = (at < 0 ? 1.0 : trie_[(size_t)at].value) * accept_rate(rank);
+            trie_.push_back({tok, at, rank, v});
+            child = (int32_t)trie_.size() - 1;
           }
-          at_[c] = child;
+          at = child;
         }
-        if (!any) break;
+      }
+      // The max likeliest (a child is never likelier than its parent, and
+      // ties go to the earlier node: the kept set holds every kept node's
+      // parent), in trie order.
+      order_.resize(trie_.size());
+      for (size_t j = 0; j < trie_.size(); j++) order_[j] = (int32_t)j;
+      const size_t keep = std::min(trie_.size(), (size_t)d->max);
+      std::partial_sort(order_.begin(), order_.begin() + (long)keep, order_.end(), [&](int32_t x, int32_t y) {
+        return trie_[(size_t)x].value != trie_[(size_t)y].value ? trie_[(size_t)x].value > trie_[(size_t)y].value
+                                                                : x < y;
+      });
+      std::sort(order_.begin(), order_.begin() + (long)keep);
+      remap_.assign(trie_.size(), -1);
+      std::vector<int>& ranks = last_[d->index];
+      ranks.clear();
+      for (size_t k = 0; k < keep; k++) {
+        const Node& nd = trie_[(size_t)order_[k]];
+        remap_[(size_t)order_[k]] = (int32_t)k;
+        d->tokens.push_back(nd.token);
+        d->parents.push_back(nd.parent < 0 ? -1 : remap_[(size_t)nd.parent]);
+        ranks.push_back(nd.rank);
       }
     }
   }
 
+  void verified(const DraftSeq& d, const int32_t* path, size_t n) override {
+    auto it = last_.find(d.index);
+    if (it == last_.end() || it->second.size() != d.tokens.size()) return;
+    on_path_.assign(d.tokens.size(), 0);
+    for (size_t k = 0; k < n; k++) on_path_[(size_t)path[k]] = 1;
+    for (size_t j = 0; j < d.tokens.size(); j++) {
+      const int32_t par = d.parents[j];
+      if (par >= 0 && !on_path_[(size_t)par]) continue;  // not tried: its parent was rejected
+      tried_[it->second[j]] += 1;
+      hits_[it->second[j]] += on_path_[j];
+    }
+  }
+
+  void finish(size_t index) override { last_.erase(index); }
+
  private:
+  struct Node {
+    int32_t token, parent;
+    int rank;  // 0: on the most recent continuation; 1: another's
+    double value;
+  };
+  // Accepted once tried, by kind; a prior worth 4 tries.
+  double accept_rate(int rank) const {
+    const double prior = rank == 0 ? 0.8 : 0.3;
+    return (hits_[rank] + 4.0 * prior) / (tried_[rank] + 4.0);
+  }
   int32_t ngram_;
   std::vector<size_t> from_;
-  std::vector<int32_t> at_, kids_;
-  std::vector<char> alive_;
+  std::vector<Node> trie_;
+  std::vector<int32_t> order_, remap_;
+  std::vector<char> on_path_;
+  double tried_[2] = {0, 0}, hits_[2] = {0, 0};
+  std::unordered_map<size_t, std::vector<int>> last_;  // each sequence's last tree: its tokens' ranks
 };
 
 // A draft model: its own tree with the prompts mirrored (so prefixes are
@@ -220,6 +266,7 @@ class ModelDrafter final : public Drafter {
     if (it == seqs_.end()) return;
     cache_->remove(it->second);
     seqs_.erase(it);
+    last_.erase(index);
   }
 
   // A chain: up to max steps of all drafting sequences together. A tree
@@ -255,6 +302,7 @@ class ModelDrafter final : public Drafter {
       Work& w = work_[i];
       w.chain.clear();
       w.chain_p.assign(1, 1.0);
+      w.chain_q.clear();
       w.alts.clear();
       w.done = false;
       w.steps = d.max;
@@ -321,7 +369,8 @@ class ModelDrafter final : public Drafter {
           d.q_tokens.push_back(dist_.tokens);
           d.q_probs.push_back(dist_.probs);
           if (step < w.alt_steps)
-            for (int32_t k = 1; k < d.width; k++) w.alts.push_back({step, draw_from(dist_, false, *sampler_, d.index), 0.0});
+            for (int32_t k = 1; k < d.width; k++)
+              w.alts.push_back({step, draw_from(dist_, false, *sampler_, d.index), 0.0, 0.0f});
           push(i, t);
         }
       }
@@ -335,11 +384,13 @@ class ModelDrafter final : public Drafter {
   // beside it (at chain step `step`: siblings of chain token `step`).
   struct Alt {
     int32_t step, token;
-    double value;  // greedy: its path probability
+    double value;  // greedy: its path's calibrated probability
+    float q;       // its draft probability
   };
   struct Work {
     std::vector<int32_t> chain;
     std::vector<double> chain_p;
+    std::vector<float> chain_q;
     std::vector<Alt> alts;
     int32_t steps = 0, alt_steps = 0;
     bool done = false;
@@ -351,9 +402,49 @@ class ModelDrafter final : public Drafter {
     feed_[i].assign(1, t);
   }
 
+  // How often a token the draft gave probability q was accepted once its
+  // parent was (rank 0: the draft's own pick, the chain; 1: the
+  // alternatives beside it), from the call's verifications: a small
+  // draft's softmax is far from calibrated (the KJV draft's top token with
+  // q in [0.2, 0.4) agrees with the target's 59% of the time, its second
+  // 30% of the times the first does not), and the tree's shape is only as
+  // good as these numbers. Bins of q, a prior of q itself worth 4 tries.
+  static constexpr int kBins = 10;
+  struct Bin {
+    double tried = 0, hits = 0;
+  };
+  Bin cal_[2][kBins];
+  double calibrated(int rank, float q) const {
+    const Bin& b = cal_[rank][std::min(kBins - 1, std::max(0, (int)(q * kBins)))];
+    return (b.hits + 4.0 * (double)q) / (b.tried + 4.0);
+  }
+  // Each sequence's last greedy tree: per token, its rank and q.
+  std::unordered_map<size_t, std::vector<std::pair<int, float>>> last_;
+
+ public:
+  void verified(const DraftSeq& d, const int32_t* path, size_t n) override {
+    auto it = last_.find(d.index);
+    if (it == last_.end() || it->second.size() != d.tokens.size()) return;
+    // A token was tried when its parent was accepted (or is the pending
+    // token); it hit when it is on the path.
+    on_path_.assign(d.tokens.size(), 0);
+    for (size_t k = 0; k < n; k++) on_path_[(size_t)path[k]] = 1;
+    for (size_t j = 0; j < d.tokens.size(); j++) {
+      const int32_t par = d.parents.empty() ? (int32_t)j - 1 : d.parents[j];
+      if (par >= 0 && !on_path_[(size_t)par]) continue;
+      const auto& rq = it->second[j];
+      Bin& b = cal_[rq.first][std::min(kBins - 1, std::max(0, (int)(rq.second * kBins)))];
+      b.tried += 1;
+      b.hits += on_path_[j];
+    }
+  }
+
+ private:
+  std::vector<char> on_path_;
+
   // Greedy tree: the width - 1 likeliest tokens other than chain token t at
-  // this step, by the draft's softmax; the chain's path probability; and
-  // whether the chain's tip still makes the budget's cut.
+  // this step, by the draft's softmax; the chain's calibrated path
+  // probability; and whether the chain's tip still makes the budget's cut.
   void alternatives(const DraftSeq& d, Work& w, const float* logits, int32_t t) {
     const int32_t nv = m_.cfg.n_vocab;
     const int32_t step = (int32_t)w.chain.size();
@@ -372,9 +463,14 @@ class ModelDrafter final : public Drafter {
       if ((int32_t)top_.size() > d.width - 1) top_.pop_back();
     }
     const double base = w.chain_p.back();
-    for (int32_t v : top_) w.alts.push_back({step, v, base * std::exp((double)(logits[v] - mx)) / sum});
-    const double tip = base * std::exp((double)(logits[t] - mx)) / sum;
+    for (int32_t v : top_) {
+      const float q = (float)(std::exp((double)(logits[v] - mx)) / sum);
+      w.alts.push_back({step, v, base * calibrated(1, q), q});
+    }
+    const float qt = (float)(std::exp((double)(logits[t] - mx)) / sum);
+    const double tip = base * calibrated(0, qt);
     w.chain_p.push_back(tip);
+    w.chain_q.push_back(qt);
     // Nodes at least as likely as the new tip: the chain so far and the
     // alternatives above it. When they fill the budget, the chain's next
     // tokens (less likely than the tip) would not be kept.
@@ -386,6 +482,7 @@ class ModelDrafter final : public Drafter {
   // A sequence's drafted tokens, parents, q and draws, from its work.
   void assemble(DraftSeq& d, const Work& w) {
     const int32_t L = (int32_t)w.chain.size();
+    last_.erase(d.index);
     if (d.width <= 1 || w.alts.empty()) {  // a chain (q filled per step when sampling)
       d.tokens = w.chain;
       return;
@@ -423,27 +520,30 @@ class ModelDrafter final : public Drafter {
     q_tok_.swap(d.q_tokens);
     q_prob_.swap(d.q_probs);
     d.clear();
+    std::vector<std::pair<int, float>>& ranks = last_[d.index];
+    ranks.clear();
     int32_t parent = -1;
     size_t a = 0;
     for (int32_t k = 0; k < keep_chain; k++) {
       const int32_t first = (int32_t)d.tokens.size();
-      auto add = [&](int32_t tok) {
+      auto add = [&](int32_t tok, int rank, float q) {
         d.tokens.push_back(tok);
         d.parents.push_back(parent);
+        if (greedy_) ranks.push_back({rank, q});
         if (!greedy_) {
           d.q_tokens.push_back(q_tok_[(size_t)k]);
           d.q_probs.push_back(q_prob_[(size_t)k]);
         }
         return (int32_t)d.tokens.size() - 1;
       };
-      add(w.chain[(size_t)k]);
+      add(w.chain[(size_t)k], 0, greedy_ ? w.chain_q[(size_t)k] : 0.0f);
       if (!greedy_) d.draws.push_back(first);
       for (; a < w.alts.size() && w.alts[a].step == k; a++) {
         if (!keep_alt_[a]) continue;
         int32_t node = -1;
         for (int32_t j = first; j < (int32_t)d.tokens.size() && node < 0; j++)
           if (d.tokens[(size_t)j] == w.alts[a].token) node = j;
-        if (node < 0) node = add(w.alts[a].token);
+        if (node < 0) node = add(w.alts[a].token, 1, w.alts[a].q);
         if (!greedy_) d.draws.push_back(node);
       }
       parent = first;

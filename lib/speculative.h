@@ -67,6 +67,9 @@ class Drafter {
   // A sequence starts (its leaf prompt's index) / ends.
   virtual void admit(size_t /*index*/, size_t /*leaf_prompt*/) {}
   virtual void finish(size_t /*index*/) {}
+  // After verification: which of d's tokens were accepted, in order (a
+  // root-to-node path of its tree), for a drafter that learns from it.
+  virtual void verified(const DraftSeq& /*d*/, const int32_t* /*path*/, size_t /*n*/) {}
   // Fill each request's chain. Throws Error on a bad answer.
   virtual void draft(std::vector<DraftSeq*>& seqs) = 0;
   uint64_t steps = 0;  // draft model decode steps
