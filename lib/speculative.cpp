@@ -19,6 +19,19 @@ namespace clade {
 
 namespace {
 
+// After a verification (Drafter::verified): f(j, hit) for each draft token
+// j that was tried, its parent having been accepted (or being the pending
+// token); hit when it was accepted too (on the path).
+template <typename F>
+void each_tried(const DraftSeq& d, const int32_t* path, size_t n, std::vector<char>& on_path, F f) {
+  on_path.assign(d.tokens.size(), 0);
+  for (size_t k = 0; k < n; k++) on_path[(size_t)path[k]] = 1;
+  for (size_t j = 0; j < d.tokens.size(); j++) {
+    const int32_t par = d.parents.empty() ? (int32_t)j - 1 : d.parents[j];
+    if (par < 0 || on_path[(size_t)par]) f(j, on_path[j] != 0);
+  }
+}
+
 // The caller's clade_draft_fn: one call per step for all live sequences;
 // every answer checked before any is used.
 class CallbackDrafter final : public Drafter {
@@ -174,14 +187,10 @@ class LookupDrafter final : public Drafter {
   void verified(const DraftSeq& d, const int32_t* path, size_t n) override {
     auto it = last_.find(d.index);
     if (it == last_.end() || it->second.size() != d.tokens.size()) return;
-    on_path_.assign(d.tokens.size(), 0);
-    for (size_t k = 0; k < n; k++) on_path_[(size_t)path[k]] = 1;
-    for (size_t j = 0; j < d.tokens.size(); j++) {
-      const int32_t par = d.parents[j];
-      if (par >= 0 && !on_path_[(size_t)par]) continue;  // not tried: its parent was rejected
+    each_tried(d, path, n, on_path_, [&](size_t j, bool hit) {
       tried_[it->second[j]] += 1;
-      hits_[it->second[j]] += on_path_[j];
-    }
+      hits_[it->second[j]] += hit;
+    });
   }
 
   void finish(size_t index) override { last_.erase(index); }
@@ -425,18 +434,12 @@ class ModelDrafter final : public Drafter {
   void verified(const DraftSeq& d, const int32_t* path, size_t n) override {
     auto it = last_.find(d.index);
     if (it == last_.end() || it->second.size() != d.tokens.size()) return;
-    // A token was tried when its parent was accepted (or is the pending
-    // token); it hit when it is on the path.
-    on_path_.assign(d.tokens.size(), 0);
-    for (size_t k = 0; k < n; k++) on_path_[(size_t)path[k]] = 1;
-    for (size_t j = 0; j < d.tokens.size(); j++) {
-      const int32_t par = d.parents.empty() ? (int32_t)j - 1 : d.parents[j];
-      if (par >= 0 && !on_path_[(size_t)par]) continue;
+    each_tried(d, path, n, on_path_, [&](size_t j, bool hit) {
       const auto& rq = it->second[j];
       Bin& b = cal_[rq.first][std::min(kBins - 1, std::max(0, (int)(rq.second * kBins)))];
       b.tried += 1;
-      b.hits += on_path_[j];
-    }
+      b.hits += hit;
+    });
   }
 
  private:
