@@ -4,7 +4,8 @@
 // each branch restarts the prefix's passage (prompt lookup's best case).
 // Per point: tokens/s, steps, mean tokens per sequence-step, acceptance,
 // and the speedup the standard formula predicts from the measured
-// acceptance and step costs, beside the measured one.
+// acceptance and step costs, beside the measured one (the median of each
+// round's ratio to its plain run). --verbose: every run on stderr.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -50,7 +51,7 @@ int cmd_bench_spec(Args& a) {
   std::vector<long> batches{1};
   long prefix = 128, gen = 128, branch = 8, lookup = 3, draft_max = 8, tree_width = 2;
   int threads = 0, rounds = 3;
-  bool csv = false, repeat = false, fixed = false;
+  bool csv = false, repeat = false, fixed = false, verbose = false;
   std::vector<std::string> modes{"plain", "lookup"};
   while (!a.done()) {
     std::string f = a.next("");
@@ -72,6 +73,7 @@ int cmd_bench_spec(Args& a) {
     else if (f == "--threads") threads = (int)to_long(a.next(f), f);
     else if (f == "--rounds") rounds = (int)to_long(a.next(f), f);
     else if (f == "--csv") csv = true;
+    else if (f == "--verbose") verbose = true;  // each run on stderr
     else Args::die("bench spec: unknown option " + f);
   }
   if (model.empty()) Args::die("bench spec: -m FILE is required");
@@ -170,12 +172,20 @@ int cmd_bench_spec(Args& a) {
         clade_tree_free(tree);
         // decode throughput: output tokens over the time of the steps and drafting
         tps[mi].push_back((double)run.st.tokens / (run.st.target_seconds + run.st.draft_seconds));
+        if (verbose) std::fprintf(stderr, "round %d %s: %.1f tokens/s, %llu steps, target %.1f ms, draft %.1f ms, wall %.1f ms\n", r, modes[mi].c_str(), tps[mi].back(), (unsigned long long)run.st.steps, run.st.target_seconds * 1e3, run.st.draft_seconds * 1e3, s * 1e3);
         if (mi > 0 && run.out != last[0].out && r == 0 && modes[mi] != "verify-cost")
           std::fprintf(stderr, "bench spec: warning: %s output differs from plain (batch %ld)\n", modes[mi].c_str(), batch);
         last[mi] = run;
       }
     }
-    const double plain_tps = median_of(tps[0]);
+    // The speedup: the median over rounds of each round's ratio to that
+    // round's plain run (the two ran back to back, so the machine's drift
+    // between rounds cancels).
+    auto speedup_of = [&](size_t mi) {
+      std::vector<double> ratios;
+      for (size_t r = 0; r < tps[mi].size(); r++) ratios.push_back(tps[mi][r] / tps[0][r]);
+      return median_of(ratios);
+    };
     const SpecRun& pr = last[0];
     const double t_plain = pr.st.target_seconds / (double)std::max<uint64_t>(pr.st.steps, 1);
     for (size_t mi = 0; mi < modes.size(); mi++) {
@@ -207,13 +217,13 @@ int cmd_bench_spec(Args& a) {
       const double per_step = g.steps ? seq_steps / ((double)g.steps * (double)batch) : 0;
       if (csv) {
         std::printf("%ld,%ld,%ld,%s,%.1f,%.3f,%llu,%.3f,%llu,%llu,%.4f,%.2f,%.3f,%.3f,%.3f,%.3f\n", batch, prefix, gen,
-                    modes[mi].c_str(), tp, tp / plain_tps, (unsigned long long)g.steps, per_step,
+                    modes[mi].c_str(), tp, speedup_of(mi), (unsigned long long)g.steps, per_step,
                     (unsigned long long)g.drafted, (unsigned long long)g.accepted, alpha, gamma, t_plain * 1e3,
                     t_step * 1e3, t_draft * 1e3, predicted);
       } else {
         std::printf("batch %4ld  %-7s %9.1f tokens/s  x%.3f  steps %5llu  tokens/seq-step %.2f  acceptance %.3f  "
                     "drafts/step %.2f  predicted x%.3f\n",
-                    batch, modes[mi].c_str(), tp, tp / plain_tps, (unsigned long long)g.steps, per_step, alpha, gamma,
+                    batch, modes[mi].c_str(), tp, speedup_of(mi), (unsigned long long)g.steps, per_step, alpha, gamma,
                     predicted);
       }
       std::fflush(stdout);
