@@ -133,8 +133,8 @@ void check_model(const std::string& name, int layers, int dim, int heads, int kv
 }
 
 // Greedy speculative decoding on the trained pair equals plain decoding:
-// draft model and prompt lookup, batch 1 and 16 under a shared prefix,
-// shared and flat attention.
+// draft model and prompt lookup, chains and trees, batch 1 and 16 under a
+// shared prefix, shared and flat attention.
 void check_speculative() {
   const std::string tpath = models_dir() + "/kjv-target-f16.gguf", dpath = models_dir() + "/kjv-draft-f16.gguf";
   clade_model* m = load(tpath, 2);
@@ -193,6 +193,14 @@ void check_speculative() {
       spec.draft_model = nullptr;
       spec.lookup_ngram = 3;
       CHECK_MSG(run(&spec, nullptr) == plain, "lookup, batch %zu", n_branch);
+      // Token trees (width 3), fixed lengths: every step verifies a tree.
+      spec.adaptive = 0;
+      spec.tree_width = 3;
+      CHECK_MSG(run(&spec, nullptr) == plain, "lookup tree, batch %zu", n_branch);
+      spec.lookup_ngram = 0;
+      spec.draft_model = d;
+      CHECK_MSG(run(&spec, &st) == plain, "draft model tree, batch %zu", n_branch);
+      CHECK(st.accepted > 0 && st.accepted < st.drafted);
     }
   }
   clade_model_free(d);
