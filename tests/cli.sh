@@ -204,7 +204,7 @@ assert cut["finish_reason"] == "stop_string", cut
   }
   for bad in "--temp -1" "--temp x" "--top-k -1" "--top-p 0" "--top-p 1.5" "--min-p -0.1" "--min-p 2" \
     "--repeat-penalty 0" "--presence-penalty 1000" "--frequency-penalty nan" "--seed -3" "--seed x" \
-    "--logprobs -1" "--logprobs 5" "--template nope"; do
+    "--logprobs -1" "--logprobs 21" "--template nope"; do
     # shellcheck disable=SC2086
     expect_gen_flag_error "${bad%% *}" $bad
   done
