@@ -853,10 +853,12 @@ clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
 // A struct grown in clade 1.2 has its *_init twice (lib/abi.h): binaries
 // built against an older header are bound to T_init@old_node, which fills
 // exactly the struct's size of that release (Abi<T>::first_size); the
-// default, T_init@@CLADE_1.2, fills the whole struct. The ABI test's
-// "future" library versions every *_init itself
-// (tests/abi/future_compat.cpp), so there this is the plain function.
-#ifndef CLADE_ABI_FUTURE_BUILD
+// default, T_init@@CLADE_1.2, fills the whole struct. Built with
+// CLADE_NO_SYMBOL_VERSIONS it is the plain function: in the ABI test's
+// "future" library, which versions every *_init itself
+// (tests/abi/future_compat.cpp), and in the fuzz harnesses, linked
+// statically without the version script (tests/fuzz).
+#ifndef CLADE_NO_SYMBOL_VERSIONS
 #define CLADE_GROWN_INIT(T, defaults, old_node)                            \
   extern "C" CLADE_API void T##_init_old(T* p) {                           \
     clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &defaults); \

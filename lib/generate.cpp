@@ -170,7 +170,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     drafter = make_drafter(*spec, model, prompts, n_prompts, root_path, sp, (int32_t)max_live,
                            p.max_new_tokens + max_draft + 2);
   }
-  const bool greedy = sp.temperature <= 0.0f;
+  const bool greedy = greedy_temperature(sp.temperature);
   SpecCost cost;
   clade_generation_stats& stats = out.stats;
   uint64_t taken = 0;  // tokens drawn so far (the cost model's outcomes)

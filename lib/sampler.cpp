@@ -214,7 +214,10 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) co
     if (r.top_logprobs) r.top_logprobs[i] = lp;
   };
   const float temp = p_.temperature;
-  if (temp <= 0.0f) {  // greedy: the first maximum, with probability 1
+  // greedy: the first maximum, with probability 1; also a temperature so
+  // small that its inverse overflows a float (its limit; 1 / temp was +inf
+  // and 0 * inf NaN: found by tests/fuzz/fuzz_sampler)
+  if (greedy_temperature(temp)) {
     r.token = arg;
     r.logprob = 0.0f;
     if (r.top_capacity) {
@@ -226,8 +229,11 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) co
   // Stage 5, top-k: the candidates (every token with a logit above -inf
   // when top-k is off), as keys.
   const size_t k = (p_.top_k > 0 && p_.top_k < n) ? (size_t)p_.top_k : (size_t)n;
-  const double zmax = (double)(lmax / temp);
-  auto z = [temp, zmax](float v) { return (double)(v / temp) - zmax; };  // log(p * S)
+  // log(p * S), in double: a logit near FLT_MAX over a temperature below 1
+  // overflows a float (+inf - +inf was NaN, and no token was kept; found by
+  // tests/fuzz/fuzz_sampler).
+  const double zmax = (double)lmax / (double)temp;
+  auto z = [temp, zmax](float v) { return (double)v / (double)temp - zmax; };
   double S = 0;  // the softmax's denominator over the candidates, relative to the top
   bool memo = false;  // candidates sorted, s.ke[i].e their e^z
   cand_.clear();
@@ -407,7 +413,7 @@ void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
     // The draws, in row order (greedy draws none): a row's number depends
     // only on its stream, never on which thread samples it.
     std::vector<double> us(n_rows, 0.0);
-    if (p_.temperature > 0.0f)
+    if (!greedy_temperature(p_.temperature))
       for (size_t i = 0; i < n_rows; i++) us[i] = uniform(rows[i].stream);
     if (!pool_ || n_rows < 2) {
       for (size_t i = 0; i < n_rows; i++) sample_row(rows[i], n, scratch_[0], us[i]);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <limits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -16,6 +17,10 @@
 namespace clade {
 
 // One row to sample, and where its results go.
+// Whether a temperature samples greedily: 0, or one so small that its
+// inverse overflows a float (greedy's limit; clade.h, stage 4).
+inline bool greedy_temperature(float t) { return t <= 0.0f || !(1.0f / t < std::numeric_limits<float>::infinity()); }
+
 struct SampleRow {
   uint64_t stream = 0;
   const float* logits = nullptr;

@@ -222,7 +222,7 @@ class ModelDrafter final : public Drafter {
  public:
   ModelDrafter(const Model& m, const clade_prompt* prompts, size_t n_prompts, const std::vector<int32_t>& root_path,
                const clade_sampler_params& sp, int32_t max_seqs, int32_t max_tokens)
-      : m_(m), greedy_(sp.temperature <= 0.0f) {
+      : m_(m), greedy_(greedy_temperature(sp.temperature)) {
     tree_.reset(new Tree(m, CLADE_KV_F16, 1024, CLADE_TREE_ALLOW_LONG_CONTEXT, 0));
     // Items: the root path (if any), then the prompts under it.
     const int32_t base = root_path.empty() ? 0 : 1;

@@ -716,7 +716,8 @@ CLADE_API clade_status clade_decode(clade_cache *cache,
       tokens generated after the prompt. clade_sample passes n_prompt 0.
    4. temperature: logits divided by it; 0 is greedy: the highest logit
       (the lowest token id among equal ones) is taken and the stages below
-      are skipped (no random number is used);
+      are skipped (no random number is used); so is a temperature whose
+      inverse is past FLT_MAX (below about 2.9e-39), greedy's limit;
    5. top-k: the k highest logits are kept (ties: lower token id first; a
       k above the vocabulary keeps every token); p = softmax over them;
    6. top-p: the shortest prefix (by p, ties lower id first) whose mass
