@@ -280,11 +280,17 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   }
   const int nr = (int)rows_all.size();
   const int split = 128;  // keys [0, split) and [split, len): a KV block boundary
+  // Tree masks (keys from kMaskBase on, limits <= kMaskBase + 64): a
+  // pattern per row, some rows with every masked key hidden.
+  const int kMaskBase = 250;
+  std::vector<uint64_t> masks((size_t)nr);
+  for (int r = 0; r < nr; r++)
+    masks[(size_t)r] = r % 5 == 4 ? 0 : (0x9e3779b97f4a7c15ull * (uint64_t)(r + 1)) ^ ((uint64_t)r << 17);
 
   struct Out {
     std::vector<uint8_t> kvbytes;
-    std::vector<float> o_full, o_causal, o_empty, o_one, o_rows_split, merged;
-    std::vector<double> lse_full, lse_causal, lse_empty, lse_one, lse_rows_split;
+    std::vector<float> o_full, o_causal, o_empty, o_one, o_rows_split, merged, o_mask;
+    std::vector<double> lse_full, lse_causal, lse_empty, lse_one, lse_rows_split, lse_mask;
   } out[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int b = 0; b < 2; b++) {
@@ -305,10 +311,12 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     float* dq = a.put(q);
     int32_t* drows = a.put(rows_all);
     int32_t* dlim = a.put(limits);
-    // Outputs: 7 slots of nr rows: full, causal, empty, one key, keys split
-    // A, keys split B, causal with its rows split over two problems.
-    float* o = static_cast<float*>(a.raw((size_t)7 * nr * hd * 4));
-    double* lse = static_cast<double*>(a.raw((size_t)7 * nr * sizeof(double)));
+    // Outputs: 8 slots of nr rows: full, causal, empty, one key, keys split
+    // A, keys split B, causal with its rows split over two problems, causal
+    // under a tree mask.
+    float* o = static_cast<float*>(a.raw((size_t)8 * nr * hd * 4));
+    double* lse = static_cast<double*>(a.raw((size_t)8 * nr * sizeof(double)));
+    uint64_t* dmask = a.put(masks);
     const size_t head1 = (size_t)1 * 2 * cap * hd * es;  // KV head 1
     // key0: 0 or a block boundary (the rest of the span from there is a span)
     auto problem = [&](int slot, size_t key0, int plen, const int32_t* lim) {
@@ -340,7 +348,15 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
       p.lse += r0;
       probs.push_back(p);
     }
+    {  // a token tree's mask over the keys from kMaskBase on
+      clade::AttnProblem p = problem(7, 0, len, dlim);
+      p.mask = dmask;
+      p.mask_base = kMaskBase;
+      probs.push_back(p);
+    }
     be.attention(dq, hd, scale, type, probs.data(), probs.size());
+    out[b].o_mask = a.get(o + (size_t)7 * nr * hd, (size_t)nr * hd);
+    out[b].lse_mask = a.get(lse + 7 * nr, (size_t)nr);
     out[b].o_full = a.get(o, (size_t)nr * hd);
     out[b].lse_full = a.get(lse, (size_t)nr);
     out[b].o_causal = a.get(o + (size_t)nr * hd, (size_t)nr * hd);
@@ -403,6 +419,19 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   expect_rel("attention one key lse " + tag, out[1].lse_one, out[0].lse_one, 0, 1e-4);
   expect_rel("attention rows split o " + tag, out[1].o_rows_split, out[0].o_causal, 0, 1e-4);
   expect_rel("attention rows split lse " + tag, out[1].lse_rows_split, out[0].lse_causal, 0, 1e-4);
+  expect_rel("attention tree mask o " + tag, out[1].o_mask, out[0].o_mask, 0, 1e-4);
+  expect_rel("attention tree mask lse " + tag, out[1].lse_mask, out[0].lse_mask, 0, 1e-4);
+  // A row whose limit stops at the mask's base sees what the causal one
+  // does; one with a hidden key past it sees less (a smaller lse).
+  for (int r = 0; r < nr; r++) {
+    const int lim = limits[(size_t)r];
+    const uint64_t seen = lim > kMaskBase ? masks[(size_t)r] | (lim - kMaskBase >= 64 ? 0 : ~0ull << (lim - kMaskBase))
+                                          : ~0ull;
+    for (int b = 0; b < 2; b++) {
+      if (lim <= kMaskBase) CHECK(out[b].lse_mask[(size_t)r] == out[b].lse_causal[(size_t)r]);
+      else if (seen != ~0ull) CHECK(out[b].lse_mask[(size_t)r] < out[b].lse_causal[(size_t)r]);
+    }
+  }
   // Rows that see nothing: lse -inf, o exactly 0, on both backends.
   for (int b = 0; b < 2; b++) {
     for (int r = 0; r < nr; r++) {
