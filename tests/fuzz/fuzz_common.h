@@ -4,9 +4,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+// A failed property: the condition and the library's last message, then
+// abort (libFuzzer keeps the input).
+#define FUZZ_CHECK(c)                                                      \
+  do {                                                                     \
+    if (!(c)) {                                                            \
+      std::fprintf(stderr, "check failed: %s (%s)\n", #c, clade_last_error()); \
+      std::abort();                                                        \
+    }                                                                      \
+  } while (0)
 
 // Takes values off the front of the input; past its end, zeros.
 struct Bytes {

@@ -10,14 +10,6 @@
 #include "clade/clade.h"
 #include "fuzz_common.h"
 
-#define FUZZ_CHECK(c)                                                      \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      std::fprintf(stderr, "check failed: %s (%s)\n", #c, clade_last_error()); \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in{data, size};
   clade_sampler_params sp;

@@ -43,14 +43,6 @@ static bool valid_utf8(const uint8_t* s, size_t n) {
   return true;
 }
 
-#define FUZZ_CHECK(c)                                                      \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      std::fprintf(stderr, "check failed: %s (%s)\n", #c, clade_last_error()); \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   Bytes in{data, size};
