@@ -97,6 +97,12 @@ std::string usage() {
          "      the text's perplexity as llama.cpp computes it: chunks of N tokens, the second half of each\n"
          "      scored; chunks that fit are evaluated together; a progress line on stderr. --agree FILE: that\n"
          "      model's perplexity too, and how often the two models' top tokens agree (a draft's acceptance)\n"
+         "  serve -m FILE [--host 127.0.0.1] [--port 8080 (0: any free)] [--parallel N (8)] [--ctx N]\n"
+         "           [--kv-budget BYTES (2G)] [--api-key KEY] [--template NAME] [--alias NAME] [--threads T]\n"
+         "           [--http-threads N] [--max-body BYTES (1M)] [--max-tokens N (256)] [--verbose]\n"
+         "      an OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (stream: true for\n"
+         "      server-sent events), GET /v1/models, /health, /metrics (Prometheus); requests join the running\n"
+         "      batch at step boundaries; prompts reuse the tree's cached prefixes (README: Server)\n"
          "  tokenize -m FILE [--no-bos] [--special] [--pieces] [--file PATH | TEXT]\n"
          "  bench decode -m FILE --batch B[,B..] --prefix P[,P..] [--suffix S] [--gen G]\n"
          "           [--mode shared,flat,noattn] [--threads T] [--rounds R] [--min-seconds S] [--machine]\n"
@@ -913,6 +919,14 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return cmd_tokenize(a);
   if (cmd == "bench") return cmd_bench(a);
   if (cmd == "perplexity") return cmd_perplexity(a);
+  if (cmd == "serve") {
+#ifdef CLADE_SERVE
+    return cmd_serve(a);
+#else
+    Args::die("serve: this build has no server (it needs cpp-httplib and nlohmann-json: apt-get install "
+              "libcpp-httplib-dev nlohmann-json3-dev, then rebuild)");
+#endif
+  }
   std::fputs(usage().c_str(), stderr);
   return 2;
 }

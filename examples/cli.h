@@ -80,5 +80,6 @@ PerplexityResult perplexity(clade_model* m, const std::vector<clade_token>& text
                             std::vector<clade_token>* top = nullptr);  // each scored row's most likely token
 int cmd_perplexity(Args& a);
 int cmd_bench_spec(Args& a);  // cli_bench_spec.cpp
+int cmd_serve(Args& a);       // cli_serve.cpp (built with cpp-httplib and nlohmann-json)
 
 }  // namespace cli
