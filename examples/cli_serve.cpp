@@ -1070,6 +1070,9 @@ class Server {
   httplib::Server* svr_ = nullptr;
 };
 
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
 uint64_t parse_bytes(const std::string& s, const std::string& flag) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
@@ -1112,13 +1115,15 @@ int cmd_serve(Args& a) {
   if (o.max_body < 1024) Args::die("--max-body must be at least 1K");
   if (o.default_max_tokens < 1) Args::die("--max-tokens must be at least 1");
 
-  // SIGINT and SIGTERM go to a thread of their own (blocked everywhere
-  // else, before any thread starts), which stops the server cleanly.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGINT and SIGTERM set a flag (threads that libraries start before
+  // main, such as OpenBLAS's, could take a blocked signal's default
+  // action); a watcher thread sees it and stops the server cleanly.
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a death
 
   clade_model* m = load_model(o.model, o.threads, false, CLADE_BACKEND_CPU);
@@ -1127,15 +1132,11 @@ int cmd_serve(Args& a) {
     Server s(o, m);
     s.init();
     std::atomic<bool> over{false};
-    std::thread waiter([&s, &over, sigs] {
-      const timespec tick = {0, 200 * 1000 * 1000};
-      while (!over) {
-        int sig = sigtimedwait(&sigs, nullptr, &tick);
-        if (sig == SIGINT || sig == SIGTERM) {
-          std::fprintf(stderr, "clade serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-          s.stop();
-          break;
-        }
+    std::thread waiter([&s, &over] {
+      while (!over && !g_signal) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (g_signal) {
+        std::fprintf(stderr, "clade serve: %s, stopping\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+        s.stop();
       }
     });
     rc = s.run();

@@ -11,6 +11,9 @@ command -v g++ >/dev/null || need+=(g++)
 pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 command -v abidiff >/dev/null || need+=(abigail-tools)  # the abidiff test
+# `clade serve` (left out of the build without them)
+pkg-config --exists cpp-httplib 2>/dev/null || need+=(libcpp-httplib-dev)
+pkg-config --exists nlohmann_json 2>/dev/null || need+=(nlohmann-json3-dev)
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi

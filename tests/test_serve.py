@@ -1,0 +1,393 @@
+#!/usr/bin/python3
+"""`clade serve` end to end, with Python's standard library only.
+
+usage: test_serve.py CLADE_CLI SOURCE_ROOT
+
+Writes a small random model with the trained model's vocabulary and the
+ChatML template, starts two servers on free loopback ports (one plain, one
+with an API key and a small body limit) and checks: every endpoint, greedy
+results equal alone and in a concurrent batch, streaming equal to the
+whole answer, n samples, stop strings, logprobs, a client closing its
+stream mid-answer (cancelled at the next step, the server still answering),
+a table of bad requests each with its status, field and message, prefix
+reuse of a shared system prompt in /metrics, /health answering throughout,
+the README's curl command and Python client, and a clean exit on SIGTERM.
+Exits 1 on the first failure, naming it.
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+CLI, ROOT = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def fail(msg):
+    print("FAIL: " + msg, flush=True)
+    failures.append(msg)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    return cond
+
+
+class Server:
+    def __init__(self, model, *flags):
+        self.proc = subprocess.Popen([CLI, "serve", "-m", model, "--port", "0", "--threads", "2", *flags],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        line = self.proc.stderr.readline()
+        self.log.append(line)
+        m = re.search(r"listening on http://([\d.]+):(\d+)", line)
+        if not m:
+            self.proc.kill()
+            sys.exit("FAIL: the server did not start: " + line + self.proc.stderr.read())
+        self.host, self.port = m.group(1), int(m.group(2))
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, r.getheader("Content-Type") or "", data
+
+    def post(self, path, body, **kw):
+        st, ct, data = self.request("POST", path, body, **kw)
+        try:
+            return st, json.loads(data)
+        except ValueError:
+            return st, {"raw": data.decode("utf-8", "replace")}
+
+    def stream(self, path, body):
+        """The parsed events of a streamed answer, and whether it ended with [DONE]."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        c.request("POST", path, body=json.dumps(dict(body, stream=True)), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        check(r.status == 200, "stream %s: status %d" % (path, r.status))
+        check((r.getheader("Content-Type") or "").startswith("text/event-stream"),
+              "stream: Content-Type %s" % r.getheader("Content-Type"))
+        events, done = [], False
+        for raw in r:
+            line = raw.decode().rstrip("\n")
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                continue
+            events.append(json.loads(line[6:]))
+        c.close()
+        return events, done
+
+    def metrics(self):
+        st, ct, data = self.request("GET", "/metrics")
+        out = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.split(" ")
+                out[name] = float(value)
+        return out
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = "killed after 10 s"
+        time.sleep(0.1)
+        return rc, "".join(self.log)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="clade-serve-")
+    model = os.path.join(tmp, "m.gguf")
+    vocab = os.path.join(ROOT, "models", "kjv-target-f16.gguf")
+    subprocess.run([CLI, "model", "random", "-o", model, "--layers", "2", "--dim", "64", "--heads", "4",
+                    "--kv-heads", "2", "--ff", "128", "--type", "f16", "--vocab-from", vocab,
+                    "--chat-template", "chatml"], check=True, stdout=subprocess.DEVNULL)
+    s = Server(model, "--parallel", "4", "--ctx", "512")
+    keyed = Server(model, "--parallel", "2", "--ctx", "512", "--api-key", "sekret", "--max-body", "4K")
+
+    # /health is polled throughout; every answer must be 200.
+    health = {"ok": 0, "bad": []}
+    polling = threading.Event()
+    polling.set()
+
+    def poll():
+        while polling.is_set():
+            try:
+                st, ct, data = s.request("GET", "/health", timeout=5)
+                if st == 200 and json.loads(data) == {"status": "ok"}:
+                    health["ok"] += 1
+                else:
+                    health["bad"].append((st, data))
+            except Exception as e:  # noqa: BLE001 (a refused or timed-out poll is the failure)
+                health["bad"].append(repr(e))
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+
+    # ---- endpoints
+    st, ct, data = s.request("GET", "/v1/models")
+    models = json.loads(data)
+    check(st == 200 and models["object"] == "list" and models["data"][0]["id"], "/v1/models: %d %s" % (st, data))
+    m0 = s.metrics()
+    for name in ["clade_requests_total", "clade_requests_queued", "clade_sequences_live",
+                 "clade_prompt_tokens_per_second", "clade_decode_tokens_per_second",
+                 "clade_prompt_tokens_reused_total", "clade_kv_used_bytes"]:
+        check(name in m0, "/metrics has no " + name)
+
+    base = {"prompt": "In the beginning God created", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    st, r = s.post("/v1/completions", base)
+    check(st == 200, "completions: %d %s" % (st, r))
+    greedy = r["choices"][0]["text"]
+    check(r["object"] == "text_completion" and r["choices"][0]["finish_reason"] == "length",
+          "completions: object/finish_reason %s" % r)
+    check(r["usage"]["completion_tokens"] == 12 and r["usage"]["prompt_tokens"] > 0, "completions usage %s" % r)
+    st, r2 = s.post("/v1/completions", base)
+    check(r2["choices"][0]["text"] == greedy, "greedy twice: %r != %r" % (r2["choices"][0]["text"], greedy))
+    check(r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1,
+          "the same prompt again reuses all its tokens but the last: %s" % r2["usage"])
+
+    # a seed gives the same sample; n samples of one prompt are different streams
+    samp = dict(base, temperature=0.9, seed=7, n=3)
+    st, a = s.post("/v1/completions", samp)
+    st, b = s.post("/v1/completions", samp)
+    texts = [c["text"] for c in a["choices"]]
+    check(st == 200 and len(texts) == 3 and [c["index"] for c in a["choices"]] == [0, 1, 2], "n=3: %s" % a)
+    check(texts == [c["text"] for c in b["choices"]], "seed 7 twice: %s / %s" % (a, b))
+    check(len(set(texts)) > 1, "n=3 samples all equal: %s" % texts)
+    check(a["usage"]["completion_tokens"] == 36, "n=3 usage: %s" % a["usage"])
+
+    # streaming gives the same text, piece by piece, then [DONE]
+    events, done = s.stream("/v1/completions", base)
+    check(done, "completions stream: no [DONE]")
+    check("".join(e["choices"][0]["text"] for e in events) == greedy, "stream text != whole text")
+    check(events[-1]["choices"][0]["finish_reason"] == "length" and
+          all(e["choices"][0]["finish_reason"] is None for e in events[:-1]), "stream finish_reason")
+
+    # chat: whole and streamed, n = 2
+    chat = {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hello"}],
+            "max_tokens": 10, "temperature": 0, "ignore_eos": True, "n": 2}
+    st, c = s.post("/v1/chat/completions", chat)
+    check(st == 200 and c["object"] == "chat.completion" and len(c["choices"]) == 2, "chat: %d %s" % (st, c))
+    answer = c["choices"][0]["message"]["content"]
+    check(c["choices"][0]["message"]["role"] == "assistant" and c["choices"][1]["message"]["content"] == answer,
+          "chat greedy n=2: %s" % c)
+    events, done = s.stream("/v1/chat/completions", dict(chat, stream_options={"include_usage": True}))
+    check(done, "chat stream: no [DONE]")
+    by = {0: "", 1: ""}
+    roles = set()
+    for e in events:
+        for ch in e["choices"]:
+            by[ch["index"]] += ch["delta"].get("content", "")
+            if "role" in ch["delta"]:
+                roles.add(ch["index"])
+    check(by[0] == answer and by[1] == answer, "chat stream %r != %r" % (by, answer))
+    check(roles == {0, 1}, "chat stream: the role delta of each choice")
+    check(events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 20,
+          "chat stream: the usage chunk %s" % events[-1])
+
+    # stop strings: cut before the earliest match, finish_reason stop
+    if len(greedy) > 6:
+        stop = greedy[3:6]
+        st, r = s.post("/v1/completions", dict(base, stop=[stop, "zzzzqq"]))
+        want = greedy[:greedy.find(stop)]
+        check(r["choices"][0]["text"] == want and r["choices"][0]["finish_reason"] == "stop",
+              "stop %r: %r, want %r" % (stop, r["choices"][0], want))
+        events, done = s.stream("/v1/completions", dict(base, stop=stop))
+        check("".join(e["choices"][0]["text"] for e in events) == want, "stream with stop string")
+
+    # logprobs
+    st, r = s.post("/v1/completions", dict(base, logprobs=2))
+    lp = r["choices"][0]["logprobs"]
+    check(len(lp["tokens"]) == 12 and len(lp["token_logprobs"]) == 12 and "".join(lp["tokens"]).endswith(greedy[-3:])
+          and all(len(t) <= 2 for t in lp["top_logprobs"]), "completions logprobs: %s" % lp)
+    st, r = s.post("/v1/chat/completions", dict(chat, n=1, logprobs=True, top_logprobs=3))
+    content = r["choices"][0]["logprobs"]["content"]
+    check(len(content) == 10 and all(len(t["top_logprobs"]) <= 3 and t["logprob"] <= 0 for t in content),
+          "chat logprobs: %s" % r["choices"][0]["logprobs"])
+
+    # concurrency: 7 requests on 4 slots (queued, admitted at step
+    # boundaries); each greedy result equals the same request alone
+    prompts = ["And God said", "Blessed are the meek", "The LORD is my shepherd", "In the beginning was",
+               "Now the serpent", "And the earth was", "Let there be light"]
+    alone = {}
+    for p in prompts:
+        st, r = s.post("/v1/completions", dict(base, prompt=p, max_tokens=20))
+        alone[p] = r["choices"][0]["text"]
+    together = {}
+
+    def one(p):
+        st, r = s.post("/v1/completions", dict(base, prompt=p, max_tokens=20))
+        together[p] = r["choices"][0]["text"] if st == 200 else "status %d" % st
+
+    ts = [threading.Thread(target=one, args=(p,)) for p in prompts]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for p in prompts:
+        check(together[p] == alone[p], "batched %r: %r, alone %r" % (p, together[p], alone[p]))
+
+    # cancellation: a streaming client reads one event and closes
+    before = s.metrics()
+    sock = socket.create_connection((s.host, s.port), timeout=30)
+    body = json.dumps(dict(base, stream=True, max_tokens=400, temperature=0.8))
+    sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    got = b""
+    while b"data: " not in got:
+        got += sock.recv(4096)
+    sock.close()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        m = s.metrics()
+        if m["clade_requests_cancelled_total"] > before["clade_requests_cancelled_total"] and \
+                m["clade_sequences_live"] == 0:
+            break
+        time.sleep(0.05)
+    check(m["clade_requests_cancelled_total"] == before["clade_requests_cancelled_total"] + 1,
+          "a closed stream was not cancelled: %s" % m)
+    check(m["clade_decode_tokens_total"] - before["clade_decode_tokens_total"] < 399,
+          "the cancelled request ran to its end")
+    st, r = s.post("/v1/completions", base)
+    check(st == 200 and r["choices"][0]["text"] == greedy, "after a cancellation: %d %s" % (st, r))
+
+    # prefix reuse: two chats sharing a long system prompt
+    system = " ".join(["And it came to pass in those days, that there went out a decree."] * 12)
+    before = s.metrics()
+    q = lambda text: {"messages": [{"role": "system", "content": system}, {"role": "user", "content": text}],
+                      "max_tokens": 4, "temperature": 0}
+    st, r1 = s.post("/v1/chat/completions", q("Who went out?"))
+    st, r2 = s.post("/v1/chat/completions", q("What was the decree?"))
+    n1 = r1["usage"]["prompt_tokens"]
+    m = s.metrics()
+    reused = m["clade_prompt_tokens_reused_total"] - before["clade_prompt_tokens_reused_total"]
+    check(n1 > 150 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] > 150,
+          "the second chat reused %s of %d tokens" % (r2["usage"]["prompt_tokens_details"], n1))
+    check(reused >= 150, "/metrics: %g prompt tokens reused (want the system prompt's, > 150)" % reused)
+
+    # ---- bad requests: (endpoint, body, headers, status, param, message part)
+    C, H = "/v1/completions", "/v1/chat/completions"
+    bad = [
+        (C, '{"prompt": ', None, 400, "body", "malformed JSON"),
+        (C, "[1, 2]", None, 400, "body", "JSON object"),
+        (C, {"max_tokens": 3}, None, 400, "prompt", "'prompt' is required"),
+        (C, {"prompt": 5}, None, 400, "prompt", "must be a string"),
+        (C, {"prompt": [999999]}, None, 400, "prompt", "outside the vocabulary"),
+        (C, {"prompt": "a", "max_tokens": "ten"}, None, 400, "max_tokens", "must be an integer"),
+        (C, {"prompt": "a", "max_tokens": 0}, None, 400, "max_tokens", "at least 1"),
+        (C, {"prompt": "a", "max_tokens": 100000}, None, 400, "max_tokens", "past the context"),
+        (C, {"prompt": "a", "temperature": "hot"}, None, 400, "temperature", "must be a number"),
+        (C, {"prompt": "a", "temperature": -1}, None, 400, "temperature", "between"),
+        (C, {"prompt": "a", "top_p": 0}, None, 400, "top_p", "above 0"),
+        (C, {"prompt": "a", "top_k": 1.5}, None, 400, "top_k", "must be an integer"),
+        (C, {"prompt": "a", "presence_penalty": 9}, None, 400, "presence_penalty", "between"),
+        (C, {"prompt": "a", "stop": 5}, None, 400, "stop", "string or a list"),
+        (C, {"prompt": "a", "stop": [""]}, None, 400, "stop", "must not be empty"),
+        (C, {"prompt": "a", "n": 0}, None, 400, "n", "between 1 and 4"),
+        (C, {"prompt": "a", "n": 100}, None, 400, "n", "between 1 and 4"),
+        (C, {"prompt": "a", "stream": "yes"}, None, 400, "stream", "true or false"),
+        (C, {"prompt": "a", "seed": "x"}, None, 400, "seed", "must be an integer"),
+        (C, {"prompt": "a", "logprobs": 50}, None, 400, "logprobs", "between 0 and 20"),
+        (C, {"prompt": "a", "logit_bias": {"abc": 1}}, None, 400, "logit_bias", "not a token id"),
+        (C, {"prompt": "a", "model": 7}, None, 400, "model", "must be a string"),
+        (C, {"prompt": ["a", "b"]}, None, 400, "prompt", "several prompts"),
+        (H, {"messages": []}, None, 400, "messages", "must not be empty"),
+        (H, {"messages": "hi"}, None, 400, "messages", "must be a list"),
+        (H, {"prompt": "hi"}, None, 400, "messages", "'messages' is required"),
+        (H, {"messages": [{"content": "hi"}]}, None, 400, "messages[0].role", "'role' must be a string"),
+        (H, {"messages": [{"role": "user", "content": 5}]}, None, 400, "messages[0].content", "string or a list"),
+        (H, {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, None, 400, "top_logprobs",
+         "needs 'logprobs'"),
+        (H, {"messages": [{"role": "user", "content": "hi"}], "logprobs": 2}, None, 400, "logprobs", "true or false"),
+        (H, {"messages": [{"role": "user", "content": "x " * 600}]}, None, 400, "messages", "the context is 512"),
+    ]
+    for ep, body, headers, status, param, part in bad:
+        st, r = s.post(ep, body, headers=headers)
+        err = r.get("error", {}) if isinstance(r, dict) else {}
+        check(st == status and err.get("param") == param and part in err.get("message", "") and
+              err.get("type") == "invalid_request_error",
+              "bad request %s %s: %d %s (want %d, param %s, message with %r)" % (ep, body, st, r, status, param, part))
+    # the keyed server: a missing or wrong key, a body over its 4K limit
+    ok_body = {"prompt": "a", "max_tokens": 2}
+    keyed_bad = [
+        (ok_body, {}, 401, "authorization", "missing API key"),
+        (ok_body, {"Authorization": "Bearer wrong"}, 401, "authorization", "invalid API key"),
+        ({"prompt": "a" * 5000}, {"Authorization": "Bearer sekret"}, 413, "body", "over the server's limit"),
+    ]
+    for body, headers, status, param, part in keyed_bad:
+        st, r = keyed.post(C, body, headers=headers)
+        err = r.get("error", {})
+        check(st == status and err.get("param") == param and part in err.get("message", ""),
+              "keyed %s: %d %s (want %d %s %r)" % (headers, st, r, status, param, part))
+    st, r = keyed.post(C, ok_body, headers={"Authorization": "Bearer sekret"})
+    check(st == 200 and r["usage"]["completion_tokens"] >= 1, "keyed server, right key: %d %s" % (st, r))
+    st, ct, data = keyed.request("GET", "/health")
+    check(st == 200, "/health needs no key")
+    st, ct, data = s.request("GET", "/nowhere")
+    check(st == 404 and "no such endpoint" in json.loads(data)["error"]["message"], "404: %d %s" % (st, data))
+    n_bad = len(bad) + len(keyed_bad) + 1
+    m = s.metrics()
+    check(m["clade_requests_rejected_total"] == len(bad), "rejected_total %g, want %d" % (
+        m["clade_requests_rejected_total"], len(bad)))
+    st, r = s.post("/v1/completions", base)
+    check(st == 200 and r["choices"][0]["text"] == greedy, "after the bad requests: %d %s" % (st, r))
+
+    # ---- the README's examples, unchanged (the server's URL from CLADE_URL)
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    sec = readme[readme.find("## Server"):]
+    py = re.search(r"```python\n(.*?)```", sec, re.S)
+    if check(py is not None, "README: no python block in the Server section"):
+        env = dict(os.environ, CLADE_URL="http://%s:%d" % (s.host, s.port))
+        p = subprocess.run(["/usr/bin/python3", "-c", py.group(1)], env=env, capture_output=True, text=True,
+                           timeout=60)
+        check(p.returncode == 0 and p.stdout.strip(), "README python client: rc %d\n%s%s" % (
+            p.returncode, p.stdout, p.stderr))
+    curl = re.search(r"```sh\n(curl .*?)```", sec, re.S)
+    if check(curl is not None, "README: no curl block in the Server section") and shutil.which("curl"):
+        cmd = curl.group(1).replace("127.0.0.1:8080", "%s:%d" % (s.host, s.port))
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0 and "data: [DONE]" in p.stdout and '"content"' in p.stdout,
+              "README curl: rc %d\n%s%s" % (p.returncode, p.stdout[-500:], p.stderr))
+
+    polling.clear()
+    poller.join()
+    check(health["ok"] > 5 and not health["bad"], "/health: %d ok, failures %s" % (health["ok"], health["bad"][:3]))
+
+    rc, log = s.stop()
+    check(rc == 0 and "stopped" in log, "SIGTERM: exit %s, log:\n%s" % (rc, log))
+    rc, log = keyed.stop()
+    check(rc == 0, "keyed SIGTERM: exit %s" % rc)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("%d failure(s)" % len(failures))
+        sys.exit(1)
+    print("serve: all checks passed (%d bad requests, /health answered %d times)" % (n_bad, health["ok"]))
+
+
+if __name__ == "__main__":
+    main()
