@@ -168,7 +168,10 @@ def main():
     check(r["usage"]["completion_tokens"] == 12 and r["usage"]["prompt_tokens"] > 0, "completions usage %s" % r)
     st, r2 = s.post("/v1/completions", base)
     check(r2["choices"][0]["text"] == greedy, "greedy twice: %r != %r" % (r2["choices"][0]["text"], greedy))
-    check(r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1,
+    reuse = "prefix cache on" in s.log[0]
+    if not reuse:
+        print("note: this library has no clade_tree_append_prefix: the prefix reuse checks are skipped")
+    check(not reuse or r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1,
           "the same prompt again reuses all its tokens but the last: %s" % r2["usage"])
 
     # a seed gives the same sample; n samples of one prompt are different streams
@@ -286,9 +289,9 @@ def main():
     n1 = r1["usage"]["prompt_tokens"]
     m = s.metrics()
     reused = m["clade_prompt_tokens_reused_total"] - before["clade_prompt_tokens_reused_total"]
-    check(n1 > 150 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] > 150,
+    check(n1 > 150 and (not reuse or r2["usage"]["prompt_tokens_details"]["cached_tokens"] > 150),
           "the second chat reused %s of %d tokens" % (r2["usage"]["prompt_tokens_details"], n1))
-    check(reused >= 150, "/metrics: %g prompt tokens reused (want the system prompt's, > 150)" % reused)
+    check(not reuse or reused >= 150, "/metrics: %g prompt tokens reused (want the system prompt's, > 150)" % reused)
 
     # ---- bad requests: (endpoint, body, headers, status, param, message part)
     C, H = "/v1/completions", "/v1/chat/completions"
