@@ -177,16 +177,31 @@ const char* tensor_type_name(TensorType t) {
     case TensorType::BF16: return "bf16";
     case TensorType::Q8_0: return "q8_0";
     case TensorType::Q4_0: return "q4_0";
+    case TensorType::Q4_1: return "q4_1";
+    case TensorType::Q5_0: return "q5_0";
+    case TensorType::Q5_1: return "q5_1";
+    case TensorType::Q2_K: return "q2_K";
+    case TensorType::Q3_K: return "q3_K";
+    case TensorType::Q4_K: return "q4_K";
+    case TensorType::Q5_K: return "q5_K";
+    case TensorType::Q6_K: return "q6_K";
   }
   return "?";
 }
 
 bool tensor_type_known(uint32_t t) {
-  return t == 0 || t == 1 || t == 2 || t == 8 || t == 30;
+  return t <= 3 || (t >= 6 && t <= 8) || (t >= 10 && t <= 14) || t == 30;
 }
 
 int64_t tensor_block_elems(TensorType t) {
-  return (t == TensorType::Q8_0 || t == TensorType::Q4_0) ? 32 : 1;
+  switch (t) {
+    case TensorType::F32: case TensorType::F16: case TensorType::BF16: return 1;
+    case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0:
+    case TensorType::Q5_1: return 32;
+    case TensorType::Q2_K: case TensorType::Q3_K: case TensorType::Q4_K: case TensorType::Q5_K:
+    case TensorType::Q6_K: return 256;
+  }
+  return 1;
 }
 
 int64_t tensor_block_bytes(TensorType t) {
@@ -195,6 +210,14 @@ int64_t tensor_block_bytes(TensorType t) {
     case TensorType::F16: case TensorType::BF16: return 2;
     case TensorType::Q8_0: return 34;
     case TensorType::Q4_0: return 18;
+    case TensorType::Q4_1: return 20;
+    case TensorType::Q5_0: return 22;
+    case TensorType::Q5_1: return 24;
+    case TensorType::Q2_K: return 84;
+    case TensorType::Q3_K: return 110;
+    case TensorType::Q4_K: return 144;
+    case TensorType::Q5_K: return 176;
+    case TensorType::Q6_K: return 210;
   }
   return 0;
 }

@@ -49,6 +49,87 @@ double bf16_to_double(uint16_t h) {
   return f;
 }
 
+// The K types (super-blocks of 256 elements), from GGML's block layouts:
+//  Q2_K (84 bytes):  scales[16] (low nibble scale, high nibble min), qs[64]
+//                    (2 bits), f16 d, f16 dmin.
+//  Q3_K (110 bytes): hmask[32] (third bit), qs[64] (2 bits), 12 bytes of
+//                    16 6-bit scales (stored + 32), f16 d.
+//  Q4_K (144 bytes): f16 d, f16 dmin, 12 bytes of 8 6-bit scales and 8
+//                    6-bit mins, qs[128] (nibbles).
+//  Q5_K (176 bytes): as Q4_K with qh[32] (fifth bit) before qs.
+//  Q6_K (210 bytes): ql[128] (low 4 bits), qh[64] (high 2 bits), int8
+//                    scales[16], f16 d.
+// The 2-bit fields of Q2_K / Q3_K and the 2-bit high parts of Q6_K: element
+// e = 128 h + 32 g + l takes bits 2g of byte l of the h-th 32-byte group.
+namespace {
+
+// 6-bit scale / min pairs of Q4_K and Q5_K: the first four sit in the low 6
+// bits of bytes 0-3 (scales) and 4-7 (mins); the last four take their low
+// 4 bits from bytes 8-11 (scale low nibble, min high nibble) and their top
+// 2 bits from the top 2 bits of bytes 0-3 (scales) and 4-7 (mins).
+void k4_pair(const uint8_t* s, int j, int& scale, int& min) {
+  if (j < 4) {
+    scale = s[j] & 0x3f;
+    min = s[4 + j] & 0x3f;
+    return;
+  }
+  const int i = j - 4;
+  scale = (s[8 + i] & 0x0f) + 16 * (s[i] >> 6);
+  min = (s[8 + i] >> 4) + 16 * (s[4 + i] >> 6);
+}
+
+int two_bits(const uint8_t* group_base, int e) {  // e < 256
+  const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+  return (group_base[32 * h + l] >> (2 * g)) & 3;
+}
+
+}  // namespace
+
+static void dequantize_k(uint32_t type, const uint8_t* data, size_t nbytes, size_t n, double* out) {
+  static const size_t kBytes[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 84, 110, 144, 176, 210};
+  const size_t bytes = kBytes[type];
+  if (n % 256 != 0) throw std::runtime_error("reference: K-quant tensor size not a multiple of 256");
+  if (nbytes < n / 256 * bytes) throw std::runtime_error("reference: tensor data too short");
+  for (size_t b = 0; b < n / 256; ++b) {
+    const uint8_t* p = data + bytes * b;
+    double* y = out + 256 * b;
+    for (int e = 0; e < 256; ++e) {
+      double v = 0;
+      if (type == 10) {
+        const double d = half_to_double(read_u16(p + 80)), dmin = half_to_double(read_u16(p + 82));
+        const uint8_t sm = p[e / 16];
+        v = d * (sm & 0x0f) * two_bits(p + 16, e) - dmin * (sm >> 4);
+      } else if (type == 11) {
+        const double d = half_to_double(read_u16(p + 108));
+        const uint8_t* s = p + 96;
+        const int k = e / 16;
+        const int low = k < 8 ? (s[k] & 0x0f) : (s[k - 8] >> 4);
+        const int high = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+        const int third = (p[l] >> (4 * h + g)) & 1;
+        v = d * (low + 16 * high - 32) * (two_bits(p + 32, e) + 4 * third - 4);
+      } else if (type == 12 || type == 13) {
+        const double d = half_to_double(read_u16(p)), dmin = half_to_double(read_u16(p + 2));
+        const int j = e / 32, l = e % 32;
+        int scale, min;
+        k4_pair(p + 4, j, scale, min);
+        const uint8_t* qs = p + (type == 12 ? 16 : 48);
+        int q = (j % 2 == 0) ? (qs[32 * (j / 2) + l] & 0x0f) : (qs[32 * (j / 2) + l] >> 4);
+        if (type == 13) q += 16 * ((p[16 + l] >> j) & 1);
+        v = d * scale * q - dmin * min;
+      } else {
+        const double d = half_to_double(read_u16(p + 208));
+        const int h = e / 128, c = (e % 128) / 32, l = e % 32;
+        const uint8_t lowbyte = p[64 * h + 32 * (c % 2) + l];
+        const int low = c < 2 ? (lowbyte & 0x0f) : (lowbyte >> 4);
+        const int high = (p[128 + 32 * h + l] >> (2 * c)) & 3;
+        v = d * double(int8_t(p[192 + e / 16])) * (low + 16 * high - 32);
+      }
+      y[e] = v;
+    }
+  }
+}
+
 std::vector<double> dequantize(uint32_t type, const uint8_t* data,
                                size_t nbytes, size_t n) {
   std::vector<double> out(n);
@@ -95,6 +176,29 @@ std::vector<double> dequantize(uint32_t type, const uint8_t* data,
           out[32 * b + j + 16] = d * (double(p[2 + j] >> 4) - 8);
         }
       }
+      break;
+    case 3:   // Q4_1: f16 d, f16 m, 16 bytes of nibbles as Q4_0; d * q + m
+    case 6:   // Q5_0: f16 d, 32 high bits, nibbles; d * (q - 16)
+    case 7: {  // Q5_1: f16 d, f16 m, 32 high bits, nibbles; d * q + m
+      const bool has_m = type != 6, five = type != 3;
+      const size_t bytes = 2 + (has_m ? 2 : 0) + (five ? 4 : 0) + 16;
+      need_blocks(bytes);
+      for (size_t b = 0; b < n / 32; ++b) {
+        const uint8_t* p = data + bytes * b;
+        const double d = half_to_double(read_u16(p));
+        const double m = has_m ? half_to_double(read_u16(p + 2)) : 0.0;
+        const uint8_t* hi = p + (has_m ? 4 : 2);
+        const uint8_t* nib = hi + (five ? 4 : 0);
+        for (int j = 0; j < 32; ++j) {
+          int q = j < 16 ? (nib[j] & 0x0f) : (nib[j - 16] >> 4);
+          if (five) q += 16 * ((hi[j / 8] >> (j % 8)) & 1);
+          out[32 * b + j] = type == 6 ? d * (q - 16) : d * q + m;
+        }
+      }
+      break;
+    }
+    case 10: case 11: case 12: case 13: case 14:
+      dequantize_k(type, data, nbytes, n, out.data());
       break;
     default:
       fail("unsupported tensor type " + std::to_string(type));

@@ -43,8 +43,8 @@ int n_vocab(const Model& m);
 double half_to_double(uint16_t h);
 // bfloat16 bits (the top 16 bits of a float32) to double.
 double bf16_to_double(uint16_t h);
-// Dequantize n elements of GGML type `type` (0 F32, 1 F16, 2 Q4_0, 8 Q8_0,
-// 30 BF16) stored at data, nbytes long. Throws on an unknown type, on n not
+// Dequantize n elements of GGML type `type` (0 F32, 1 F16, 2 Q4_0, 3 Q4_1,
+// 6 Q5_0, 7 Q5_1, 8 Q8_0, 10-14 Q2_K..Q6_K, 30 BF16) stored at data, nbytes long. Throws on an unknown type, on n not
 // a multiple of the block size, or on nbytes too small.
 std::vector<double> dequantize(uint32_t type, const uint8_t* data,
                                size_t nbytes, size_t n);

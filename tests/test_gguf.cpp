@@ -662,8 +662,14 @@ std::vector<Corrupt> corrupt_files() {
       {"'q'", "row length 33", "q8_0"});
   add("Q4_0 row length 16", t_file([](Bytes& b) { b.tensor("q4", {16}, 2, 0); }, 1, 32), CLADE_E_FORMAT,
       {"q4", "row length 16", "q4_0"});
-  add("unknown tensor type 3 (q4_1)", t_file([](Bytes& b) { b.tensor("u", {8}, 3, 0); }, 1, 32),
-      CLADE_E_UNSUPPORTED, {"'u'", "type 3"});
+  add("unknown tensor type 4 (q4_2, retired)", t_file([](Bytes& b) { b.tensor("u", {8}, 4, 0); }, 1, 32),
+      CLADE_E_UNSUPPORTED, {"'u'", "type 4"});
+  add("Q4_K row length 128", t_file([](Bytes& b) { b.tensor("k4", {128, 2}, 12, 0); }, 1, 32), CLADE_E_FORMAT,
+      {"k4", "row length 128", "q4_K"});
+  add("Q6_K row length 32", t_file([](Bytes& b) { b.tensor("k6", {32}, 14, 0); }, 1, 32), CLADE_E_FORMAT,
+      {"k6", "row length 32", "q6_K"});
+  add("Q5_1 row length 48", t_file([](Bytes& b) { b.tensor("q51", {48}, 7, 0); }, 1, 32), CLADE_E_FORMAT,
+      {"q51", "row length 48", "q5_1"});
   add("unknown tensor type 99", t_file([](Bytes& b) { b.tensor("u99", {8}, 99, 0); }, 1, 32), CLADE_E_UNSUPPORTED,
       {"u99", "type 99"});
   add("tensor offset misaligned", t_file([](Bytes& b) { b.tensor("mis", {8}, F32, 4); }, 1, 64), CLADE_E_FORMAT,

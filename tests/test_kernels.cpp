@@ -366,7 +366,8 @@ int main() {
           be->matmul(Weight{t, wq.data(), n_in, n_out}, x.data(), n, y.data());
           std::vector<double> xe(x.begin(), x.end());  // x as the kernels see it
           const bool bf16dot = t == TensorType::BF16 && opt.gemm_bf16dot && n > 4;
-          const bool q8dot = t == TensorType::Q8_0 && opt.gemm_q8dot && n > 4;
+          // Q8_0 at up to 4 rows: x quantized per 32-block alike (kernels_q.h)
+          const bool q8dot = t == TensorType::Q8_0 && ((opt.gemm_q8dot && n > 4) || n <= 4);
           for (int64_t j = 0; j < n && (bf16dot || q8dot); j++) {
             std::vector<uint16_t> xb((size_t)n_in);
             std::vector<uint8_t> q((size_t)n_in);

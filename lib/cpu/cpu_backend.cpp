@@ -19,6 +19,7 @@
 #include "../error.h"
 #include "../pages.h"
 #include "kernels.h"
+#include "kernels_q.h"
 #include "threadpool.h"
 
 namespace clade {
@@ -188,7 +189,19 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
   if (n <= 0 || N <= 0) return;  // (the kernels take n >= 1)
-  if (direct && n <= kDirectRows) {
+  // Quantized weights at few rows: the input rows quantized once per block
+  // (kernels_q.h), each weight row read once by the integer dot products.
+  // CLADE_NO_QDOT=1 widens tiles to f32 instead (to compare the two).
+  static const bool no_qdot = std::getenv("CLADE_NO_QDOT") != nullptr;
+  const bool qdot = !direct && !no_qdot && qdot_type(w.type) && n <= kDirectRows;
+  const uint8_t* xq = nullptr;
+  if (qdot) {
+    const size_t xs = xq_row_bytes(w.type, K);
+    if (mm_x_.size() < xs * (size_t)n) mm_x_.resize(xs * (size_t)n);
+    for (int64_t j = 0; j < n; j++) x_quant(w.type, x + j * K, K, mm_x_.data() + (size_t)j * xs);
+    xq = mm_x_.data();
+  }
+  if ((direct || qdot) && n <= kDirectRows) {
     // Bandwidth-bound (decode at small batches): each item a contiguous run
     // of weight rows, long ones first (guided: a quarter of what is left
     // per thread), down to kTile rows, so that each thread streams long
@@ -206,7 +219,8 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     chunk_at_.push_back(N);
     pool_.run((int64_t)chunk_at_.size() - 1, [&](int64_t it, int) {
       const int64_t o0 = chunk_at_[(size_t)it], rows = chunk_at_[(size_t)it + 1] - o0;
-      k_.gemm(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, x, K, (int)n, K, y + o0, N);
+      if (qdot) k_.qdot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, xq, (int)n, K, y + o0, N);
+      else k_.gemm(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, x, K, (int)n, K, y + o0, N);
     });
     return;
   }

@@ -8,6 +8,7 @@
 
 #include "../half.h"
 #include "../quant.h"
+#include "kernels_q.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -123,7 +124,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
-    pv_plain, gemm_plain, nullptr, nullptr, nullptr, nullptr, nullptr,
+    pv_plain, gemm_plain, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_plain,
 };
 
 #if defined(__x86_64__)
@@ -195,30 +196,10 @@ AVX2 void to_f32_avx2(TensorType t, const void* src, float* dst, int64_t n) {
       _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
     }
     for (; i < n; i++) dst[i] = bf16_to_float(s[i]);
-  } else if (t == TensorType::Q8_0) {
-    const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
-    for (int64_t k = 0; k < n / 32; k++) {
-      __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
-      for (int j = 0; j < 32; j += 8) {
-        __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(b[k].qs + j)));
-        _mm256_storeu_ps(dst + k * 32 + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
-      }
-    }
-  } else if (t == TensorType::Q4_0) {
-    const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
-    const __m256i eight = _mm256_set1_epi32(8), mask = _mm256_set1_epi32(0x0f);
-    for (int64_t k = 0; k < n / 32; k++) {
-      __m256 d = _mm256_set1_ps(half_to_float(b[k].d));
-      for (int j = 0; j < 16; j += 8) {
-        __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(b[k].qs + j)));
-        __m256i lo = _mm256_sub_epi32(_mm256_and_si256(q, mask), eight);
-        __m256i hi = _mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight);
-        _mm256_storeu_ps(dst + k * 32 + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(lo)));
-        _mm256_storeu_ps(dst + k * 32 + j + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(hi)));
-      }
-    }
-  } else {
+  } else if (t == TensorType::F32) {
     std::memcpy(dst, src, (size_t)n * 4);
+  } else {
+    dequant_avx2(t, src, dst, n);  // the quantized types (kernels_q.cpp)
   }
 }
 
@@ -547,7 +528,7 @@ AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, 
 
 const CpuKernels kAvx2 = {
     "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
-    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr, nullptr, nullptr,
+    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -1167,7 +1148,7 @@ AVX512 void x_q8_avx512(const float* x, int64_t k, uint8_t* q, float* d) {
 
 const CpuKernels kAvx512 = {
     "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
-    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr, nullptr, nullptr,
+    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2,
 };
 #endif
 
@@ -1244,6 +1225,7 @@ const CpuKernels& cpu_kernels() {
   // has them; CLADE_NO_DOTGEMM=1 keeps the F32 path (to compare the two).
   static const CpuKernels avx512_dot = [] {
     CpuKernels k = kAvx512;
+    if (__builtin_cpu_supports("avx512vnni")) k.qdot = qdot_vnni;
     if (std::getenv("CLADE_NO_DOTGEMM")) return k;
     if (__builtin_cpu_supports("avx512bf16")) {
       k.pack_dot = pack_dot_avx512;

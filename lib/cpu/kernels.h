@@ -129,6 +129,12 @@ struct CpuKernels {
   // xq [n][ldq] (x_q8's u8), xd [n][ldd] scales.
   void (*gemm_q8dot)(const uint8_t* pack, int rows, const uint8_t* xq, int64_t ldq, const float* xd, int64_t ldd,
                      int n, int64_t k, float* y, int64_t ldy);
+
+  // ---- few-row products of quantized weights (kernels_q.h) ----
+  // y[j][o] = dot(W row o, xq row j): W rows of a quantized type t
+  // (qdot_type), xq rows of x_quant's quantization. Never nullptr.
+  void (*qdot)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int n, int64_t k,
+               float* y, int64_t ldy);
 };
 
 // Bytes of pack_dot's packing of rows weight rows of k elements (t BF16 or
