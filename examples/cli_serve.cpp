@@ -605,9 +605,10 @@ class Server {
     }
     res.set_header("Cache-Control", "no-cache");
     auto sent_role = std::make_shared<std::vector<bool>>(r->n, false);
+    auto last_write = std::make_shared<Clock::time_point>(Clock::now());
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, r, id, created, chat, include_usage, sent_role](size_t, httplib::DataSink& sink) {
+        [this, r, id, created, chat, include_usage, sent_role, last_write](size_t, httplib::DataSink& sink) {
           std::deque<Event> evs;
           bool fin;
           {
@@ -617,6 +618,11 @@ class Server {
             fin = r->finished;
           }
           std::string out;
+          // Nothing for a second (queued, or a long prompt ahead): an SSE
+          // comment, which clients skip, so that a client gone away makes
+          // a write fail and the request is cancelled before it runs.
+          auto now = Clock::now();
+          if (evs.empty() && !fin && now - *last_write > std::chrono::seconds(1)) out = ": waiting\n\n";
           auto chunk = [&](int index, const json& delta_or_text, const json& lp, const std::string& finish) {
             json ch = {{"index", index}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
             if (chat) ch["delta"] = delta_or_text;
@@ -660,9 +666,13 @@ class Server {
             }
             out += "data: [DONE]\n\n";
           }
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            r->cancelled = true;  // the client went away: its sequences leave at the next step
-            return false;
+          if (!out.empty()) {
+            *last_write = now;
+            if (!sink.write(out.data(), out.size())) {
+              r->cancelled = true;  // the client went away: its sequences leave at the next step
+              qcv_.notify_one();
+              return false;
+            }
           }
           if (fin) sink.done();
           return true;
@@ -892,6 +902,16 @@ class Server {
   void update_gauges() {
     metrics_.kv_used = clade_tree_kv_used(tree_);
     metrics_.running = live_.size();
+#ifdef CLADE_TREE_PREFIX_CACHE
+    clade_tree_stats ts;
+    std::memset(&ts, 0, sizeof ts);
+    ts.size = sizeof ts;
+    if (clade_tree_get_stats(tree_, &ts) == CLADE_OK) {
+      metrics_.cached_nodes = ts.cached_nodes;
+      metrics_.cached_bytes = ts.cached_bytes;
+      metrics_.evictions = ts.evictions;
+    }
+#endif
   }
 
   void scheduler() {
@@ -909,16 +929,21 @@ class Server {
         if (live_.empty())
           qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
         if (stopping_) break;
+        // Cancelled requests leave the queue wherever they are.
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          if ((*it)->cancelled) {
+            metrics_.cancelled++;
+            finish_request(*it, nullptr);
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
         int free_slots = opt_.parallel - (int)metrics_.live_seqs;
         size_t tokens = 0;
         while (!queue_.empty() && queue_.front()->n <= free_slots && tokens < 8192) {
           RequestPtr r = queue_.front();
           queue_.pop_front();
-          if (r->cancelled) {
-            metrics_.cancelled++;
-            finish_request(r, nullptr);
-            continue;
-          }
           free_slots -= r->n;
           tokens += r->prompt.size();
           admitted.push_back(r);
@@ -1046,6 +1071,11 @@ class Server {
     metric("clade_kv_used_bytes", "gauge", "KV bytes held by the tree and its cache (clade_tree_kv_used).",
            (double)metrics_.kv_used);
     metric("clade_kv_budget_bytes", "gauge", "The KV budget (--kv-budget; 0: none).", (double)opt_.kv_budget);
+    metric("clade_prefix_cached_nodes", "gauge", "Tree nodes no request uses, kept for prefix reuse.",
+           (double)metrics_.cached_nodes);
+    metric("clade_prefix_cached_bytes", "gauge", "KV bytes of those cached nodes.", (double)metrics_.cached_bytes);
+    metric("clade_prefix_evictions_total", "counter", "Cached nodes evicted (least recently used first).",
+           (double)metrics_.evictions);
     return o;
   }
 
@@ -1064,7 +1094,7 @@ class Server {
   std::mutex qmu_;
   std::condition_variable qcv_;
   std::deque<RequestPtr> queue_;
-  bool stopping_ = false;  // under qmu_ (read racily by /health only)
+  std::atomic<bool> stopping_{false};  // set under qmu_ (so waits see it)
   std::atomic<uint64_t> next_id_{1};
   Metrics metrics_;
   httplib::Server* svr_ = nullptr;
