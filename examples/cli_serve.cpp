@@ -133,6 +133,7 @@ struct Options {
   uint64_t kv_budget = 2ull << 30;
   size_t max_body = 1 << 20;
   int default_max_tokens = 256;
+  int admit_tokens = 4096;  // prompt tokens evaluated per step boundary, about
   bool verbose = false;
 };
 
@@ -920,14 +921,14 @@ class Server {
     std::vector<clade_token> toks;
     std::vector<std::pair<Request*, int>> who;
     for (;;) {
-      // Admit at the step boundary: as many queued requests as there are
-      // free slots for, oldest first (up to a token budget per step, so a
-      // burst of long prompts does not stall the running sequences long).
-      std::vector<RequestPtr> admitted;
+      // Admit at the step boundary: queued requests, oldest first, while
+      // there are free slots for their n sequences and this boundary has
+      // evaluated fewer than --admit-tokens prompt tokens (reused ones cost
+      // nothing), so a burst of long new prompts stalls the running
+      // sequences for a bounded time.
       {
         std::unique_lock<std::mutex> lk(qmu_);
-        if (live_.empty())
-          qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+        if (live_.empty()) qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
         if (stopping_) break;
         // Cancelled requests leave the queue wherever they are.
         for (auto it = queue_.begin(); it != queue_.end();) {
@@ -939,24 +940,23 @@ class Server {
             ++it;
           }
         }
-        int free_slots = opt_.parallel - (int)metrics_.live_seqs;
-        size_t tokens = 0;
-        while (!queue_.empty() && queue_.front()->n <= free_slots && tokens < 8192) {
-          RequestPtr r = queue_.front();
-          queue_.pop_front();
-          free_slots -= r->n;
-          tokens += r->prompt.size();
-          admitted.push_back(r);
-        }
       }
-      for (size_t i = 0; i < admitted.size(); i++) {
-        const RequestPtr& r = admitted[i];
-        if (!admit(r)) {
-          // no KV room: back to the queue's front, in order, until sequences end
+      for (uint64_t evaluated = 0; evaluated < (uint64_t)opt_.admit_tokens;) {
+        RequestPtr r;
+        {
           std::lock_guard<std::mutex> lk(qmu_);
-          for (size_t k = admitted.size(); k-- > i;) queue_.push_front(admitted[k]);
+          if (queue_.empty() || queue_.front()->n > opt_.parallel - (int)metrics_.live_seqs) break;
+          r = queue_.front();
+          queue_.pop_front();
+        }
+        const uint64_t before = metrics_.prompt_tokens;
+        if (!admit(r)) {
+          // no KV room: back to the queue's front until sequences end
+          std::lock_guard<std::mutex> lk(qmu_);
+          queue_.push_front(r);
           break;
         }
+        evaluated += metrics_.prompt_tokens - before;
         if (!r->finished) live_.push_back(r);
       }
       // Requests whose every choice ended, and cancelled ones, leave.
@@ -1133,6 +1133,7 @@ int cmd_serve(Args& a) {
     else if (f == "--alias") o.alias = a.next(f);
     else if (f == "--max-body") o.max_body = (size_t)parse_bytes(a.next(f), f);
     else if (f == "--max-tokens") o.default_max_tokens = (int)to_long(a.next(f), f);
+    else if (f == "--admit-tokens") o.admit_tokens = (int)to_long(a.next(f), f);
     else if (f == "--verbose") o.verbose = true;
     else Args::die("serve: unknown option " + f);
   }
@@ -1144,6 +1145,7 @@ int cmd_serve(Args& a) {
   if (o.http_threads < 0 || o.http_threads > 4096) Args::die("--http-threads must be 0 (automatic) to 4096");
   if (o.max_body < 1024) Args::die("--max-body must be at least 1K");
   if (o.default_max_tokens < 1) Args::die("--max-tokens must be at least 1");
+  if (o.admit_tokens < 1) Args::die("--admit-tokens must be at least 1");
 
   // SIGINT and SIGTERM set a flag (threads that libraries start before
   // main, such as OpenBLAS's, could take a blocked signal's default
