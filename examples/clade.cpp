@@ -62,9 +62,11 @@ std::string usage() {
              "  demo [-m MODEL] [--random]   samples of a shared prompt from the trained model in models/ (else,\n"
              "                               or with --random, from a small random model)\n"
              "  model random -o FILE [--layers N --dim N --heads N --kv-heads N --ff N --vocab N --ctx N\n"
-             "               --type f32|f16|bf16|q8_0|q4_0 --seed S --vocab-from GGUF --arch llama|qwen2\n"
+             "               --type f32|f16|bf16|q8_0|q4_0|q4_k_m|... --seed S --vocab-from GGUF --arch llama|qwen2\n"
              "               --chat-template NAME|TEXT]\n"
              "  model info FILE\n"
+             "  quantize IN OUT TYPE         a GGUF model's matrices to TYPE: q8_0 q4_0 q4_k q5_k q6_k, the mixes\n"
+             "                               q4_k_m q5_k_m (llama.cpp's choice of Q6_K tensors), or any stored type\n"
              "  generate -m FILE (-p TEXT | --tokens \"1 2 3\")... [-n N (32)] [--samples N (1)]\n"
              "           ") +
          sampler_usage(g) +
@@ -206,8 +208,22 @@ int cmd_model_info(Args& a) {
   clade_model_info in;
   in.size = sizeof in;
   check(clade_model_describe(m, &in), "describe");
-  const char* types[] = {"f32", "f16", "q4_0"};
-  const char* wt = in.weight_type <= 2 ? types[in.weight_type] : in.weight_type == 8 ? "q8_0" : "bf16";
+  const char* wt = "?";
+  switch (in.weight_type) {
+    case CLADE_WEIGHT_F32: wt = "f32"; break;
+    case CLADE_WEIGHT_F16: wt = "f16"; break;
+    case CLADE_WEIGHT_BF16: wt = "bf16"; break;
+    case CLADE_WEIGHT_Q8_0: wt = "q8_0"; break;
+    case CLADE_WEIGHT_Q4_0: wt = "q4_0"; break;
+    case CLADE_WEIGHT_Q4_1: wt = "q4_1"; break;
+    case CLADE_WEIGHT_Q5_0: wt = "q5_0"; break;
+    case CLADE_WEIGHT_Q5_1: wt = "q5_1"; break;
+    case CLADE_WEIGHT_Q2_K: wt = "q2_K"; break;
+    case CLADE_WEIGHT_Q3_K: wt = "q3_K"; break;
+    case CLADE_WEIGHT_Q4_K: wt = "q4_K"; break;
+    case CLADE_WEIGHT_Q5_K: wt = "q5_K"; break;
+    case CLADE_WEIGHT_Q6_K: wt = "q6_K"; break;
+  }
   std::printf("architecture   %s\n", in.architecture);
   std::printf("name           %s\n", in.name);
   if (in.vocab_only) {
@@ -916,6 +932,7 @@ int main(int argc, char** argv) {
     if (sub == "info") return cmd_model_info(a);
     Args::die("model random|info");
   }
+  if (cmd == "quantize") return cmd_quantize(a);
   if (cmd == "generate") return cmd_generate(a);
   if (cmd == "chat") return cmd_chat(a);
   if (cmd == "tokenize") return cmd_tokenize(a);

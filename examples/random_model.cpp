@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "gguf.h"
 #include "quant.h"
+#include "quant_mix.h"
 
 namespace cli {
 
@@ -39,19 +40,10 @@ struct Rng {
   }
 };
 
-clade::TensorType parse_type(const std::string& t) {
-  if (t == "f32") return clade::TensorType::F32;
-  if (t == "f16") return clade::TensorType::F16;
-  if (t == "bf16") return clade::TensorType::BF16;
-  if (t == "q8_0") return clade::TensorType::Q8_0;
-  if (t == "q4_0") return clade::TensorType::Q4_0;
-  throw clade::Error(CLADE_E_INVALID_ARG, "unknown --type '" + t + "' (f32, f16, bf16, q8_0, q4_0)");
-}
-
 // The model's limits (lib/model.cpp's read_config; kMaxHeadDim where
 // spec.supported_only), checked before anything is built, each naming the
 // `clade model random` flag.
-void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, clade::TensorType type) {
+void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, const QuantRecipe& recipe) {
   using clade::Error;
   auto range = [](const char* flag, long v, long lo, long hi, const char* what) {
     if (v < lo || v > hi)
@@ -77,8 +69,10 @@ void check_shape(const RandomModelSpec& spec, int kv_heads, int vocab, clade::Te
   if (spec.heads % kv_heads != 0)
     throw Error(CLADE_E_INVALID_ARG, "--heads " + std::to_string(spec.heads) + " is not a multiple of --kv-heads " +
                                          std::to_string(kv_heads));
-  if ((type == clade::TensorType::Q8_0 || type == clade::TensorType::Q4_0) && (spec.dim % 32 || spec.ff % 32))
-    throw Error(CLADE_E_INVALID_ARG, "--type q8_0/q4_0 need --dim and --ff to be multiples of 32");
+  // (rows of the K types that are not whole 256-blocks fall back to a
+  // 32-block type, as llama.cpp's quantizer does: quant_mix.h)
+  if (clade::tensor_block_elems(recipe.base) > 1 && (spec.dim % 32 || spec.ff % 32))
+    throw Error(CLADE_E_INVALID_ARG, "--type " + recipe.name + " needs --dim and --ff to be multiples of 32");
 }
 
 }  // namespace
@@ -90,7 +84,7 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
   const std::string& arch = spec.arch;
   const std::string& vocab_from = spec.vocab_from;
   uint64_t seed = spec.seed;
-  TensorType type = parse_type(spec.type);
+  const QuantRecipe recipe = parse_recipe(spec.type);
   GGUFWriter w;
   std::unique_ptr<GGUFFile> vf;
   if (!vocab_from.empty()) {
@@ -101,10 +95,10 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
     if (!toks) throw clade::Error(CLADE_E_INVALID_ARG, "--vocab-from file has no tokenizer.ggml.tokens");
     vocab = (int)std::min<size_t>(toks->strs.size(), (size_t)1 << 30);
   }
-  check_shape(spec, kv_heads, vocab, type);
+  check_shape(spec, kv_heads, vocab, recipe);
   w.set_str("general.architecture", arch);
   w.set_str("general.name", "clade-random");
-  w.set_u32("general.file_type", type == TensorType::F32 ? 0 : type == TensorType::F16 ? 1 : type == TensorType::Q4_0 ? 2 : type == TensorType::Q8_0 ? 7 : 32);
+  w.set_u32("general.file_type", recipe.file_type);
   w.set_u32(arch + ".block_count", (uint32_t)layers);
   w.set_u32(arch + ".context_length", (uint32_t)ctx);
   w.set_u32(arch + ".embedding_length", (uint32_t)dim);
@@ -133,7 +127,8 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
     float a, b;       // matrix: scale; vector: base, noise
   };
   std::vector<Gen> gens;
-  auto matrix = [&](const std::string& name, int n_in, int n_out, TensorType t, float scale) {
+  auto matrix = [&](const std::string& name, int n_in, int n_out, float scale) {
+    const TensorType t = recipe_type(recipe, name, (uint64_t)n_in, layers, spec.tied_output);
     w.add_tensor_info(name, t, {(uint64_t)n_in, (uint64_t)n_out});
     gens.push_back({n_in, n_out, t, scale, 0});
   };
@@ -142,25 +137,25 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
     gens.push_back({n, 0, TensorType::F32, base, noise});
   };
   const int hd = dim / heads;
-  matrix("token_embd.weight", dim, vocab, type, 1.0f);
+  matrix("token_embd.weight", dim, vocab, 1.0f);
   vec("output_norm.weight", dim, 1.0f, 0.1f);
-  if (!spec.tied_output) matrix("output.weight", dim, vocab, type, 1.0f / std::sqrt((float)dim));
+  if (!spec.tied_output) matrix("output.weight", dim, vocab, 1.0f / std::sqrt((float)dim));
   for (int l = 0; l < layers; l++) {
     std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", dim, 1.0f, 0.1f);
-    matrix(p + "attn_q.weight", dim, heads * hd, type, 1.0f / std::sqrt((float)dim));
-    matrix(p + "attn_k.weight", dim, kv_heads * hd, type, 1.0f / std::sqrt((float)dim));
-    matrix(p + "attn_v.weight", dim, kv_heads * hd, type, 1.0f / std::sqrt((float)dim));
+    matrix(p + "attn_q.weight", dim, heads * hd, 1.0f / std::sqrt((float)dim));
+    matrix(p + "attn_k.weight", dim, kv_heads * hd, 1.0f / std::sqrt((float)dim));
+    matrix(p + "attn_v.weight", dim, kv_heads * hd, 1.0f / std::sqrt((float)dim));
     if (arch == "qwen2" || spec.qkv_bias) {
       vec(p + "attn_q.bias", heads * hd, 0.0f, 0.1f);
       vec(p + "attn_k.bias", kv_heads * hd, 0.0f, 0.1f);
       vec(p + "attn_v.bias", kv_heads * hd, 0.0f, 0.1f);
     }
-    matrix(p + "attn_output.weight", heads * hd, dim, type, 0.5f / std::sqrt((float)(heads * hd)));
+    matrix(p + "attn_output.weight", heads * hd, dim, 0.5f / std::sqrt((float)(heads * hd)));
     vec(p + "ffn_norm.weight", dim, 1.0f, 0.1f);
-    matrix(p + "ffn_gate.weight", dim, ff, type, 1.0f / std::sqrt((float)dim));
-    matrix(p + "ffn_up.weight", dim, ff, type, 1.0f / std::sqrt((float)dim));
-    matrix(p + "ffn_down.weight", ff, dim, type, 0.5f / std::sqrt((float)ff));
+    matrix(p + "ffn_gate.weight", dim, ff, 1.0f / std::sqrt((float)dim));
+    matrix(p + "ffn_up.weight", dim, ff, 1.0f / std::sqrt((float)dim));
+    matrix(p + "ffn_down.weight", ff, dim, 0.5f / std::sqrt((float)ff));
   }
 
   // The whole size, before anything is generated or written.

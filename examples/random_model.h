@@ -8,7 +8,7 @@ namespace cli {
 
 struct RandomModelSpec {
   int layers = 2, dim = 256, heads = 8, kv_heads = 0 /* = heads */, ff = 512, vocab = 1024, ctx = 4096;
-  std::string type = "f16";  // f32 f16 bf16 q8_0 q4_0 (matrices; norms are f32)
+  std::string type = "f16";  // matrices (quant_mix.h: any stored type, q4_k_m, q5_k_m); norms are f32
   uint64_t seed = 1;
   std::string vocab_from;    // copy tokenizer.* metadata from this GGUF
   std::string arch = "llama";

@@ -174,6 +174,17 @@ int main() {
     s.seed = 11;
     run_case(dir, s, lengths, {CLADE_KV_F32}, 2);
   }
+  // The K types and llama.cpp's mixes (rows of whole 256-blocks: dim 256,
+  // ff 512; q4_k_m: Q4_K, with output.weight and layer 1's attn_v and
+  // ffn_down in Q6_K) and the other legacy types.
+  for (const char* type : {"q4_k_m", "q5_k_m", "q3_k", "q2_k", "q4_1", "q5_0", "q5_1"}) {
+    cli::RandomModelSpec s = base;
+    s.dim = 256;
+    s.ff = 512;
+    s.type = type;
+    s.seed = 13;
+    run_case(dir, s, {1, 7, 33}, {CLADE_KV_F32}, 2);
+  }
   // KV storage types, GQA ratio 4, threads 1.
   {
     cli::RandomModelSpec s = base;
