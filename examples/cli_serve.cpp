@@ -509,8 +509,10 @@ class Server {
                    return x.is_number_integer() || x.is_number_unsigned();
                  })) {
         for (const json& x : p) {
-          int64_t t = x.get<int64_t>();
-          if (x.is_number_unsigned() || t < 0 || t >= info_.n_vocab)
+          // nlohmann parses a non-negative integer as unsigned
+          const bool neg = x.is_number_integer() && !x.is_number_unsigned() && x.get<int64_t>() < 0;
+          const uint64_t t = neg ? 0 : x.get<uint64_t>();
+          if (neg || t >= (uint64_t)info_.n_vocab)
             throw ApiError{400, "prompt token " + dump(x) + " is outside the vocabulary", "prompt"};
           r->prompt.push_back((clade_token)t);
         }

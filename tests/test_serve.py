@@ -99,8 +99,8 @@ class Server:
         c.close()
         return events, done
 
-    def metrics(self):
-        st, ct, data = self.request("GET", "/metrics")
+    def metrics(self, headers=None):
+        st, ct, data = self.request("GET", "/metrics", headers=headers)
         out = {}
         for line in data.decode().splitlines():
             if line and not line.startswith("#"):
@@ -127,7 +127,9 @@ def main():
                     "--kv-heads", "2", "--ff", "128", "--type", "f16", "--vocab-from", vocab,
                     "--chat-template", "chatml"], check=True, stdout=subprocess.DEVNULL)
     s = Server(model, "--parallel", "4", "--ctx", "512")
-    keyed = Server(model, "--parallel", "2", "--ctx", "512", "--api-key", "sekret", "--max-body", "4K")
+    # 96K of KV: 384 tokens of this model (2 layers, 2 KV heads of 16, f16)
+    keyed = Server(model, "--parallel", "2", "--ctx", "512", "--api-key", "sekret", "--max-body", "4K",
+                   "--kv-budget", "96K")
 
     # /health is polled throughout; every answer must be 200.
     health = {"ok": 0, "bad": []}
@@ -301,6 +303,7 @@ def main():
         (C, {"max_tokens": 3}, None, 400, "prompt", "'prompt' is required"),
         (C, {"prompt": 5}, None, 400, "prompt", "must be a string"),
         (C, {"prompt": [999999]}, None, 400, "prompt", "outside the vocabulary"),
+        (C, {"prompt": [1, -1]}, None, 400, "prompt", "outside the vocabulary"),
         (C, {"prompt": "a", "max_tokens": "ten"}, None, 400, "max_tokens", "must be an integer"),
         (C, {"prompt": "a", "max_tokens": 0}, None, 400, "max_tokens", "at least 1"),
         (C, {"prompt": "a", "max_tokens": 100000}, None, 400, "max_tokens", "past the context"),
@@ -349,6 +352,18 @@ def main():
               "keyed %s: %d %s (want %d %s %r)" % (headers, st, r, status, param, part))
     st, r = keyed.post(C, ok_body, headers={"Authorization": "Bearer sekret"})
     check(st == 200 and r["usage"]["completion_tokens"] >= 1, "keyed server, right key: %d %s" % (st, r))
+    # the KV budget: a prompt past it is refused, the server goes on, and
+    # cached prompts are evicted least recently used to make room
+    key = {"Authorization": "Bearer sekret"}
+    st, r = keyed.post(C, {"prompt": [5] * 450, "max_tokens": 2}, headers=key)
+    check(st == 400 and r["error"]["param"] == "prompt" and "KV budget" in r["error"]["message"],
+          "a prompt past the KV budget: %d %s" % (st, r))
+    for i in range(6):
+        st, r = keyed.post(C, {"prompt": [10 + i] + [7] * 99, "max_tokens": 2}, headers=key)
+        check(st == 200, "prompt %d of 100 tokens under a 96K budget: %d %s" % (i, st, r))
+    km = keyed.metrics(headers=key)
+    check(km["clade_kv_used_bytes"] <= 96 * 1024, "KV used %g past the budget" % km["clade_kv_used_bytes"])
+    check(not reuse or km["clade_prefix_evictions_total"] > 0, "no cached prompt evicted under the budget: %s" % km)
     st, ct, data = keyed.request("GET", "/health")
     check(st == 200, "/health needs no key")
     st, ct, data = s.request("GET", "/nowhere")
