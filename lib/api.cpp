@@ -20,6 +20,7 @@
 #include "model.h"
 #include "sampler.h"
 #include "speculative.h"
+#include "session.h"
 #include "tree.h"
 
 // Freeing is deferred (sqlite's close_v2): a model counts its handle and
@@ -150,6 +151,7 @@ const char* clade_status_string(clade_status s) {
     case CLADE_E_STATE: return "invalid state";
     case CLADE_E_BACKEND: return "backend error";
     case CLADE_E_UTF8: return "invalid UTF-8";
+    case CLADE_E_MISMATCH: return "saved session does not match";
     case CLADE_E_INTERNAL: return "internal error";
   }
   return "unknown status";
@@ -464,7 +466,7 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
     }
     CLADE_CHECK_ARG(kv_type_ok(p.kv_type), "unknown kv_type");
     CLADE_CHECK_ARG(p.prefill_chunk >= 0 && p.prefill_chunk <= (1 << 20), "prefill_chunk out of range");
-    CLADE_CHECK_ARG(!(p.flags & ~CLADE_TREE_ALLOW_LONG_CONTEXT), "unknown tree flags");
+    CLADE_CHECK_ARG(!(p.flags & ~(CLADE_TREE_ALLOW_LONG_CONTEXT | CLADE_TREE_PREFIX_CACHE)), "unknown tree flags");
     std::unique_ptr<clade_tree> t(new clade_tree());
     t->t.reset(new clade::Tree(*model->m, p.kv_type, p.prefill_chunk ? p.prefill_chunk : 1024, p.flags, p.kv_budget));
     t->model = model;
@@ -595,6 +597,55 @@ clade_status clade_tree_node_tokens(const clade_tree* tree, clade_node_id node, 
 }
 
 size_t clade_tree_kv_bytes(const clade_tree* tree) { return tree ? tree->t->kv_bytes() : 0; }
+
+clade_status clade_tree_append_prefix(clade_tree* tree, const clade_token* tokens, size_t n_tokens, float* logits,
+                                      clade_node_id* out, size_t* n_reused) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && out, "tree or out is NULL");
+    CLADE_CHECK_ARG(tokens, "tokens is NULL");
+    size_t reused = 0;
+    *out = tree->t->append_prefix(tokens, n_tokens, logits, &reused);
+    if (n_reused) *n_reused = reused;
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_save(const clade_tree* tree, clade_node_id node, const char* path) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && path, "tree or path is NULL");
+    clade::session_save(*tree->t, tree->t->get(node), nullptr, 0, {}, path);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_cache_save(const clade_cache* cache, clade_seq_id seq, const char* path) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(cache && path, "cache or path is NULL");
+    cache->c->save(seq, path);
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_load(clade_tree* tree, const char* path, clade_node_id* out, size_t* n_tokens,
+                             size_t* n_reused) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree && path && out, "tree, path or out is NULL");
+    size_t n = 0, reused = 0;
+    *out = clade::session_load(*tree->t, path, &n, &reused);
+    if (n_tokens) *n_tokens = n;
+    if (n_reused) *n_reused = reused;
+    return CLADE_OK;
+  });
+}
+
+clade_status clade_tree_trim(clade_tree* tree, uint64_t bytes, uint64_t* freed) {
+  return guard([&]() -> clade_status {
+    CLADE_CHECK_ARG(tree, "tree is NULL");
+    const uint64_t f = tree->t->trim(bytes);
+    if (freed) *freed = f;
+    return CLADE_OK;
+  });
+}
 
 /* ---- cache ---- */
 
@@ -1138,6 +1189,10 @@ clade_status clade_tree_get_stats(const clade_tree* tree, clade_tree_stats* stat
     full.workspace_bytes = f.workspace_bytes();
     full.shared_spans = f.shared_spans;
     full.flat_spans = f.flat_spans;
+    full.reused_tokens = tree->t->reused_tokens;
+    full.evictions = tree->t->evictions;
+    full.cached_nodes = tree->t->cached_nodes();
+    full.cached_bytes = tree->t->cached_bytes();
     clade::abi::write_out(stats, full);
     return CLADE_OK;
   });

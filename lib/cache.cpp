@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "error.h"
+#include "session.h"
 
 namespace clade {
 
@@ -57,6 +58,7 @@ clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, 
   tree.check_tokens(tokens, n);
   Seq* slot = free_slot();
   if (!slot) return CLADE_CACHE_FULL;
+  NodePin pin(tree, node);  // (a private copy's KV may evict cached nodes)
   std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
   int32_t base = 0;
   if (priv) {
@@ -135,6 +137,19 @@ clade_seq_id Cache::adopt_seq(Node* node, std::unique_ptr<KVStore> kv, std::vect
 }
 const std::vector<int32_t>& Cache::tokens_of(clade_seq_id id) const { return get(id).tokens; }
 
+void Cache::save(clade_seq_id id, const std::string& path) const {
+  const Seq& s = get(id);
+  if (!s.priv) {
+    session_save(tree, s.node, s.kv.get(), 0, s.tokens, path);
+    return;
+  }
+  // A private sequence holds its path's KV too: all of it from its own.
+  std::vector<int32_t> all;
+  Tree::path_tokens(s.node, all);
+  all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+  session_save(tree, tree.get(0), s.kv.get(), 0, all, path);
+}
+
 // ---- tree search ----
 
 clade_status Cache::fork(clade_seq_id id, clade_seq_id* out) {
@@ -205,6 +220,7 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
                         "but the cache's KV type differs from the tree's (a move up or across needs the same type)");
   // The new unique KV: positions [p, old_end) from the nodes above the old
   // node (moving up), then the old unique KV from max(p, old_end) on.
+  NodePin pin(tree, target);  // (the KV below may evict cached nodes)
   std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
   kv->reserve(std::max(n, 1));
   for (const Node* x = s.node; x; x = x->parent) {
@@ -291,7 +307,7 @@ clade_status Cache::decode(const clade_batch& b, const int32_t* parents) {
       const int64_t cap = grown_capacity(s, s.kv->length + (int32_t)s.queued.size() + b.n_tokens[i]);
       grow_bytes += s.kv->bytes_at(cap) - s.kv->bytes();
     }
-    if (grow_bytes && tree.budget.used() + grow_bytes > tree.budget.limit())
+    if (grow_bytes && !tree.budget.room(grow_bytes))
       fail(CLADE_KV_BUDGET, "kv budget: the step needs " + std::to_string(grow_bytes) +
                                 " more bytes, past the tree's budget of " + std::to_string(tree.budget.limit()) +
                                 " (" + std::to_string(tree.budget.used()) + " held)");

@@ -63,6 +63,8 @@ class Cache {
   std::unique_ptr<KVStore> new_seq_store(int32_t n);
   clade_seq_id adopt_seq(Node* node, std::unique_ptr<KVStore> kv, std::vector<int32_t>& tokens) noexcept;
   const std::vector<int32_t>& tokens_of(clade_seq_id id) const;
+  // Save the sequence's evaluated history (lib/session.h).
+  void save(clade_seq_id id, const std::string& path) const;
 
   Tree& tree;
   const int32_t max_seqs, max_tokens;

@@ -11,8 +11,20 @@ bool KvBudget::take(uint64_t bytes) {
   uint64_t u = used_.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t lim = limit();
-    if (lim && (u + bytes > lim || u + bytes < u)) return false;
+    if (lim && (u + bytes > lim || u + bytes < u)) {
+      if (!reclaim_ || !reclaim_(reclaim_user_, bytes)) return false;
+      u = used_.load(std::memory_order_relaxed);
+      continue;
+    }
     if (used_.compare_exchange_weak(u, u + bytes, std::memory_order_relaxed)) return true;
+  }
+}
+
+bool KvBudget::room(uint64_t bytes) {
+  for (;;) {
+    const uint64_t u = used(), lim = limit();
+    if (!lim || (u + bytes <= lim && u + bytes >= u)) return true;
+    if (!reclaim_ || !reclaim_(reclaim_user_, bytes)) return false;
   }
 }
 

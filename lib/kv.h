@@ -18,7 +18,19 @@ namespace clade {
 // tree may grow in two threads at once.
 class KvBudget {
  public:
-  bool take(uint64_t bytes);  // false (nothing taken) if past the limit
+  // false (nothing taken) if past the limit, after the reclaim hook (if
+  // any) found nothing more to free
+  bool take(uint64_t bytes);
+  // A hook that frees held bytes (a prefix cache's unused nodes) when a
+  // take would pass the limit: reclaim(user, bytes) returns whether it
+  // freed anything, and the take is tried again.
+  void set_reclaim(bool (*fn)(void*, uint64_t), void* user) {
+    reclaim_ = fn;
+    reclaim_user_ = user;
+  }
+  // Whether bytes more fit now (after the reclaim hook, as take), taking
+  // nothing.
+  bool room(uint64_t bytes);
   void give(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
   uint64_t used() const { return used_.load(std::memory_order_relaxed); }
   uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }
@@ -26,6 +38,8 @@ class KvBudget {
 
  private:
   std::atomic<uint64_t> used_{0}, limit_{0};
+  bool (*reclaim_)(void*, uint64_t) = nullptr;
+  void* reclaim_user_ = nullptr;
 };
 
 class KVStore {

@@ -80,6 +80,11 @@ struct Tree::Batch {
 
 void Tree::append_batch(std::vector<BatchItem>& items) {
   if (items.empty()) return;
+  // Existing parents pinned: the stores' KV may evict cached nodes.
+  std::vector<std::unique_ptr<NodePin>> pins;
+  pins.reserve(items.size());
+  for (const BatchItem& it : items)
+    if (it.parent_item < 0 && it.parent_node) pins.emplace_back(new NodePin(*this, it.parent_node));
   Batch b(items);
   batch_check(b);
   batch_stores(b);

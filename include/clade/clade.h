@@ -68,11 +68,11 @@ extern "C" {
 /* ---- version ---------------------------------------------------------- */
 
 #define CLADE_VERSION_MAJOR 1
-#define CLADE_VERSION_MINOR 2
+#define CLADE_VERSION_MINOR 3
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "1.2.0"
+#define CLADE_VERSION_STRING "1.3.0"
 /* The shared library's soname carries this number. */
 #define CLADE_ABI_MAJOR 1
 
@@ -120,6 +120,8 @@ typedef enum clade_status {
                                unknown sequence, a released node) */
   CLADE_E_BACKEND = -8,     /* the compute backend failed or is absent */
   CLADE_E_UTF8 = -9,        /* text is not valid UTF-8 */
+  CLADE_E_MISMATCH = -10,   /* clade 1.3: a saved session belongs to
+                               another model, KV type or backend */
   CLADE_E_INTERNAL = -100   /* a bug in clade */
 } clade_status;
 
@@ -430,6 +432,19 @@ CLADE_API size_t clade_chat_template_list(const char **names,
                                             RoPE scaling extends it); without
                                             it such a call is
                                             CLADE_CONTEXT_FULL */
+#define CLADE_TREE_PREFIX_CACHE 2u       /* clade 1.3: a node whose last
+                                            reference goes (caller, child,
+                                            sequence) is kept as a cached
+                                            node (n_refs 0) for
+                                            clade_tree_append_prefix to
+                                            match, until evicted: least
+                                            recently used first, whenever
+                                            an allocation would pass the
+                                            KV budget (appends, decode
+                                            steps, forks...), or by
+                                            clade_tree_trim. Without a
+                                            budget only clade_tree_trim
+                                            evicts. */
 
 typedef struct clade_tree_params {
   size_t size;            /* sizeof(clade_tree_params) */
@@ -580,6 +595,75 @@ CLADE_API uint64_t clade_tree_kv_used(const clade_tree *tree);
 typedef int32_t (*clade_abort_fn)(void *user);
 CLADE_API clade_status clade_tree_set_abort(clade_tree *tree,
                                             clade_abort_fn fn, void *user);
+
+/* ---- automatic prefix reuse (clade 1.3) ------------------------------- */
+
+/* Evaluate a prompt (tokens from position 0), reusing what the tree holds:
+   the deepest path from the root whose tokens equal the prompt's, token by
+   token, is taken as is (its KV is not evaluated again), and only the rest
+   is evaluated, as a new node under that path. The caller holds a
+   reference to the new node (clade_tree_release), as after
+   clade_tree_append. The prompt's last token is never matched: it is
+   always evaluated, so the new node has at least one token and logits (if
+   not NULL, the n_vocab logits of the last token) are always given.
+   Where the prompt diverges inside a node, the node is split in two at
+   that token: a new node with its first tokens (and their KV, copied, not
+   evaluated) takes its place, and the old node keeps its id, children,
+   sequences and references with the rest of its tokens below it
+   (clade_tree_node_info shows its new parent and path_length). The new
+   path is shared from then on. Among children that continue the prompt,
+   the longest match wins. Works on any tree; with CLADE_TREE_PREFIX_CACHE
+   released prompts stay cached for later calls.
+   *n_reused (not NULL) receives the prompt tokens taken from existing
+   nodes. n_tokens must be at least 1. On failure (a token outside the
+   vocabulary, the context, CLADE_KV_BUDGET, CLADE_STOPPED, no memory) no
+   node is added; a split already made stays (it changes no path's
+   tokens, KV or logits). */
+CLADE_API clade_status clade_tree_append_prefix(clade_tree *tree,
+                                                const clade_token *tokens,
+                                                size_t n_tokens, float *logits,
+                                                clade_node_id *out,
+                                                size_t *n_reused);
+
+/* Evict cached nodes (n_refs 0, see CLADE_TREE_PREFIX_CACHE), least
+   recently used first, until clade_tree_kv_used(tree) <= bytes or none is
+   left. *freed (may be NULL) receives the bytes freed. A node a caller,
+   child or sequence holds is never evicted. */
+CLADE_API clade_status clade_tree_trim(clade_tree *tree, uint64_t bytes,
+                                       uint64_t *freed);
+
+/* ---- saved sessions (clade 1.3) ---------------------------------------- */
+
+/* Save the path root .. node (its tokens and their KV) to the file path,
+   written to a temporary file beside it and renamed over it, so a crash
+   never leaves half a file. The file records the model's fingerprint (its
+   configuration, tensor names, types and shapes, and a sample of each
+   tensor's bytes), the backend and the KV type. CLADE_E_IO when it cannot
+   be written. */
+CLADE_API clade_status clade_tree_save(const clade_tree *tree,
+                                       clade_node_id node, const char *path);
+/* Save a sequence's whole evaluated history (its path's tokens, then its
+   unique tokens; queued tokens are not saved), as clade_tree_save. The
+   cache's KV type must be the tree's (CLADE_E_STATE otherwise). */
+CLADE_API clade_status clade_cache_save(const clade_cache *cache,
+                                        clade_seq_id seq, const char *path);
+/* Load a saved file into the tree, evaluating nothing: its tokens are
+   matched against the tree as clade_tree_append_prefix matches them (a
+   node split where they diverge; the part the tree holds is not loaded
+   again), and the rest goes, with the file's KV, into a new node under
+   the match (empty when the tree held everything). *out: that node, the
+   caller's reference (clade_tree_release); its path is the file's
+   tokens, so the next token's logits come from a decode step of a
+   sequence added under it. *n_tokens and *n_reused (each may be NULL):
+   the file's tokens, and those the tree held already.
+   Statuses: CLADE_E_IO (cannot read), CLADE_E_FORMAT (not a session file,
+   truncated, corrupt: a checksum covers every byte), CLADE_E_UNSUPPORTED
+   (a newer format), CLADE_E_MISMATCH (another model, another backend, or
+   another KV type than the tree's), CLADE_E_TOKEN, CLADE_CONTEXT_FULL,
+   CLADE_KV_BUDGET; on any of them the tree is as before. */
+CLADE_API clade_status clade_tree_load(clade_tree *tree, const char *path,
+                                       clade_node_id *out, size_t *n_tokens,
+                                       size_t *n_reused);
 
 /* ---- unique caches and decode steps ----------------------------------- */
 
@@ -1173,6 +1257,11 @@ typedef struct clade_tree_stats {
   uint64_t shared_spans;    /* over all passes: node spans attended once for
                                all their rows (the shared-node path), and */
   uint64_t flat_spans;      /* spans each item read itself */
+  /* automatic prefix reuse (clade_tree_append_prefix): */
+  uint64_t reused_tokens;   /* prompt tokens taken from existing nodes */
+  uint64_t evictions;       /* cached nodes evicted */
+  uint64_t cached_nodes;    /* cached nodes now (n_refs 0), and */
+  uint64_t cached_bytes;    /* the KV bytes they hold */
 } clade_tree_stats;
 
 CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,

@@ -8,11 +8,11 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- version ---------------------------------------------------------------
 
 pub const CLADE_VERSION_MAJOR: c_int = 1;
-pub const CLADE_VERSION_MINOR: c_int = 2;
+pub const CLADE_VERSION_MINOR: c_int = 3;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "1.2.0";
+pub const CLADE_VERSION_STRING: &str = "1.3.0";
 /// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
 pub const CLADE_ABI_MAJOR: c_int = 1;
 
