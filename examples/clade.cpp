@@ -87,13 +87,15 @@ std::string usage() {
          "      speculatively (a draft model with the same vocabulary / prompt lookup of n-grams up to N), at\n"
          "      most K drafts a step, the length adapted to acceptance and measured costs unless --draft-fixed;\n"
          "      --draft-tree W: token trees of up to W children per draft token, verified in one step\n"
-         "  chat -m FILE [--system TEXT] [--template NAME] [-n MAX (256)] [--verbose] [--threads T] [--no-mmap]\n"
+         "  chat -m FILE [--system TEXT] [--template NAME] [--session FILE] [-n MAX (256)] [--verbose] [--threads T]\n"
+         "           [--no-mmap]\n"
          "           " +
          sampler_usage(d) +
          "\n"
          "      an interactive chat: one user message per line of stdin (EOF ends), each answer streamed; the\n"
          "      conversation's KV stays in the tree between turns, so no token is evaluated twice (--verbose:\n"
-         "      the counts per turn on stderr)\n"
+         "      the counts per turn on stderr); --session FILE: resume the conversation saved in FILE (and\n"
+         "      FILE.chat) without evaluating it again, and save it there after every answer\n"
          "  perplexity -m FILE --file TEXT [--ctx N (512, at most the model's)] [--chunks N] [--agree FILE]\n"
          "           [--threads T] [--json]\n"
          "      the text's perplexity as llama.cpp computes it: chunks of N tokens, the second half of each\n"

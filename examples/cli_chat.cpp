@@ -30,8 +30,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -67,6 +70,62 @@ std::string answer_text(clade_model* m, const std::vector<clade_token>& toks, bo
 
 // Bytes at the end of text that could begin the stop string (held back
 // from the screen until the next token decides).
+// --session FILE: the conversation's tokens and KV in FILE
+// (clade_tree_save), its messages and held text in FILE.chat:
+//   clade-chat 1\n tokens N\n template NAME\n held BYTES\n <text>\n
+//   messages K\n then per message: ROLE BYTES\n <content>\n
+// Both written to a temporary file and renamed; the token count ties them.
+struct ChatState {
+  std::vector<std::pair<std::string, std::string>> msgs;
+  std::string held, family;
+  size_t tokens = 0;
+};
+
+void save_chat(const std::string& file, const ChatState& st) {
+  std::ostringstream o;
+  o << "clade-chat 1\ntokens " << st.tokens << "\ntemplate " << st.family << "\nheld " << st.held.size() << "\n"
+    << st.held << "\nmessages " << st.msgs.size() << "\n";
+  for (const auto& mm : st.msgs) o << mm.first << " " << mm.second.size() << "\n" << mm.second << "\n";
+  const std::string side = file + ".chat", tmp = side + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << o.str();
+    f.flush();
+    if (!f) Args::die("chat: cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), side.c_str()) != 0) Args::die("chat: cannot write " + side);
+}
+
+// Reads FILE.chat; false when it does not exist. Dies on a bad file.
+bool load_chat(const std::string& file, ChatState& st) {
+  const std::string side = file + ".chat";
+  std::ifstream f(side, std::ios::binary);
+  if (!f) return false;
+  auto bad = [&](const std::string& what) { Args::die("chat: " + side + " is not a chat session (" + what + ")"); };
+  auto blob = [&](size_t n) {
+    std::string b(n, '\0');
+    if (n && !f.read(&b[0], (std::streamsize)n)) bad("truncated");
+    if (f.get() != '\n') bad("no line end after a text");
+    return b;
+  };
+  std::string word;
+  int version = 0;
+  size_t n = 0;
+  if (!(f >> word >> version) || word != "clade-chat" || version != 1) bad("header");
+  if (!(f >> word >> st.tokens) || word != "tokens") bad("tokens");
+  if (!(f >> word >> st.family) || word != "template") bad("template");
+  if (!(f >> word >> n) || word != "held" || f.get() != '\n') bad("held");
+  st.held = blob(n);
+  size_t k = 0;
+  if (!(f >> word >> k) || word != "messages" || k > (1u << 20)) bad("messages");
+  for (size_t i = 0; i < k; i++) {
+    std::string role;
+    if (!(f >> role >> n) || f.get() != '\n' || n > (1u << 30)) bad("message " + std::to_string(i));
+    st.msgs.push_back({role, blob(n)});
+  }
+  return true;
+}
+
 size_t held_back(const std::string& text, size_t from, const std::string& stop) {
   size_t avail = text.size() - from;
   for (size_t k = std::min(avail, stop.size() - 1); k > 0; k--)
@@ -77,7 +136,7 @@ size_t held_back(const std::string& text, size_t from, const std::string& stop) 
 }  // namespace
 
 int cmd_chat(Args& a) {
-  std::string model, system, tmpl;
+  std::string model, system, tmpl, session;
   int n_max = 256, threads = 0;
   bool verbose = false, map_file = true;
   clade_backend backend = CLADE_BACKEND_CPU;
@@ -88,6 +147,7 @@ int cmd_chat(Args& a) {
     if (f == "-m") model = a.next(f);
     else if (f == "--system") system = a.next(f);
     else if (f == "--template") tmpl = a.next(f);
+    else if (f == "--session") session = a.next(f);
     else if (f == "-n") n_max = (int)to_long(a.next(f), f);
     else if (f == "--verbose") verbose = true;
     else if (f == "--threads") threads = (int)to_long(a.next(f), f);
@@ -143,6 +203,27 @@ int cmd_chat(Args& a) {
     held.resize(path.empty() ? 0 : path.back().text_end);
     conv.resize(path.empty() ? 0 : path.back().tok_end);
   };
+
+  // Resume a saved conversation: its KV from the file, nothing evaluated.
+  ChatState saved;
+  if (!session.empty() && load_chat(session, saved)) {
+    if (saved.family != family)
+      Args::die("chat: " + session + " was a " + saved.family + " conversation; this template is " + family);
+    clade_node_id node = -1;
+    size_t n_tok = 0;
+    check(clade_tree_load(tree, session.c_str(), &node, &n_tok, nullptr), ("session " + session).c_str());
+    if (n_tok != saved.tokens)
+      Args::die("chat: " + session + " holds " + std::to_string(n_tok) + " tokens, " + session + ".chat says " +
+                std::to_string(saved.tokens) + " (written by two different runs?)");
+    conv.resize(n_tok);
+    size_t got = 0;
+    check(clade_tree_node_tokens(tree, node, conv.data(), conv.size(), &got), "node tokens");
+    msgs = saved.msgs;
+    held = saved.held;
+    path.push_back({node, held.size(), conv.size()});
+    std::fprintf(stderr, "chat: resumed %zu messages, %zu tokens from %s (nothing evaluated)\n", msgs.size(),
+                 n_tok, session.c_str());
+  }
 
   std::string line;
   int turn = 0;
@@ -310,6 +391,10 @@ int cmd_chat(Args& a) {
       path.push_back({anode, held.size(), conv.size()});
     }
     check(clade_cache_remove(cache, seq), "cache remove");
+    if (!session.empty()) {  // the KV first: the .chat file's token count must match it
+      check(clade_tree_save(tree, path.back().node, session.c_str()), ("save session " + session).c_str());
+      save_chat(session, {msgs, held, family, conv.size()});
+    }
 
     if (verbose) {
       clade_node_info ni;

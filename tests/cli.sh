@@ -227,6 +227,31 @@ assert cut["finish_reason"] == "stop_string", cut
   grep -q "evaluating again" "$dir/chat.err" && fail "chat: ChatML re-evaluated a turn: $(cat "$dir/chat.err")"
   out=$("$cli" chat -m "$dir/v.gguf" --top-p 2 < /dev/null 2>&1)
   [ $? -eq 2 ] && grep -q -- --top-p <<< "$out" || fail "chat --top-p 2: $out"
+  # clade chat --session: three greedy turns in one run against two turns,
+  # then the third in a run that resumes the saved session: the same
+  # answers, and the resumed run evaluates only its own turn's tokens.
+  printf 'Hello there\nWhat is your name?\nTell me a story.\n' |
+    "$cli" chat -m "$dir/v.gguf" -n 8 --temp 0 --threads 2 > "$dir/g3.out" 2> "$dir/g3.err" ||
+    fail "chat greedy: $(cat "$dir/g3.err")"
+  printf 'Hello there\nWhat is your name?\n' |
+    "$cli" chat -m "$dir/v.gguf" -n 8 --temp 0 --threads 2 --session "$dir/conv.kv" > "$dir/s1.out" 2> "$dir/s1.err" ||
+    fail "chat --session, run 1: $(cat "$dir/s1.err")"
+  [ -s "$dir/conv.kv" ] && [ -s "$dir/conv.kv.chat" ] || fail "chat --session wrote no files"
+  printf 'Tell me a story.\n' |
+    "$cli" chat -m "$dir/v.gguf" -n 8 --temp 0 --threads 2 --verbose --session "$dir/conv.kv" > "$dir/s2.out" 2> "$dir/s2.err" ||
+    fail "chat --session, run 2: $(cat "$dir/s2.err")"
+  cat "$dir/s1.out" "$dir/s2.out" | cmp -s - "$dir/g3.out" ||
+    fail "chat --session: answers differ from one run: $(cat "$dir/g3.out") / $(cat "$dir/s1.out" "$dir/s2.out")"
+  resumed=$(sed -n 's/^chat: resumed 4 messages, \([0-9]*\) tokens from .*(nothing evaluated)$/\1/p' "$dir/s2.err")
+  last=$(grep '^\[turn 1\] prompt' "$dir/s2.err")
+  total=$(sed -n 's/.*total evaluated \([0-9]*\),.*/\1/p' <<< "$last")
+  length=$(sed -n 's/.*conversation \([0-9]*\) tokens.*/\1/p' <<< "$last")
+  [ -n "$resumed" ] && [ -n "$total" ] && [ $((resumed + total)) -eq "$length" ] && [ "$resumed" -gt 20 ] ||
+    fail "chat --session: resumed '$resumed' + evaluated '$total' != conversation '$length': $(cat "$dir/s2.err")"
+  "$cli" model random -o "$dir/v2.gguf" --layers 1 --dim 64 --heads 4 --ff 128 --seed 77 \
+    --vocab-from "$vocab" --chat-template chatml > /dev/null 2>&1 || fail "model random v2"
+  out=$(printf 'Hi\n' | "$cli" chat -m "$dir/v2.gguf" --session "$dir/conv.kv" 2>&1)
+  [ $? -ne 0 ] && grep -q "another model" <<< "$out" || fail "chat --session with another model: $out"
 else
   echo "cli: no $vocab: the text and chat checks are skipped"
 fi
