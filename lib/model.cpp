@@ -125,6 +125,7 @@ struct Model::Loader {
     m.weight_bytes += t->nbytes;
     std::vector<float> host((size_t)n);
     dequantize_row(t->type, t->data, host.data(), n);
+    m.owned_.reserve(m.owned_.size() + 1);  // (so that the push cannot throw and lose p)
     void* p = be.alloc((size_t)n * sizeof(float));
     m.owned_.push_back(p);
     be.copy_to(p, host.data(), (size_t)n * sizeof(float));
