@@ -79,6 +79,7 @@ struct KeyRun {
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
+  int64_t tiled = -1;        // which tile of the current matmul it holds
   std::vector<uint8_t> pack;  // matmul's packed tile (dot-product path)
   int64_t packed = -1;        // which tile of the current matmul it holds
   std::vector<float> row;    // one widened row
@@ -272,8 +273,10 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   }
   const int64_t xgroups = n <= kDirectRows ? 1 : (n + kXGroup - 1) / kXGroup;
   if (!direct)
-    for (ThreadScratch& t : scratch_)
+    for (ThreadScratch& t : scratch_) {
       if (t.tile.size() < (size_t)(kTile * K)) t.tile.resize((size_t)(kTile * K));
+      t.tiled = -1;
+    }
   pool_.run(tiles * xgroups, [&](int64_t it, int tid) {
     ThreadScratch& s = scratch_[(size_t)tid];
     int64_t t = it / xgroups, g = it % xgroups;
@@ -282,9 +285,11 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     const uint8_t* wt = base + (uint64_t)o0 * row_bytes;
     TensorType type = w.type;
     uint64_t stride = row_bytes;
-    if (!direct) {  // quantized: widen the tile to f32 once
+    if (!direct) {  // quantized: widen the tile to f32 once per thread (its groups of x rows follow)
       if (s.tile.size() < (size_t)(kTile * K)) s.tile.resize((size_t)(kTile * K));
-      for (int64_t o = 0; o < rows; o++) k_.to_f32(w.type, wt + (uint64_t)o * row_bytes, s.tile.data() + o * K, K);
+      if (s.tiled != t)
+        for (int64_t o = 0; o < rows; o++) k_.to_f32(w.type, wt + (uint64_t)o * row_bytes, s.tile.data() + o * K, K);
+      s.tiled = t;
       wt = reinterpret_cast<const uint8_t*>(s.tile.data());
       type = TensorType::F32;
       stride = (uint64_t)K * 4;
