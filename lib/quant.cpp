@@ -191,29 +191,62 @@ void q_q5_1(const float* x, BlockQ5_1& b) {
   std::memcpy(b.qh, &h, 4);
 }
 
+// Squared error of x[0..len) as a q + b, q the nearest level in [lo, hi].
+double level_error(const float* x, int len, int lo, int hi, float a, float b) {
+  double e = 0;
+  for (int j = 0; j < len; j++) {
+    const int q = a != 0 ? clampi(nearest((x[j] - b) / a), lo, hi) : 0;
+    const double r = (double)a * q + b - x[j];
+    e += r * r;
+  }
+  return e;
+}
+
+// A sub-block as value ~ a q + b, q in [0, top], b <= 0 (the K types' mins
+// are subtracted): from its min-max, then rounds of least squares on the
+// levels (a and b given q, then q given a and b) while the error falls.
+void fit_affine(const float* x, int len, int top, float* a_out, float* b_out) {
+  float lo = 0, hi = x[0];
+  for (int j = 0; j < len; j++) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+  float a = (hi - lo) / top, b = lo;
+  double best = level_error(x, len, 0, top, a, b);
+  for (int round = 0; round < 4 && a > 0; round++) {
+    double n = len, sq = 0, sqq = 0, sx = 0, sqx = 0;
+    for (int j = 0; j < len; j++) {
+      const int q = clampi(nearest((x[j] - b) / a), 0, top);
+      sq += q, sqq += (double)q * q, sx += x[j], sqx += (double)q * x[j];
+    }
+    const double det = n * sqq - sq * sq;
+    if (det <= 0) break;
+    float na = (float)((n * sqx - sq * sx) / det), nb = (float)((sx - na * sq) / n);
+    if (nb > 0) nb = 0, na = (float)(sqx / sqq);
+    const double e = na > 0 ? level_error(x, len, 0, top, na, nb) : best;
+    if (e >= best) break;
+    best = e, a = na, b = nb;
+  }
+  *a_out = std::max(a, 0.0f);
+  *b_out = b;
+}
+
 // The K types with a min (Q2_K, Q4_K, Q5_K): per sub-block of len elements
-// value = d * sc * q - dmin * m, q in [0, top], sc and m in [0, stop]. The
-// min is taken at most 0 (m >= 0 in the format). Fills q[256] and sc, m.
+// value = d * sc * q - dmin * m, q in [0, top], sc and m in [0, stop]
+// (fit_affine's a and -b, rounded to their bits against the f16
+// super-scales d and dmin). Fills q[nsub * len] and sc, m.
 void q_kmin(const float* x, int nsub, int len, int top, int stop, int* sc, int* m, uint8_t* q, uint16_t* dh,
             uint16_t* dminh) {
-  float lo[16], hi[16], mmax = 0;
+  float scale[16], mn[16], smax = 0, mmax = 0;
   for (int s = 0; s < nsub; s++) {
-    lo[s] = 0, hi[s] = x[s * len];
-    for (int j = 0; j < len; j++) lo[s] = std::min(lo[s], x[s * len + j]), hi[s] = std::max(hi[s], x[s * len + j]);
-    mmax = std::max(mmax, -lo[s]);
+    float b;
+    fit_affine(x + s * len, len, top, &scale[s], &b);
+    mn[s] = -b;
+    smax = std::max(smax, scale[s]);
+    mmax = std::max(mmax, mn[s]);
   }
   *dminh = float_to_half(mmax / stop);
-  const float dmin = half_to_float(*dminh);
-  float scale[16], smax = 0;
-  for (int s = 0; s < nsub; s++) {
-    // the min rounded up, so that the sub-block's lowest value stays in range
-    m[s] = dmin != 0 ? clampi((int)std::ceil(-lo[s] / dmin - 1e-4f), 0, stop) : 0;
-    scale[s] = std::max(0.0f, (hi[s] + dmin * m[s]) / top);
-    smax = std::max(smax, scale[s]);
-  }
   *dh = float_to_half(smax / stop);
-  const float d = half_to_float(*dh);
+  const float d = half_to_float(*dh), dmin = half_to_float(*dminh);
   for (int s = 0; s < nsub; s++) {
+    m[s] = dmin != 0 ? clampi(nearest(mn[s] / dmin), 0, stop) : 0;
     sc[s] = d != 0 ? clampi(nearest(scale[s] / d), 0, stop) : 0;
     quant_affine(x + s * len, len, top, d * sc[s], -dmin * m[s], q + s * len);
   }
@@ -260,11 +293,28 @@ void q_q5_k(const float* x, BlockQ5_K& b) {
 
 // Symmetric K types (Q3_K, Q6_K): per sub-block of 16, value = d * sc * (q -
 // bias); sc a signed integer in [-smax - 1, smax], d the f16 super-scale.
+// Each sub-block's scale: the value of largest magnitude at -bias, then
+// rounds of least squares while the error falls.
 void q_ksym(const float* x, int bias, int smax, uint16_t* dh, int* sc, uint8_t* q) {
   float scale[16], amax = 0, big = 0;
   for (int s = 0; s < 16; s++) {
-    scale[s] = signed_amax(x + 16 * s, 16) / -(float)bias;
-    if (std::fabs(scale[s]) > amax) amax = std::fabs(scale[s]), big = scale[s];
+    const float* xs = x + 16 * s;
+    float a = signed_amax(xs, 16) / -(float)bias;
+    double best = level_error(xs, 16, -bias, bias - 1, a, 0);
+    for (int round = 0; round < 4 && a != 0; round++) {
+      double sqx = 0, sqq = 0;
+      for (int j = 0; j < 16; j++) {
+        const int l = clampi(nearest(xs[j] / a), -bias, bias - 1);
+        sqx += (double)l * xs[j], sqq += (double)l * l;
+      }
+      if (sqq == 0) break;
+      const float na = (float)(sqx / sqq);
+      const double e = level_error(xs, 16, -bias, bias - 1, na, 0);
+      if (e >= best) break;
+      best = e, a = na;
+    }
+    scale[s] = a;
+    if (std::fabs(a) > amax) amax = std::fabs(a), big = a;
   }
   *dh = float_to_half(big / -(float)(smax + 1));
   const float d = half_to_float(*dh);
