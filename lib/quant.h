@@ -116,8 +116,9 @@ inline void q3k_scales(const uint8_t* s, int out[16]) {
 
 // n must be a multiple of the type's block size.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
-// Every type of TensorType (the K types by a plain search: min-max per
-// sub-block, scales rounded to their bits, then each element to its nearest).
+// Every type of TensorType (the K types: each sub-block's scale and min from
+// a few rounds of least squares, rounded to their bits, then each element to
+// its nearest level).
 void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
 
 }  // namespace clade
