@@ -72,6 +72,20 @@ int main(int argc, char** argv) {
                   (double)rb / (best[0] * (double)k), vnni ? best[1] : 0.0, vnni ? (double)rb / (best[1] * (double)k) : 0.0);
     }
   }
+  // The activations' quantization, once per product: portable and AVX2.
+  std::vector<float> x((size_t)k);
+  for (auto& v : x) v = nd(rng);
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q8_0}) {
+    std::vector<uint8_t> xq(xq_row_bytes(t, k));
+    double best[2] = {1e9, 1e9};
+    for (int trial = 0; trial < 5; trial++)
+      for (int v = 0; v < 2; v++) {
+        const double t0 = cpu_seconds();
+        for (int r = 0; r < 2000; r++) (v ? x_quant_avx2 : x_quant)(t, x.data(), k, xq.data());
+        best[v] = std::min(best[v], (cpu_seconds() - t0) / 2000 / (double)k * 1e9);
+      }
+    std::printf("x_quant %s: portable %.3f ns/element, avx2 %.3f\n", tensor_type_name(t), best[0], best[1]);
+  }
   return 0;
 #else
   std::fprintf(stderr, "bench_qdot: x86-64 only\n");

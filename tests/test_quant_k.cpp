@@ -202,9 +202,18 @@ void test_qdot() {
         std::vector<float> x((size_t)(n * k));
         for (auto& v : x) v = nd(rng);
         for (int64_t i = 0; i < k; i += 97) x[(size_t)i] *= 10;  // blocks of several scales
+        if (n == 3)  // a block of zeros, and values on rounding ties
+          for (int64_t i = 0; i < k; i++) x[(size_t)(k + i)] = i < 32 ? 0.0f : (float)(i % 7) - 3.5f;
         const size_t xs = xq_row_bytes(t, k);
         std::vector<uint8_t> xq(xs * n);
         for (int j = 0; j < n; j++) x_quant(t, x.data() + (size_t)j * k, k, xq.data() + xs * j);
+#if defined(__x86_64__)
+        if (avx2) {  // the vector quantization: the same bytes
+          std::vector<uint8_t> xv(xs * n, 0xcd);
+          for (int j = 0; j < n; j++) x_quant_avx2(t, x.data() + (size_t)j * k, k, xv.data() + xs * j);
+          CHECK_MSG(xv == xq, "x_quant_avx2 %s k=%d n=%d: bytes differ from x_quant", tensor_type_name(t), (int)k, n);
+        }
+#endif
         std::vector<float> yp((size_t)n * ldy, -7.0f);
         qdot_plain(t, w.data(), rb, rows, xq.data(), n, k, yp.data(), ldy);
         std::vector<std::pair<const char*, std::vector<float>>> outs;

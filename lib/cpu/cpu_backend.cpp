@@ -199,7 +199,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   if (qdot) {
     const size_t xs = xq_row_bytes(w.type, K);
     if (mm_x_.size() < xs * (size_t)n) mm_x_.resize(xs * (size_t)n);
-    for (int64_t j = 0; j < n; j++) x_quant(w.type, x + j * K, K, mm_x_.data() + (size_t)j * xs);
+    for (int64_t j = 0; j < n; j++) k_.x_quant(w.type, x + j * K, K, mm_x_.data() + (size_t)j * xs);
     xq = mm_x_.data();
   }
   if ((direct || qdot) && n <= kDirectRows) {

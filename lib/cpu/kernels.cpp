@@ -124,7 +124,7 @@ void gemm_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 
 const CpuKernels kPortable = {
     "portable", dot_plain, axpy_plain, scale_plain, to_f32_plain, from_f32_plain, max_plain, exp2_sum_plain, silu_mul_plain, scores_generic<dot_plain>,
-    pv_plain, gemm_plain, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_plain,
+    pv_plain, gemm_plain, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_plain, x_quant,
 };
 
 #if defined(__x86_64__)
@@ -528,7 +528,7 @@ AVX2 void gemm_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, 
 
 const CpuKernels kAvx2 = {
     "avx2", dot_avx2, axpy_avx2, scale_avx2, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx2, silu_mul_avx2, scores_avx2,
-    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2,
+    pv_avx2, gemm_avx2, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2, x_quant_avx2,
 };
 
 // ---- AVX-512 (attention kernels; the rest is the AVX2 set) -------------------
@@ -1148,7 +1148,7 @@ AVX512 void x_q8_avx512(const float* x, int64_t k, uint8_t* q, float* d) {
 
 const CpuKernels kAvx512 = {
     "avx512", dot_avx2, axpy_avx2, scale_avx512, to_f32_avx2, from_f32_avx2, max_avx2, exp2_sum_avx512, silu_mul_avx512, scores_avx512,
-    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2,
+    pv_avx512, gemm_avx512, nullptr, nullptr, nullptr, nullptr, nullptr, qdot_avx2, x_quant_avx2,
 };
 #endif
 

@@ -135,6 +135,8 @@ struct CpuKernels {
   // (qdot_type), xq rows of x_quant's quantization. Never nullptr.
   void (*qdot)(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int n, int64_t k,
                float* y, int64_t ldy);
+  // x_quant (kernels_q.h): the same bytes. Never nullptr.
+  void (*x_quant)(TensorType t, const float* x, int64_t k, uint8_t* xq);
 };
 
 // Bytes of pack_dot's packing of rows weight rows of k elements (t BF16 or

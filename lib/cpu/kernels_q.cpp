@@ -241,6 +241,7 @@ void qdot_vnni(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const
   q_vnni::qdot(t, w, wstride, rows, xq, n, k, y, ldy);
 }
 void dequant_avx2(TensorType t, const void* src, float* dst, int64_t n) { q_avx2::dequant(t, src, dst, n); }
+void x_quant_avx2(TensorType t, const float* x, int64_t k, uint8_t* xq) { q_avx2::xquant(t, x, k, xq); }
 
 #endif
 

@@ -59,6 +59,8 @@ void qdot_vnni(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const
                float* y, int64_t ldy);
 // Rows of the quantized types widened to f32 (the many-row products' tiles).
 void dequant_avx2(TensorType t, const void* src, float* dst, int64_t n);
+// x_quant, the same bytes.
+void x_quant_avx2(TensorType t, const float* x, int64_t k, uint8_t* xq);
 #endif
 
 }  // namespace clade
