@@ -3,7 +3,7 @@
 // each reference vocabulary, and decoding it back.
 //
 // Usage: bench_tokenize [VOCAB_DIR] [MB] [RUNS]
-//   VOCAB_DIR  default $CLADE_VOCAB_DIR, then ../shared/data/vocab
+//   VOCAB_DIR  default $CLADE_VOCAB_DIR, then tests/data/vocab
 //   MB         size of the text (default 4)
 //   RUNS       timed runs per vocabulary (default 5); the median is reported
 // Prints one CSV line per vocabulary:
@@ -130,7 +130,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "";
   if (dir.empty() && std::getenv("CLADE_VOCAB_DIR")) dir = std::getenv("CLADE_VOCAB_DIR");
-  if (dir.empty()) dir = "../shared/data/vocab";
+  if (dir.empty()) dir = "tests/data/vocab";
   const double mb = argc > 2 ? std::atof(argv[2]) : 4.0;
   const int runs = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
   struct stat st;

@@ -231,8 +231,10 @@ def run_round(t, args, words, tag, deadline):
         reused = after[k_reused] - before[k_reused]
         total = reused + after[k_eval] - before[k_eval]
         row["reused_metrics"] = reused / total if total else float("nan")
+        row["prompt_evaluated"], row["prompt_reused"] = int(total - reused), int(reused)
     else:
         row["reused_metrics"] = float("nan")
+        row["prompt_evaluated"] = row["prompt_reused"] = ""
     cached = [r for r in ok if r["cached"] is not None and r["prompt"]]
     row["reused_usage"] = (sum(r["cached"] for r in cached) / sum(r["prompt"] for r in cached)
                            if cached else float("nan"))
@@ -242,7 +244,8 @@ def run_round(t, args, words, tag, deadline):
 
 
 COLS = ["target", "round", "requests", "errors", "wall_s", "req_per_s", "out_tok_per_s", "out_tokens",
-        "ttft_p50", "ttft_p99", "lat_p50", "lat_p99", "prompt_tokens", "reused_metrics", "reused_usage"]
+        "ttft_p50", "ttft_p99", "lat_p50", "lat_p99", "prompt_tokens", "reused_metrics", "reused_usage",
+        "prompt_evaluated", "prompt_reused"]
 
 
 def fmt(v):

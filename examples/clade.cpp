@@ -876,9 +876,9 @@ int cmd_demo(Args& a) {
   if (std::system(cmd.c_str()) != 0) Args::die("cannot create " + dir);
   std::string path = dir + "/demo-random.gguf";
   // A real tokenizer makes the demo print text: use the Llama 2 vocabulary
-  // when the shared reference data is next to the checkout.
+  // of the tests (tests/data/vocab) when run from the checkout.
   std::string vocab;
-  for (const char* c : {"../shared/data/vocab/ggml-vocab-llama-spm.gguf", "shared/data/vocab/ggml-vocab-llama-spm.gguf"}) {
+  for (const char* c : {"tests/data/vocab/ggml-vocab-llama-spm.gguf", "../tests/data/vocab/ggml-vocab-llama-spm.gguf"}) {
     if (stat(c, &st) == 0) vocab = c;
   }
   if (stat(path.c_str(), &st) != 0) {

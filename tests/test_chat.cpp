@@ -6,7 +6,7 @@
 // - recognition of each family from a template text of its kind, written
 //   here with the family's markers, on tiny GGUF models carrying it as
 //   tokenizer.chat_template (a random model with the SentencePiece
-//   vocabulary of ../shared/data/vocab, CLADE_VOCAB_DIR);
+//   vocabulary of tests/data/vocab, CLADE_VOCAB_DIR);
 // - an unknown template, no template, explicit names, roles a family
 //   refuses, a buffer too small, NULL arguments;
 // - the BOS rule: the text has no leading BOS, and tokenizing it with
@@ -404,7 +404,7 @@ int main() {
   test_buffer_and_nulls();
 
   const char* vdir = std::getenv("CLADE_VOCAB_DIR");
-  std::string vocab = std::string(vdir ? vdir : "../shared/data/vocab") + "/ggml-vocab-llama-spm.gguf";
+  std::string vocab = std::string(vdir ? vdir : "tests/data/vocab") + "/ggml-vocab-llama-spm.gguf";
   std::string dir = temp_dir();
   std::string base = dir + "/base.gguf";
   cli::RandomModelSpec spec;

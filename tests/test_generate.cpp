@@ -719,8 +719,12 @@ int main() {
   spec.type = "f32";
   spec.seed = 5;
   const char* vdir = std::getenv("CLADE_VOCAB_DIR");
-  std::string vocab = std::string(vdir ? vdir : "../shared/data/vocab") + "/ggml-vocab-llama-spm.gguf";
+  std::string vocab = std::string(vdir ? vdir : "tests/data/vocab") + "/ggml-vocab-llama-spm.gguf";
   bool have_vocab = std::fopen(vocab.c_str(), "rb") != nullptr;
+  if (!have_vocab) {  // in the repository: missing data is a failure, not a skip
+    std::fprintf(stderr, "FAIL: no reference vocabulary at %s (set CLADE_VOCAB_DIR)\n", vocab.c_str());
+    return 1;
+  }
   try {
     cli::write_random_model(path, spec);
     if (have_vocab) {

@@ -1,10 +1,10 @@
 // Tokenizer tests: reference encodings of real vocabularies (the .inp/.out
-// pairs in ../shared/data/vocab), round trips, invalid UTF-8, streaming
+// pairs in tests/data/vocab), round trips, invalid UTF-8, streaming
 // detokenization, and metadata errors on small generated vocabularies.
 //
 // Usage: test_tokenizer [VOCAB_DIR]   (default: $CLADE_VOCAB_DIR, then
-// ../shared/data/vocab). Exits 77 (skip) when the folder is missing, after
-// running the tests that need no vocabulary file.
+// tests/data/vocab). Fails when the folder is missing, after running the
+// tests that need no vocabulary file: the vocabularies are in the repository.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -819,15 +819,16 @@ static bool is_dir(const std::string& p) {
 int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "";
   if (dir.empty() && std::getenv("CLADE_VOCAB_DIR")) dir = std::getenv("CLADE_VOCAB_DIR");
-  if (dir.empty()) dir = "../shared/data/vocab";
+  if (dir.empty()) dir = "tests/data/vocab";
 
   test_generated();
   test_generated_invalid_specials();
   std::printf("generated vocabularies: %d checks, %d failures\n", g_checks, g_failures);
 
   if (!is_dir(dir)) {
-    std::printf("SKIP: vocabulary folder %s not found; reference-encoding tests not run\n", dir.c_str());
-    return g_failures ? 1 : 77;
+    std::printf("FAIL: vocabulary folder %s not found (set CLADE_VOCAB_DIR or pass the folder of "
+                "tests/data/vocab)\n", dir.c_str());
+    return 1;
   }
 
   for (const char* name : {"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-bpe.gguf"}) {

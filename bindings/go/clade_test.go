@@ -6,8 +6,8 @@ package clade
 //   CLADE_TEST_MODEL  a GGUF model with a 300-token vocabulary to use as is
 //   CLADE_CLI         the clade tool used to write random models otherwise
 //                     (default: ../../build/examples/clade)
-//   CLADE_VOCAB_DIR   reference vocabularies (default: ../../../shared/data/vocab);
-//                     the tokenizer test is skipped without them
+//   CLADE_VOCAB_DIR   reference vocabularies (default: ../../tests/data/vocab);
+//                     the tests that need them fail without them
 //   CGO_LDFLAGS       "-L/dir -Wl,-rpath,/dir" to test a libclade.so other than ../../build's
 
 import (
@@ -820,9 +820,9 @@ func TestChatApply(t *testing.T) {
 
 func TestTokenizerRoundTrip(t *testing.T) {
 	defer catch(t)
-	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../../shared/data/vocab"), "ggml-vocab-llama-spm.gguf")
+	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../tests/data/vocab"), "ggml-vocab-llama-spm.gguf")
 	if _, err := os.Stat(vocab); err != nil {
-		t.Skipf("no reference vocabulary at %s (set CLADE_VOCAB_DIR)", vocab)
+		t.Fatalf("no reference vocabulary at %s (set CLADE_VOCAB_DIR)", vocab)
 	}
 	m, err := LoadModel(randomModel(t, "spm.gguf", "--vocab-from", vocab), &ModelParams{NThreads: 1})
 	ok(t, err)
@@ -1194,9 +1194,9 @@ func TestSamplerPenaltiesBiasLogprobsBatch(t *testing.T) {
 // need text); the test is skipped without the vocabulary.
 func spmModel(t *testing.T) *Model {
 	t.Helper()
-	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../../shared/data/vocab"), "ggml-vocab-llama-spm.gguf")
+	vocab := filepath.Join(envOr("CLADE_VOCAB_DIR", "../../tests/data/vocab"), "ggml-vocab-llama-spm.gguf")
 	if _, err := os.Stat(vocab); err != nil {
-		t.Skipf("no reference vocabulary at %s (set CLADE_VOCAB_DIR)", vocab)
+		t.Fatalf("no reference vocabulary at %s (set CLADE_VOCAB_DIR)", vocab)
 	}
 	m := must(LoadModel(randomModel(t, "spm.gguf", "--vocab-from", vocab), &ModelParams{NThreads: 1}))
 	t.Cleanup(func() { m.Close() })

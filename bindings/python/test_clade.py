@@ -7,8 +7,8 @@ Environment:
     CLADE_LIBRARY    libclade.so to load (default: build/libclade.so of this checkout)
     CLADE_CLI        the clade command-line tool, used to write random models
                      (default: build/examples/clade of this checkout)
-    CLADE_VOCAB_DIR  folder of reference vocabularies (default: ../shared/data/vocab
-                     next to the checkout); the tokenizer test is skipped without it
+    CLADE_VOCAB_DIR  folder of reference vocabularies (default: tests/data/vocab of
+                     this checkout); the tests that need them fail without it
 """
 
 import ctypes
@@ -27,7 +27,7 @@ import clade  # noqa: E402
 from clade import _lib  # noqa: E402
 
 CLI = os.environ.get("CLADE_CLI") or os.path.join(ROOT, "build", "examples", "clade")
-VOCAB_DIR = os.environ.get("CLADE_VOCAB_DIR") or os.path.join(ROOT, "..", "shared", "data", "vocab")
+VOCAB_DIR = os.environ.get("CLADE_VOCAB_DIR") or os.path.join(ROOT, "tests", "data", "vocab")
 SPM_VOCAB = os.path.join(VOCAB_DIR, "ggml-vocab-llama-spm.gguf")
 
 _tmp = None
@@ -650,7 +650,7 @@ class TokenizerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(SPM_VOCAB):
-            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+            raise AssertionError("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
         cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
 
     @classmethod
@@ -719,7 +719,7 @@ class GenerateTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(SPM_VOCAB):
-            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+            raise AssertionError("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
         cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
         cls.a = cls.model.tokenize("Once upon a time")
         cls.b = cls.model.tokenize(" there was", add_special=False)
@@ -867,7 +867,7 @@ class SpeculativeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.exists(SPM_VOCAB):
-            raise unittest.SkipTest("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
+            raise AssertionError("no reference vocabulary at %s (set CLADE_VOCAB_DIR)" % SPM_VOCAB)
         cls.model = clade.Model(random_model("spm.gguf", "--vocab-from", SPM_VOCAB), n_threads=1)
         # another random model of the same vocabulary: a (useless but valid) draft model
         cls.draft = clade.Model(random_model("spm-draft.gguf", "--vocab-from", SPM_VOCAB,

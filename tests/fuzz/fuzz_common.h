@@ -35,7 +35,7 @@ struct Bytes {
   uint8_t byte() { return take<uint8_t>(); }
 };
 
-// A vocabulary GGUF of ../shared/data/vocab (CLADE_VOCAB_DIR overrides the
+// A vocabulary GGUF of tests/data/vocab (CLADE_VOCAB_DIR overrides the
 // folder): 0 the llama SentencePiece one, 1 the llama 3 BPE one.
 inline std::string vocab_path(int which) {
   const char* dir = std::getenv("CLADE_VOCAB_DIR");

@@ -1,5 +1,5 @@
 // libFuzzer harness: the tokenizers (SentencePiece and BPE vocabularies of
-// ../shared/data/vocab) on arbitrary bytes. Valid UTF-8 must tokenize, the
+// tests/data/vocab) on arbitrary bytes. Valid UTF-8 must tokenize, the
 // tokens must detokenize, and the streaming detokenizer must give the same
 // bytes as clade_detokenize; with the BPE (byte-level) vocabulary and no
 // special tokens, the text must come back exactly. Invalid UTF-8 must be

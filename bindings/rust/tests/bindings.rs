@@ -4,8 +4,8 @@
 //!   CLADE_TEST_MODEL  a GGUF model with a 300-token vocabulary to use as is
 //!   CLADE_CLI         the clade tool used to write random models otherwise
 //!                     (default: ../../build/examples/clade)
-//!   CLADE_VOCAB_DIR   reference vocabularies (default: ../../../shared/data/vocab);
-//!                     the tokenizer test is skipped without them
+//!   CLADE_VOCAB_DIR   reference vocabularies (default: ../../tests/data/vocab);
+//!                     the tests that need them fail without them
 //!   CLADE_LIB_DIR     where libclade.so is (build time; default ../../build)
 
 use clade::{Cache, CacheParams, ErrorKind, KvType, LogLevel, Model, ModelParams, Sampler, SamplerParams, SeqId,
@@ -288,13 +288,10 @@ fn chat_apply() {
 fn tokenizer_round_trip() {
     let dir = match std::env::var("CLADE_VOCAB_DIR") {
         Ok(d) if !d.is_empty() => PathBuf::from(d),
-        _ => manifest().join("../../../shared/data/vocab"),
+        _ => manifest().join("../../tests/data/vocab"),
     };
     let vocab = dir.join("ggml-vocab-llama-spm.gguf");
-    if !vocab.exists() {
-        eprintln!("SKIP tokenizer_round_trip: no reference vocabulary at {}", vocab.display());
-        return;
-    }
+    assert!(vocab.exists(), "no reference vocabulary at {} (set CLADE_VOCAB_DIR)", vocab.display());
     let path = random_model("spm.gguf", &["--vocab-from", vocab.to_str().unwrap()]);
     let m = Model::load_with(&path, &ModelParams { n_threads: 1, ..ModelParams::default() }).unwrap();
     let sp = m.special_tokens().unwrap();
@@ -802,13 +799,10 @@ fn spm_model() -> Option<Model> {
     let path = PATH.get_or_init(|| {
         let dir = match std::env::var("CLADE_VOCAB_DIR") {
             Ok(d) if !d.is_empty() => PathBuf::from(d),
-            _ => manifest().join("../../../shared/data/vocab"),
+            _ => manifest().join("../../tests/data/vocab"),
         };
         let vocab = dir.join("ggml-vocab-llama-spm.gguf");
-        if !vocab.exists() {
-            eprintln!("SKIP generate tests: no reference vocabulary at {}", vocab.display());
-            return None;
-        }
+        assert!(vocab.exists(), "no reference vocabulary at {} (set CLADE_VOCAB_DIR)", vocab.display());
         Some(random_model("spm-generate.gguf", &["--vocab-from", vocab.to_str().unwrap()]))
     });
     path.as_ref().map(|p| Model::load_with(p, &ModelParams { n_threads: 1, ..ModelParams::default() }).unwrap())
