@@ -923,7 +923,7 @@ int main(int argc, char** argv) {
     std::fputs(usage().c_str(), stdout);
     return 0;
   }
-  if (cmd == "--version") {
+  if (cmd == "--version" || cmd == "version") {
     std::printf("clade %s\n", clade_version_string());
     return 0;
   }

@@ -1,0 +1,96 @@
+#!/bin/bash
+# A user outside the checkout: `meson install --destdir` of this build into
+# a private folder, then a C program (hello.c) built against it with
+# pkg-config alone (PKG_CONFIG_PATH, nothing else) and run on a small random
+# model written by the installed CLI, generating text. Checks the installed
+# files (header, library with its soname links, CLI, clade.pc with no build
+# or CUDA paths) and, configure-only, clade as a Meson subproject (no CLI,
+# benchmarks or tests by default).
+# usage: run.sh BUILD_DIR SOURCE_DIR CC MESON
+set -uo pipefail
+build=$1; src=$2; cc=$3; meson=$4
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# A clean environment: no compiler or loader search paths from the caller.
+unset LD_LIBRARY_PATH CPATH C_INCLUDE_PATH LIBRARY_PATH PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+
+$meson install -C "$build" --no-rebuild --destdir "$dir/root" --quiet > "$dir/install.log" 2>&1 ||
+  { cat "$dir/install.log"; echo "FAIL: meson install"; exit 1; }
+pc=$(find "$dir/root" -name clade.pc -path '*/pkgconfig/*' | head -1)
+[ -n "$pc" ] || { echo "FAIL: no clade.pc installed"; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+pkg-config --exists clade || { pkg-config --print-errors clade; echo "FAIL: pkg-config clade"; exit 1; }
+
+libdir=$(pkg-config --variable=libdir clade)
+incdir=$(pkg-config --variable=includedir clade)
+prefix=$(pkg-config --variable=prefix clade)
+# Relocatable: the .pc's prefix is where it lies, not the configured one.
+[ "$(cd "$prefix" 2> /dev/null && pwd -P)" == "$(cd "$(dirname "$pc")/../.." && pwd -P)" ] ||
+  [ "$(cd "$prefix" 2> /dev/null && pwd -P)" == "$(cd "$(dirname "$pc")/../../.." && pwd -P)" ] ||
+  fail "clade.pc's prefix $prefix is not the install folder"
+[ -f "$incdir/clade/clade.h" ] || fail "no header at $incdir/clade/clade.h"
+version=$(sed -n 's/^#define CLADE_VERSION_STRING "\(.*\)"/\1/p' "$src/include/clade/clade.h")
+major=$(sed -n 's/^#define CLADE_ABI_MAJOR \([0-9]*\).*/\1/p' "$src/include/clade/clade.h")
+[ "$(pkg-config --modversion clade)" == "$version" ] || fail "clade.pc version $(pkg-config --modversion clade), header $version"
+[ -f "$libdir/libclade.so.$version" ] || fail "no $libdir/libclade.so.$version"
+[ "$(readlink "$libdir/libclade.so.$major")" == "libclade.so.$version" ] || fail "libclade.so.$major is not a link to libclade.so.$version"
+[ "$(readlink "$libdir/libclade.so")" == "libclade.so.$major" ] || fail "libclade.so is not a link to libclade.so.$major"
+soname=$(readelf -d "$libdir/libclade.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" == "libclade.so.$major" ] || fail "soname '$soname', expected libclade.so.$major"
+# clade.pc: only -L/-l/-I flags relative to its own prefix; no build folder,
+# no CUDA library path (Libs.private names libraries, not files).
+grep -q "$build\|$src\|\.so\b\|/cuda/lib" "$pc" && fail "clade.pc has build or library paths: $(cat "$pc")"
+libs=$(pkg-config --libs clade)
+[ "${libs% }" == "-L$libdir -lclade" ] || fail "pkg-config --libs clade: $(pkg-config --libs clade)"
+
+cli=$prefix/bin/clade
+[ -x "$cli" ] || { echo "FAIL: no installed CLI at $cli"; exit 1; }
+# The installed CLI finds the installed library by itself ($ORIGIN rpath).
+out=$("$cli" version 2>&1) && [ "$out" == "clade $version" ] || fail "installed clade version: $out"
+"$cli" model random -o "$dir/m.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 --type f16 \
+  --vocab-from "$src/tests/data/vocab/ggml-vocab-llama-spm.gguf" > /dev/null || fail "installed clade model random"
+
+# The program: compiled and linked with what pkg-config says, run with the
+# library folder as its rpath (a private prefix is not on the loader's path;
+# README: Install).
+# shellcheck disable=SC2046
+$cc -std=c99 -Wall -Werror -o "$dir/hello" "$src/tests/install/hello.c" $(pkg-config --cflags --libs clade) \
+  -Wl,-rpath,"$libdir" > "$dir/cc.log" 2>&1 || { cat "$dir/cc.log"; fail "compiling hello.c against the install"; }
+if [ -x "$dir/hello" ]; then
+  lib=$(ldd "$dir/hello" | sed -n 's/.*libclade\.so\.[0-9]* => \(.*\) (.*/\1/p')
+  [ "$(cd "$(dirname "$lib")" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ] || fail "hello loads libclade from '$lib', not $libdir"
+  out=$("$dir/hello" "$dir/m.gguf" "Once upon a time" 2>&1) || fail "hello: $out"
+  grep -q "^clade $version (header $version)\$" <<< "$out" || fail "hello: no version line: $out"
+  grep -q "^Once upon a time." <<< "$out" && grep -q "^8 tokens" <<< "$out" || fail "hello: no text: $out"
+  echo "$out"
+fi
+
+# clade as a Meson subproject (configure only): the library and its
+# dependency, no CLI, benchmarks or tests unless asked for.
+mkdir -p "$dir/user/subprojects"
+ln -s "$src" "$dir/user/subprojects/clade"
+cat > "$dir/user/meson.build" << 'EOM'
+project('user', 'c')
+clade_dep = subproject('clade').get_variable('clade_dep')
+executable('user', 'user.c', dependencies: clade_dep)
+EOM
+echo 'int main(void) { return 0; }' > "$dir/user/user.c"
+if $meson setup "$dir/user/build" "$dir/user" -Dclade:cuda=disabled > "$dir/sub.log" 2>&1; then
+  $meson introspect --targets "$dir/user/build" > "$dir/targets.json"
+  python3 - "$dir/targets.json" << 'EOP' || fail "clade as a subproject"
+import json, sys
+targets = [(t["name"], t["type"]) for t in json.load(open(sys.argv[1]))]
+errors = [] if ("clade", "shared library") in targets else ["no libclade target"]
+errors += ["builds the %s %s by default" % (ty, n) for n, ty in targets if ty == "executable" and n != "user"]
+print("\n".join("subproject: " + e for e in errors))
+sys.exit(1 if errors else 0)
+EOP
+else
+  cat "$dir/sub.log"; fail "meson setup with clade as a subproject"
+fi
+
+[ $failures -eq 0 ] && echo "ok: installed, built against with pkg-config, run; subproject configured"
+exit $((failures > 0))
