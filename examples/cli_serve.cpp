@@ -134,7 +134,8 @@ struct Options {
   size_t max_body = 1 << 20;
   int default_max_tokens = 256;
   int admit_tokens = 4096;  // prompt tokens evaluated per step boundary, about
-  bool verbose = false;
+  bool verbose = false, map_file = true;
+  clade_backend backend = CLADE_BACKEND_CPU;
 };
 
 struct Metrics {
@@ -1137,6 +1138,8 @@ int cmd_serve(Args& a) {
     else if (f == "--max-tokens") o.default_max_tokens = (int)to_long(a.next(f), f);
     else if (f == "--admit-tokens") o.admit_tokens = (int)to_long(a.next(f), f);
     else if (f == "--verbose") o.verbose = true;
+    else if (f == "--backend") o.backend = parse_backend(a.next(f));
+    else if (f == "--no-mmap") o.map_file = false;
     else Args::die("serve: unknown option " + f);
   }
   if (o.model.empty()) Args::die("serve: -m FILE is required");
@@ -1160,7 +1163,10 @@ int cmd_serve(Args& a) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a death
 
-  clade_model* m = load_model(o.model, o.threads, false, CLADE_BACKEND_CPU);
+  if (o.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    std::fprintf(stderr, "clade serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
+                 o.host.c_str());
+  clade_model* m = load_model(o.model, o.threads, false, o.backend, o.map_file);
   int rc;
   {
     Server s(o, m);

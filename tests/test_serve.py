@@ -108,8 +108,8 @@ class Server:
                 out[name] = float(value)
         return out
 
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -398,8 +398,8 @@ def main():
 
     rc, log = s.stop()
     check(rc == 0 and "stopped" in log, "SIGTERM: exit %s, log:\n%s" % (rc, log))
-    rc, log = keyed.stop()
-    check(rc == 0, "keyed SIGTERM: exit %s" % rc)
+    rc, log = keyed.stop(signal.SIGINT)
+    check(rc == 0 and "SIGINT, stopping" in log and "stopped" in log, "SIGINT: exit %s, log:\n%s" % (rc, log))
     shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         print("%d failure(s)" % len(failures))
