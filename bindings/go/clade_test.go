@@ -1599,6 +1599,7 @@ func TestSpeculativeDrafterErrors(t *testing.T) {
 			}
 		}()
 		specGenerate(t, tree, prompts, params, specParams(func(s *SpeculativeParams) {
+			s.Adaptive = false // (adaptive may measure that drafting does not pay, and not call it)
 			s.Draft = func(uint64, []Token, int) []Token {
 				calls++
 				if calls == 3 {

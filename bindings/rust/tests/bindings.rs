@@ -1105,7 +1105,8 @@ fn speculative_drafter_errors_and_panics() {
                 panic!("drafter boom");
             }
             Vec::new()
-        });
+        })
+        .adaptive(false); // (adaptive may measure that drafting does not pay, and not call it)
         tree.generate_speculative(&prompts, &params, &mut spec)
     }));
     assert_eq!(*caught.unwrap_err().downcast::<&str>().unwrap(), "drafter boom");
