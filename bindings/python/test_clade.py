@@ -95,6 +95,38 @@ class ModelTest(unittest.TestCase):
         self.assertGreater(i["n_params"], 0)
         self.assertEqual(self.model.n_vocab, 300)
 
+    def test_prefix_reuse_and_sessions(self):
+        doc = [(7 * i + 3) % 300 for i in range(40)]
+        with clade.Tree(self.model, kv_type=clade.KV_F32, flags=clade.TREE_PREFIX_CACHE) as t:
+            a, reused, want = t.append_prefix(doc + [5, 6], want_logits=True)
+            self.assertEqual(reused, 0)
+            # Another ending after 30 tokens: 30 reused (a node split).
+            b, reused, got = t.append_prefix(doc[:30] + [9], want_logits=True)
+            self.assertEqual(reused, 30)
+            with clade.Tree(self.model, kv_type=clade.KV_F32) as fresh:
+                _, ref = fresh.append(0, doc[:30] + [9], want_logits=True)
+            assert_close(self, got, ref)
+            t.release(b)
+            self.assertGreater(t.trim(0), 0)  # b was cached
+            path = os.path.join(_tmp, "s.clade")
+            t.save(a, path)
+        with clade.Tree(self.model, kv_type=clade.KV_F32) as t2:
+            node, n, reused = t2.load(path)
+            self.assertEqual((n, reused), (42, 0))
+            with clade.Cache(t2) as c:  # the next step after the loaded path
+                s = c.add(node)
+                row = c.decode({s: [11]})[0]
+            with clade.Tree(self.model, kv_type=clade.KV_F32) as fresh:
+                _, ref = fresh.append(0, doc + [5, 6, 11], want_logits=True)
+            assert_close(self, row, ref)
+            self.assertEqual(t2.append_prefix(doc + [5, 6, 11])[1], 42)
+        with clade.Tree(self.model) as t16:  # F16 KV: the file holds F32
+            with self.assertRaises(clade.SessionMismatch):
+                t16.load(path)
+            with self.assertRaises(clade.CladeError) as e:
+                t16.load(path + ".missing")
+            self.assertEqual(e.exception.status, _lib.CLADE_E_IO)
+
     def test_context_manager_and_close(self):
         with clade.Model(self.path, n_threads=1) as m:
             t = clade.Tree(m)
@@ -978,10 +1010,10 @@ class SpeculativeTest(unittest.TestCase):
             self.assertEqual(hist[0][:lens[0]], self.prompts[0] + self.prompts[1][0])
 
             # None or [] are no draft; generate_stream takes the options too
-            got = tree.generate(self.prompts, draft=lambda s, h, m: None, **self.kw)
+            got = tree.generate(self.prompts, draft=lambda s, h, m: None, adaptive=False, **self.kw)
             self.check_same(want, got)
             self.assertEqual(got.stats.drafted, 0)
-            stream = tree.generate_stream(self.prompts, draft=oracle, **self.kw)
+            stream = tree.generate_stream(self.prompts, draft=oracle, adaptive=False, **self.kw)
             texts = [""] * 4
             for seq, piece in stream:
                 texts[seq] += piece
@@ -1033,7 +1065,8 @@ class SpeculativeTest(unittest.TestCase):
                 widths.append(max_tokens)
                 return ([3, 4, 5, 6], [-1, -1, 0, 1]) if max_tokens >= 4 else None
 
-            got = tree.generate(self.prompts, draft=fixed, tree_width=2, max_draft=4, **self.kw)
+            got = tree.generate(self.prompts, draft=fixed, tree_width=2, max_draft=4, adaptive=False,
+                                **self.kw)
             self.check_same(want, got)
             self.assertTrue(widths)
             # a chain as a pair, or with parents None, with tree_width 1
@@ -1061,7 +1094,7 @@ class SpeculativeTest(unittest.TestCase):
                 self.assertEqual(tree.children(clade.Tree.ROOT), [])
             with self.assertRaises(TypeError):  # not a parent
                 tree.generate(self.prompts, draft=lambda s, h, m: ([3], [None]), tree_width=2,
-                              **self.kw)
+                              adaptive=False, **self.kw)
             for width in (0, 9):
                 with self.assertRaises(clade.CladeError) as e:
                     tree.generate(self.prompts, lookup=2, tree_width=width, **self.kw)
@@ -1092,12 +1125,12 @@ class SpeculativeTest(unittest.TestCase):
                 return []
 
             with self.assertRaises(KeyError):
-                tree.generate(self.prompts, draft=boom, **self.kw)
+                tree.generate(self.prompts, draft=boom, adaptive=False, **self.kw)
             self.assertEqual(n[0], 3)
             with self.assertRaises(TypeError):  # not a token
-                tree.generate(self.prompts, draft=lambda s, h, m: [1.5], **self.kw)
+                tree.generate(self.prompts, draft=lambda s, h, m: [1.5], adaptive=False, **self.kw)
             with self.assertRaises(ZeroDivisionError):
-                list(tree.generate_stream(self.prompts, draft=lambda s, h, m: [1 // 0], **self.kw))
+                list(tree.generate_stream(self.prompts, draft=lambda s, h, m: [1 // 0], adaptive=False, **self.kw))
             self.assertEqual(tree.children(clade.Tree.ROOT), [])
             self.check_same(want, self.plain(tree))
             # the library's own argument checks

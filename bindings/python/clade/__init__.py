@@ -44,11 +44,12 @@ import atexit
 import collections
 import ctypes
 import operator
+import os
 
 from . import _lib
 
 __all__ = [
-    "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull",
+    "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull", "SessionMismatch",
     "Model", "Tree", "Cache", "Sampler", "SampleResult", "Detokenizer", "generate",
     "Prompt", "Generation", "GenerationList", "GenerationStats", "GenerationStream",
     "STOP_SEQ", "STOP_ALL",
@@ -56,7 +57,7 @@ __all__ = [
     "version", "status_string", "set_log", "chat_apply", "chat_templates",
     "KV_F32", "KV_F16", "KV_BF16",
     "ATTENTION_AUTO", "ATTENTION_SHARED", "ATTENTION_FLAT", "ATTENTION_NONE",
-    "BACKEND_CPU", "BACKEND_CUDA", "TREE_ALLOW_LONG_CONTEXT",
+    "BACKEND_CPU", "BACKEND_CUDA", "TREE_ALLOW_LONG_CONTEXT", "TREE_PREFIX_CACHE",
     "LOG_DEBUG", "LOG_INFO", "LOG_WARN", "LOG_ERROR",
 ]
 
@@ -70,6 +71,7 @@ ATTENTION_NONE = _lib.CLADE_ATTENTION_NONE
 BACKEND_CPU = _lib.CLADE_BACKEND_CPU
 BACKEND_CUDA = _lib.CLADE_BACKEND_CUDA
 TREE_ALLOW_LONG_CONTEXT = _lib.CLADE_TREE_ALLOW_LONG_CONTEXT
+TREE_PREFIX_CACHE = _lib.CLADE_TREE_PREFIX_CACHE
 LOG_DEBUG = _lib.CLADE_LOG_DEBUG
 LOG_INFO = _lib.CLADE_LOG_INFO
 LOG_WARN = _lib.CLADE_LOG_WARN
@@ -114,7 +116,13 @@ class ContextFull(CladeError):
     """CLADE_CONTEXT_FULL: a position would pass the model's n_ctx; nothing changed."""
 
 
+class SessionMismatch(CladeError):
+    """CLADE_E_MISMATCH: a saved session belongs to another model, backend or
+    KV type; the tree is as before."""
+
+
 _ERROR_CLASSES = {
+    _lib.CLADE_E_MISMATCH: SessionMismatch,
     _lib.CLADE_CACHE_FULL: CacheFull,
     _lib.CLADE_STOPPED: Stopped,
     _lib.CLADE_KV_BUDGET: KVBudgetExceeded,
@@ -502,7 +510,9 @@ class Tree(_Handle):
 
     The tree keeps its model's memory alive: the Model may be closed first.
     kv_budget: bytes of KV the tree and all its caches may hold (0: no
-    limit). flags: TREE_ALLOW_LONG_CONTEXT to accept positions past n_ctx."""
+    limit). flags: TREE_ALLOW_LONG_CONTEXT to accept positions past n_ctx,
+    TREE_PREFIX_CACHE to keep released nodes cached for append_prefix
+    (evicted least recently used when the budget needs room)."""
 
     _free = staticmethod(_lib.clade_tree_free)
     ROOT = 0
@@ -550,6 +560,49 @@ class Tree(_Handle):
 
     def release(self, node):
         _check(_lib.clade_tree_release(self._get(), node))
+
+    def append_prefix(self, tokens, want_logits=False):
+        """Evaluate a whole prompt, reusing the deepest path of the tree that
+        equals its beginning (a node it leaves halfway is split); only the
+        rest is evaluated, as a new node the caller holds. Returns (node,
+        reused tokens), or (node, reused, logits of the last token) with
+        want_logits."""
+        arr, n = _tokens(tokens)
+        logits = (ctypes.c_float * self._n_vocab)() if want_logits else None
+        out = _lib.clade_node_id(0)
+        reused = ctypes.c_size_t(0)
+        self._abort_exc[0] = None
+        st = _lib.clade_tree_append_prefix(self._get(), arr, n, logits, ctypes.byref(out),
+                                           ctypes.byref(reused))
+        if st != _lib.CLADE_OK:
+            self._raise_stopped(st)
+        if want_logits:
+            return out.value, reused.value, list(logits)
+        return out.value, reused.value
+
+    def trim(self, bytes_=0):
+        """Evict cached nodes, least recently used first, until the tree and
+        its caches hold at most bytes_ of KV. Returns the bytes freed."""
+        freed = ctypes.c_uint64(0)
+        _check(_lib.clade_tree_trim(self._get(), bytes_, ctypes.byref(freed)))
+        return freed.value
+
+    def save(self, node, path):
+        """Write the path root .. node (tokens and KV) to path (a temporary
+        file, then renamed)."""
+        _check(_lib.clade_tree_save(self._get(), node, os.fsencode(path)))
+
+    def load(self, path):
+        """Load a saved path, matched against what the tree holds, evaluating
+        nothing. Returns (node, tokens in the file, tokens the tree held);
+        the caller holds the node. SessionMismatch for another model,
+        backend or KV type."""
+        out = _lib.clade_node_id(0)
+        n = ctypes.c_size_t(0)
+        reused = ctypes.c_size_t(0)
+        _check(_lib.clade_tree_load(self._get(), os.fsencode(path), ctypes.byref(out),
+                                    ctypes.byref(n), ctypes.byref(reused)))
+        return out.value, n.value, reused.value
 
     def append_batch(self, items):
         """Evaluate many items (new nodes and new sequences with their first
@@ -815,6 +868,11 @@ class Cache(_Handle):
         out = _lib.clade_node_id(0)
         _check(_lib.clade_cache_promote(self._get(), seq, ctypes.byref(out)))
         return out.value
+
+    def save(self, seq, path):
+        """Write seq's whole evaluated history (tokens and KV) to path, for
+        Tree.load."""
+        _check(_lib.clade_cache_save(self._get(), seq, os.fsencode(path)))
 
     def move(self, seq, node):
         """Attach seq to node, whose path tokens must be a prefix of seq's

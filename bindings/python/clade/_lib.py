@@ -124,6 +124,7 @@ CLADE_E_TOKEN = -6
 CLADE_E_STATE = -7
 CLADE_E_BACKEND = -8
 CLADE_E_UTF8 = -9
+CLADE_E_MISMATCH = -10
 CLADE_E_INTERNAL = -100
 
 # const char *clade_status_string(clade_status status);
@@ -313,6 +314,7 @@ clade_detokenizer_free = _fn("clade_detokenizer_free", None, [clade_detokenizer_
 
 
 CLADE_TREE_ALLOW_LONG_CONTEXT = 1
+CLADE_TREE_PREFIX_CACHE = 2
 
 
 class clade_tree_params(Structure):
@@ -341,6 +343,24 @@ clade_tree_append = _fn("clade_tree_append", clade_status,
                          POINTER(c_float), POINTER(clade_node_id)])
 # clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
 clade_tree_release = _fn("clade_tree_release", clade_status, [clade_tree_p, clade_node_id])
+
+# ---- automatic prefix reuse and saved sessions (clade 1.3) ----
+
+# clade_status clade_tree_append_prefix(clade_tree *tree, const clade_token *tokens,
+#                                       size_t n_tokens, float *logits,
+#                                       clade_node_id *out, size_t *n_reused);
+clade_tree_append_prefix = _fn("clade_tree_append_prefix", clade_status,
+                               [clade_tree_p, POINTER(clade_token), c_size_t, POINTER(c_float),
+                                POINTER(clade_node_id), POINTER(c_size_t)])
+# clade_status clade_tree_trim(clade_tree *tree, uint64_t bytes, uint64_t *freed);
+clade_tree_trim = _fn("clade_tree_trim", clade_status, [clade_tree_p, c_uint64, POINTER(c_uint64)])
+# clade_status clade_tree_save(const clade_tree *tree, clade_node_id node, const char *path);
+clade_tree_save = _fn("clade_tree_save", clade_status, [clade_tree_p, clade_node_id, c_char_p])
+# clade_status clade_tree_load(clade_tree *tree, const char *path, clade_node_id *out,
+#                              size_t *n_tokens, size_t *n_reused);
+clade_tree_load = _fn("clade_tree_load", clade_status,
+                      [clade_tree_p, c_char_p, POINTER(clade_node_id), POINTER(c_size_t),
+                       POINTER(c_size_t)])
 
 # ---- batch append (prepacked prefill) ----
 
@@ -461,6 +481,8 @@ clade_cache_fork = _fn("clade_cache_fork", clade_status,
 #                                  clade_node_id *out);
 clade_cache_promote = _fn("clade_cache_promote", clade_status,
                           [clade_cache_p, clade_seq_id, POINTER(clade_node_id)])
+# clade_status clade_cache_save(const clade_cache *cache, clade_seq_id seq, const char *path);
+clade_cache_save = _fn("clade_cache_save", clade_status, [clade_cache_p, clade_seq_id, c_char_p])
 # clade_status clade_cache_move(clade_cache *cache, clade_seq_id seq, clade_node_id node);
 clade_cache_move = _fn("clade_cache_move", clade_status,
                        [clade_cache_p, clade_seq_id, clade_node_id])
