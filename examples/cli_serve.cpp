@@ -768,6 +768,17 @@ class Server {
     c.finish = why;
     c.done = true;
     if (c.seq >= 0) {
+#ifdef CLADE_TREE_PREFIX_CACHE
+      // The answer's evaluated tokens become a cached node under the
+      // prompt's (their KV moves, nothing is evaluated), so the next turn
+      // of a conversation, whose prompt is this one plus this answer,
+      // reuses it as far as its tokens match. Without room, nothing kept.
+      int32_t len = 0;
+      clade_node_id node = -1;
+      if (clade_cache_seq_length(cache_, c.seq, &len) == CLADE_OK && len > 0 &&
+          clade_cache_promote(cache_, c.seq, &node) == CLADE_OK)
+        clade_tree_release(tree_, node);
+#endif
       clade_cache_remove(cache_, c.seq);
       metrics_.live_seqs--;
       c.seq = -1;

@@ -295,6 +295,15 @@ def main():
           "the second chat reused %s of %d tokens" % (r2["usage"]["prompt_tokens_details"], n1))
     check(not reuse or reused >= 150, "/metrics: %g prompt tokens reused (want the system prompt's, > 150)" % reused)
 
+    # an answer's tokens stay cached too: a prompt that continues prompt +
+    # answer (the next turn of a conversation) reuses them
+    p1 = "In the beginning God created the heaven and the earth."
+    st, r1 = s.post("/v1/completions", dict(base, prompt=p1, max_tokens=16))
+    st, r2 = s.post("/v1/completions", dict(base, prompt=p1 + r1["choices"][0]["text"] + " And", max_tokens=2))
+    check(not reuse or r2["usage"]["prompt_tokens_details"]["cached_tokens"] > r1["usage"]["prompt_tokens"] + 8,
+          "prompt + answer again: %s reused, the prompt alone had %d tokens" % (
+              r2["usage"]["prompt_tokens_details"], r1["usage"]["prompt_tokens"]))
+
     # ---- bad requests: (endpoint, body, headers, status, param, message part)
     C, H = "/v1/completions", "/v1/chat/completions"
     bad = [
