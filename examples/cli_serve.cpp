@@ -93,8 +93,8 @@ struct Choice {
   clade_token next = -1;  // sampled, evaluated by the next step
   std::vector<clade_token> generated;
   clade_detokenizer* detok = nullptr;
-  std::string text;      // everything detokenized (stop strings cut)
-  size_t sent = 0;       // bytes of text handed out
+  std::string text;                      // everything detokenized (stop strings cut)
+  size_t sent = 0;                       // bytes of text handed out
   std::vector<TokenLogprob> pending_lp;  // logprobs of tokens not yet handed out
   std::vector<TokenLogprob> all_lp;
   std::string finish;
@@ -167,8 +167,9 @@ class Server {
       if (!family_) Args::die("serve: --template: unknown template '" + opt_.tmpl + "'");
     } else if (clade_chat_template_name(model_, &family_) != CLADE_OK) {
       family_ = nullptr;
-      std::fprintf(stderr, "clade serve: the model has no recognized chat template: /v1/chat/completions answers 501 "
-                           "(pass --template NAME)\n");
+      std::fprintf(stderr,
+                   "clade serve: the model has no recognized chat template: /v1/chat/completions answers 501 "
+                   "(pass --template NAME)\n");
     }
     clade_tree_params tp;
     clade_tree_params_init(&tp);
@@ -220,9 +221,7 @@ class Server {
       std::string what = "internal error";
       try {
         if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
+      } catch (const std::exception& e) { what = e.what(); } catch (...) {
       }
       send_error(res, {500, what, "", "server_error"});
     });
@@ -237,17 +236,21 @@ class Server {
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
-      json m = {{"id", model_name_}, {"object", "model"}, {"created", started_unix_}, {"owned_by", "clade"},
-                {"meta", {{"n_ctx", n_ctx_}, {"n_vocab", info_.n_vocab}, {"n_params", info_.n_params},
-                          {"chat_template", family_ ? json(family_) : json(nullptr)}}}};
+      json m = {{"id", model_name_},
+                {"object", "model"},
+                {"created", started_unix_},
+                {"owned_by", "clade"},
+                {"meta",
+                 {{"n_ctx", n_ctx_},
+                  {"n_vocab", info_.n_vocab},
+                  {"n_params", info_.n_params},
+                  {"chat_template", family_ ? json(family_) : json(nullptr)}}}};
       res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
-    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      handle(req, res, false);
-    });
-    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      handle(req, res, true);
-    });
+    svr.Post("/v1/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
+    svr.Post("/v1/chat/completions",
+             [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, true); });
     // The same without the /v1 prefix, as llama-server also answers.
     svr.Post("/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res, false); });
     svr.Post("/chat/completions",
@@ -306,8 +309,8 @@ class Server {
     std::string h = req.get_header_value("Authorization");
     if (h == "Bearer " + opt_.api_key) return true;
     metrics_.rejected++;
-    send_error(res, {401, h.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key",
-                     "authorization"});
+    send_error(res,
+               {401, h.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key", "authorization"});
     return false;
   }
 
@@ -337,9 +340,8 @@ class Server {
       throw ApiError{400, std::string("'") + k + "' is out of range", k};
     int64_t v = j[k].get<int64_t>();
     if (v < lo || v > hi)
-      throw ApiError{400, std::string("'") + k + "' must be between " + std::to_string(lo) + " and " +
-                              std::to_string(hi),
-                     k};
+      throw ApiError{
+          400, std::string("'") + k + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi), k};
     return v;
   }
 
@@ -351,7 +353,8 @@ class Server {
 
   std::vector<clade_token> tokenize_text(const std::string& text, bool add_special, bool parse_special,
                                          const char* param) {
-    uint32_t flags = (add_special ? CLADE_TOKENIZE_ADD_SPECIAL : 0) | (parse_special ? CLADE_TOKENIZE_PARSE_SPECIAL : 0);
+    uint32_t flags =
+        (add_special ? CLADE_TOKENIZE_ADD_SPECIAL : 0) | (parse_special ? CLADE_TOKENIZE_PARSE_SPECIAL : 0);
     size_t n = 0;
     clade_status st = clade_tokenize(model_, text.data(), text.size(), flags, nullptr, 0, &n);
     std::vector<clade_token> ids;
@@ -387,9 +390,7 @@ class Server {
     json j;
     try {
       j = json::parse(hreq.body);
-    } catch (const json::parse_error& e) {
-      throw ApiError{400, std::string("malformed JSON: ") + e.what(), "body"};
-    }
+    } catch (const json::parse_error& e) { throw ApiError{400, std::string("malformed JSON: ") + e.what(), "body"}; }
     if (!j.is_object()) throw ApiError{400, "the body must be a JSON object", "body"};
     auto r = std::make_shared<Request>();
     r->chat = chat;
@@ -518,8 +519,7 @@ class Server {
           r->prompt.push_back((clade_token)t);
         }
       } else if (p.is_array() && p.size() > 1 && p[0].is_string()) {
-        throw ApiError{400, "several prompts in one request are not supported: send one request per prompt",
-                       "prompt"};
+        throw ApiError{400, "several prompts in one request are not supported: send one request per prompt", "prompt"};
       } else {
         throw ApiError{400, "'prompt' must be a string or a list of token ids", "prompt"};
       }
@@ -586,17 +586,16 @@ class Server {
         const Choice& c = r->choices[i];
         completion += c.generated.size();
         json ch = {{"index", i}, {"finish_reason", c.finish}};
-        if (chat) ch["message"] = {{"role", "assistant"}, {"content", c.text}};
-        else ch["text"] = c.text;
+        if (chat)
+          ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+        else
+          ch["text"] = c.text;
         ch["logprobs"] = r->logprobs >= 0 ? logprobs_json(c.all_lp, chat) : json(nullptr);
         choices.push_back(ch);
       }
-      json out = {{"id", id},
-                  {"object", chat ? "chat.completion" : "text_completion"},
-                  {"created", created},
-                  {"model", model_name_},
-                  {"choices", choices},
-                  {"usage", usage_json(*r, completion)}};
+      json out = {{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
+                  {"created", created}, {"model", model_name_},
+                  {"choices", choices}, {"usage", usage_json(*r, completion)}};
       res.set_content(dump(out), "application/json");
       return;
     }
@@ -605,8 +604,7 @@ class Server {
       json j = json::parse(hreq.body);
       include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
                       j["stream_options"].value("include_usage", false) == true;
-    } catch (...) {
-    }
+    } catch (...) {}
     res.set_header("Cache-Control", "no-cache");
     auto sent_role = std::make_shared<std::vector<bool>>(r->n, false);
     auto last_write = std::make_shared<Clock::time_point>(Clock::now());
@@ -629,8 +627,10 @@ class Server {
           if (evs.empty() && !fin && now - *last_write > std::chrono::seconds(1)) out = ": waiting\n\n";
           auto chunk = [&](int index, const json& delta_or_text, const json& lp, const std::string& finish) {
             json ch = {{"index", index}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
-            if (chat) ch["delta"] = delta_or_text;
-            else ch["text"] = delta_or_text;
+            if (chat)
+              ch["delta"] = delta_or_text;
+            else
+              ch["text"] = delta_or_text;
             ch["logprobs"] = lp;
             json o = {{"id", id},
                       {"object", chat ? "chat.completion.chunk" : "text_completion"},
@@ -874,7 +874,8 @@ class Server {
     clade_node_id node = -1;
     size_t reused = 0;
 #ifdef CLADE_TREE_PREFIX_CACHE
-    clade_status st = clade_tree_append_prefix(tree_, r->prompt.data(), r->prompt.size(), first_.data(), &node, &reused);
+    clade_status st =
+        clade_tree_append_prefix(tree_, r->prompt.data(), r->prompt.size(), first_.data(), &node, &reused);
 #else
     clade_status st = clade_tree_append(tree_, 0, r->prompt.data(), r->prompt.size(), first_.data(), &node);
 #endif
@@ -882,7 +883,8 @@ class Server {
     if (st != CLADE_OK) {
       ApiError e{st == CLADE_KV_BUDGET || st == CLADE_CONTEXT_FULL ? 400 : 500,
                  std::string("evaluating the prompt: ") + clade_status_string(st) + ": " + clade_last_error(),
-                 r->chat ? "messages" : "prompt", st == CLADE_KV_BUDGET || st == CLADE_CONTEXT_FULL ? "invalid_request_error" : "server_error"};
+                 r->chat ? "messages" : "prompt",
+                 st == CLADE_KV_BUDGET || st == CLADE_CONTEXT_FULL ? "invalid_request_error" : "server_error"};
       if (st == CLADE_KV_BUDGET) e.message = "the prompt does not fit the server's KV budget (--kv-budget)";
       finish_request(r, &e);
       return true;
@@ -1058,8 +1060,7 @@ class Server {
     metric("clade_requests_total", "counter", "Completion requests received (both endpoints).",
            (double)metrics_.requests);
     metric("clade_chat_requests_total", "counter", "Requests to /v1/chat/completions.", (double)metrics_.chat);
-    metric("clade_completion_requests_total", "counter", "Requests to /v1/completions.",
-           (double)metrics_.completions);
+    metric("clade_completion_requests_total", "counter", "Requests to /v1/completions.", (double)metrics_.completions);
     metric("clade_requests_rejected_total", "counter", "Requests answered with a 4xx before running.",
            (double)metrics_.rejected);
     metric("clade_requests_cancelled_total", "counter", "Requests whose client went away before the end.",
@@ -1121,8 +1122,11 @@ uint64_t parse_bytes(const std::string& s, const std::string& flag) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   std::string suf = end ? std::string(end) : "";
-  double mul = suf.empty() || suf == "B" ? 1 : suf == "K" || suf == "KiB" ? 1024.0 : suf == "M" || suf == "MiB" ? 1048576.0
-               : suf == "G" || suf == "GiB" ? 1073741824.0 : -1;
+  double mul = suf.empty() || suf == "B"    ? 1
+               : suf == "K" || suf == "KiB" ? 1024.0
+               : suf == "M" || suf == "MiB" ? 1048576.0
+               : suf == "G" || suf == "GiB" ? 1073741824.0
+                                            : -1;
   if (s.empty() || end == s.c_str() || mul < 0 || !(v >= 0) || v * mul > 1.8e19)
     Args::die("bad size '" + s + "' for " + flag + " (bytes, or a number with K, M or G)");
   return (uint64_t)(v * mul);
@@ -1134,24 +1138,42 @@ int cmd_serve(Args& a) {
   Options o;
   while (!a.done()) {
     std::string f = a.next("");
-    if (f == "-m") o.model = a.next(f);
-    else if (f == "--host") o.host = a.next(f);
-    else if (f == "--port") o.port = (int)to_long(a.next(f), f);
-    else if (f == "--parallel" || f == "-np") o.parallel = (int)to_long(a.next(f), f);
-    else if (f == "--ctx" || f == "-c") o.ctx = (int)to_long(a.next(f), f);
-    else if (f == "--kv-budget") o.kv_budget = parse_bytes(a.next(f), f);
-    else if (f == "--api-key") o.api_key = a.next(f);
-    else if (f == "--threads" || f == "-t") o.threads = (int)to_long(a.next(f), f);
-    else if (f == "--http-threads") o.http_threads = (int)to_long(a.next(f), f);
-    else if (f == "--template") o.tmpl = a.next(f);
-    else if (f == "--alias") o.alias = a.next(f);
-    else if (f == "--max-body") o.max_body = (size_t)parse_bytes(a.next(f), f);
-    else if (f == "--max-tokens") o.default_max_tokens = (int)to_long(a.next(f), f);
-    else if (f == "--admit-tokens") o.admit_tokens = (int)to_long(a.next(f), f);
-    else if (f == "--verbose") o.verbose = true;
-    else if (f == "--backend") o.backend = parse_backend(a.next(f));
-    else if (f == "--no-mmap") o.map_file = false;
-    else Args::die("serve: unknown option " + f);
+    if (f == "-m")
+      o.model = a.next(f);
+    else if (f == "--host")
+      o.host = a.next(f);
+    else if (f == "--port")
+      o.port = (int)to_long(a.next(f), f);
+    else if (f == "--parallel" || f == "-np")
+      o.parallel = (int)to_long(a.next(f), f);
+    else if (f == "--ctx" || f == "-c")
+      o.ctx = (int)to_long(a.next(f), f);
+    else if (f == "--kv-budget")
+      o.kv_budget = parse_bytes(a.next(f), f);
+    else if (f == "--api-key")
+      o.api_key = a.next(f);
+    else if (f == "--threads" || f == "-t")
+      o.threads = (int)to_long(a.next(f), f);
+    else if (f == "--http-threads")
+      o.http_threads = (int)to_long(a.next(f), f);
+    else if (f == "--template")
+      o.tmpl = a.next(f);
+    else if (f == "--alias")
+      o.alias = a.next(f);
+    else if (f == "--max-body")
+      o.max_body = (size_t)parse_bytes(a.next(f), f);
+    else if (f == "--max-tokens")
+      o.default_max_tokens = (int)to_long(a.next(f), f);
+    else if (f == "--admit-tokens")
+      o.admit_tokens = (int)to_long(a.next(f), f);
+    else if (f == "--verbose")
+      o.verbose = true;
+    else if (f == "--backend")
+      o.backend = parse_backend(a.next(f));
+    else if (f == "--no-mmap")
+      o.map_file = false;
+    else
+      Args::die("serve: unknown option " + f);
   }
   if (o.model.empty()) Args::die("serve: -m FILE is required");
   if (o.port < 0 || o.port > 65535) Args::die("--port must be 0 (any free port) to 65535");
@@ -1175,7 +1197,8 @@ int cmd_serve(Args& a) {
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a death
 
   if (o.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
-    std::fprintf(stderr, "clade serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
+    std::fprintf(stderr,
+                 "clade serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  o.host.c_str());
   clade_model* m = load_model(o.model, o.threads, false, o.backend, o.map_file);
   int rc;
