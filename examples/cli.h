@@ -33,6 +33,28 @@ double to_double(const std::string& s, const std::string& flag);
 std::vector<std::string> split(const std::string& s, char sep);
 uint64_t to_u64(const std::string& s, const std::string& flag);
 
+// Option checking, one way for every command: each message names the flag
+// the user typed, and exits 2.
+// An integer flag's value within [lo, hi]: else "FLAG V is out of range:
+// LO to HI" (or "bad integer 'V' for FLAG").
+long int_flag(const std::string& flag, const std::string& v, long lo, long hi);
+// The same for each item of a comma-separated list ("1,8,64").
+std::vector<long> int_list_flag(const std::string& flag, const std::string& v, long lo, long hi);
+// A number within [lo, hi]: else "FLAG V is out of range: LO to HI".
+double num_flag(const std::string& flag, const std::string& v, double lo, double hi);
+// One of the allowed words: else "FLAG: unknown value 'V' (a, b or c)".
+std::string word_flag(const std::string& flag, const std::string& v, const std::vector<std::string>& allowed);
+// The usage of one command ("generate", "model info", "bench decode"...),
+// with its defaults; usage_of("") is the whole usage.
+std::string usage_of(const std::string& command);
+// Prints usage_of(command) to stdout and exits 0.
+[[noreturn]] void help(const std::string& command);
+// An argument that no case of command's parser took: --help or -h prints
+// the command's usage (exit 0); a word starting with '-' is "COMMAND:
+// unknown option F (clade COMMAND --help)", another one "COMMAND:
+// unexpected argument 'F'" (exit 2).
+[[noreturn]] void unknown_arg(const std::string& command, const std::string& f);
+
 // Shared by `generate` and `chat` (clade.cpp).
 clade_model* load_model(const std::string& path, int threads, bool vocab_only, clade_backend backend,
                         bool map_file = true);
@@ -54,11 +76,9 @@ std::string chat_format(clade_model* m, const char* family, const std::vector<cl
                         bool add_assistant = true);
 int cmd_chat(Args& a);  // cli_chat.cpp
 
-// "cpu" or "cuda" (--backend); anything else exits with a usage message.
+// "cpu" or "cuda" (--backend); anything else exits naming the flag.
 inline clade_backend parse_backend(const std::string& s) {
-  if (s == "cpu") return CLADE_BACKEND_CPU;
-  if (s == "cuda") return CLADE_BACKEND_CUDA;
-  Args::die("--backend takes cpu or cuda");
+  return word_flag("--backend", s, {"cpu", "cuda"}) == "cpu" ? CLADE_BACKEND_CPU : CLADE_BACKEND_CUDA;
 }
 
 // Exit with the library's message when st is an error.

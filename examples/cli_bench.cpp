@@ -22,12 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-std::vector<long> long_list(const std::string& s, const std::string& flag) {
-  std::vector<long> v;
-  for (const std::string& x : split(s, ',')) v.push_back(to_long(x, flag));
-  return v;
-}
-
 // STREAM triad a = b + s*c over arrays far larger than the caches, one
 // slice per thread; best of several runs.
 double measure_bandwidth(int threads) {
@@ -122,9 +116,9 @@ int bench_machine(Args& a) {
   bool csv = false;
   while (!a.done()) {
     std::string f = a.next("");
-    if (f == "--threads") threads = (int)to_long(a.next(f), f);
+    if (f == "--threads") threads = (int)int_flag(f, a.next(f), 1, 1024);
     else if (f == "--csv") csv = true;
-    else Args::die("bench machine: unknown option " + f);
+    else unknown_arg("bench machine", f);
   }
   double bw = measure_bandwidth(threads);
   double rbw = measure_read_bandwidth(threads);
@@ -165,26 +159,24 @@ DecodeOptions parse_decode_options(Args& a) {
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "-m") o.model = a.next(f);
-    else if (f == "--batch") o.batches = long_list(a.next(f), f);
-    else if (f == "--prefix") o.prefixes = long_list(a.next(f), f);
-    else if (f == "--mode") o.modes = split(a.next(f), ',');
-    else if (f == "--suffix") o.suffix = to_long(a.next(f), f);
-    else if (f == "--gen") o.gen = to_long(a.next(f), f);
-    else if (f == "--threads") o.threads = (int)to_long(a.next(f), f);
-    else if (f == "--kv") o.kv = a.next(f);
+    else if (f == "--batch") o.batches = int_list_flag(f, a.next(f), 1, 1 << 20);
+    else if (f == "--prefix") o.prefixes = int_list_flag(f, a.next(f), 0, 1 << 24);
+    else if (f == "--mode") {
+      o.modes = split(a.next(f), ',');
+      for (const std::string& m : o.modes) word_flag(f, m, {"shared", "flat", "noattn"});
+    } else if (f == "--suffix") o.suffix = int_flag(f, a.next(f), 0, 1 << 24);
+    else if (f == "--gen") o.gen = int_flag(f, a.next(f), 2, 1 << 24);
+    else if (f == "--threads") o.threads = (int)int_flag(f, a.next(f), 0, 1024);
+    else if (f == "--kv") o.kv = word_flag(f, a.next(f), {"f16", "bf16", "f32"});
     else if (f == "--backend") o.backend = parse_backend(a.next(f));
-    else if (f == "--rounds") o.rounds = (int)to_long(a.next(f), f);
-    else if (f == "--min-seconds") o.min_seconds = (double)to_long(a.next(f), f);
+    else if (f == "--rounds") o.rounds = (int)int_flag(f, a.next(f), 1, 100000);
+    else if (f == "--min-seconds") o.min_seconds = num_flag(f, a.next(f), 0, 86400);
     else if (f == "--machine") o.machine = true;
     else if (f == "--csv") o.csv = true;
     else if (f == "--no-mmap") o.map_file = false;
-    else Args::die("bench decode: unknown option " + f);
+    else unknown_arg("bench decode", f);
   }
   if (o.model.empty()) Args::die("bench decode: -m FILE is required");
-  for (const std::string& m : o.modes)
-    if (m != "shared" && m != "flat" && m != "noattn") Args::die("bench decode: --mode takes shared, flat, noattn");
-  if (o.gen < 2 || o.suffix < 0 || o.rounds < 1 || o.min_seconds < 0)
-    Args::die("bench decode: --gen >= 2, --suffix >= 0, --rounds >= 1, --min-seconds >= 0");
   o.max_rounds = std::max(o.max_rounds, o.rounds);
   return o;
 }

@@ -58,37 +58,29 @@ int cmd_bench_spec(Args& a) {
     if (f == "-m") model = a.next(f);
     else if (f == "--draft-model") draft = a.next(f);
     else if (f == "--text") text_file = a.next(f);
-    else if (f == "--batch") {
-      batches.clear();
-      for (const std::string& s : split(a.next(f), ',')) batches.push_back(to_long(s, f));
-    } else if (f == "--prefix") prefix = to_long(a.next(f), f);
-    else if (f == "--gen") gen = to_long(a.next(f), f);
-    else if (f == "--branch") branch = to_long(a.next(f), f);
+    else if (f == "--batch") batches = int_list_flag(f, a.next(f), 1, 4096);
+    else if (f == "--prefix") prefix = int_flag(f, a.next(f), 1, 1 << 24);
+    else if (f == "--gen") gen = int_flag(f, a.next(f), 1, 1 << 24);
+    else if (f == "--branch") branch = int_flag(f, a.next(f), 1, 1 << 24);
     else if (f == "--mode") modes = split(a.next(f), ',');
-    else if (f == "--lookup") lookup = to_long(a.next(f), f);
-    else if (f == "--draft-max") draft_max = to_long(a.next(f), f);
-    else if (f == "--draft-tree") tree_width = to_long(a.next(f), f);
+    else if (f == "--lookup") lookup = int_flag(f, a.next(f), 1, 64);
+    else if (f == "--draft-max") draft_max = int_flag(f, a.next(f), 1, 64);
+    else if (f == "--draft-tree") tree_width = int_flag(f, a.next(f), 2, 8);
     else if (f == "--draft-fixed") fixed = true;
     else if (f == "--repeat") repeat = true;
-    else if (f == "--threads") threads = (int)to_long(a.next(f), f);
-    else if (f == "--rounds") rounds = (int)to_long(a.next(f), f);
+    else if (f == "--threads") threads = (int)int_flag(f, a.next(f), 0, 1024);
+    else if (f == "--rounds") rounds = (int)int_flag(f, a.next(f), 1, 100000);
     else if (f == "--csv") csv = true;
     else if (f == "--verbose") verbose = true;  // each run on stderr
-    else Args::die("bench spec: unknown option " + f);
+    else unknown_arg("bench spec", f);
   }
   if (model.empty()) Args::die("bench spec: -m FILE is required");
   for (const std::string& m : modes)
-    if (m != "plain" && m != "lookup" && m != "draft" && m != "lookup-tree" && m != "draft-tree" && m != "verify-cost")
-      Args::die("bench spec: --mode takes plain, lookup, draft, lookup-tree, draft-tree and verify-cost");
+    word_flag("--mode", m, {"plain", "lookup", "draft", "lookup-tree", "draft-tree", "verify-cost"});
   for (const char* dm_mode : {"draft", "draft-tree"})
     if (std::find(modes.begin(), modes.end(), dm_mode) != modes.end() && draft.empty())
       Args::die(std::string("bench spec: --mode ") + dm_mode + " needs --draft-model FILE");
-  if (tree_width < 2 || tree_width > 8) Args::die("bench spec: --draft-tree takes 2..8 children per draft token");
   if (std::find(modes.begin(), modes.end(), "plain") == modes.end()) modes.insert(modes.begin(), "plain");
-  for (long b : batches)
-    if (b < 1 || b > 4096) Args::die("bench spec: --batch values must be 1..4096");
-  if (prefix < 1 || gen < 1 || branch < 1 || rounds < 1) Args::die("bench spec: --prefix, --gen, --branch, --rounds must be >= 1");
-  if (lookup < 1 || lookup > 64 || draft_max < 1 || draft_max > 64) Args::die("bench spec: --lookup and --draft-max take 1..64");
   clade_model* m = load_model(model, threads, false, CLADE_BACKEND_CPU);
   clade_model* dm = draft.empty() ? nullptr : load_model(draft, threads, false, CLADE_BACKEND_CPU);
   std::string text;

@@ -148,17 +148,15 @@ int cmd_chat(Args& a) {
     else if (f == "--system") system = a.next(f);
     else if (f == "--template") tmpl = a.next(f);
     else if (f == "--session") session = a.next(f);
-    else if (f == "-n") n_max = (int)to_long(a.next(f), f);
+    else if (f == "-n") n_max = (int)int_flag(f, a.next(f), 1, 1 << 24);
     else if (f == "--verbose") verbose = true;
-    else if (f == "--threads") threads = (int)to_long(a.next(f), f);
+    else if (f == "--threads") threads = (int)int_flag(f, a.next(f), 0, 1024);
     else if (f == "--no-mmap") map_file = false;
     else if (f == "--backend") backend = parse_backend(a.next(f));
     else if (parse_sampler_flag(f, a, spp)) {}
-    else Args::die("chat: unknown option " + f);
+    else unknown_arg("chat", f);
   }
   if (model.empty()) Args::die("chat: -m FILE is required");
-  if (n_max < 1 || n_max > (1 << 24)) Args::die("-n must be 1 to 16777216 (tokens per answer)");
-  if (threads < 0) Args::die("--threads must be 0 (all cores) or more");
 
   clade_model* m = load_model(model, threads, false, backend, map_file);
   clade_special_tokens sp;

@@ -43,6 +43,7 @@ int cmd_model_random(Args& a) {
   std::string out, type = "f16", vocab_from, arch = "llama", chat_template;
   int layers = 2, dim = 256, heads = 8, kv_heads = 0, ff = 0, vocab = 1024, ctx = 4096;
   uint64_t seed = 1;
+  bool have_vocab = false;
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "-o" || f == "--output") out = a.next(f);
@@ -51,19 +52,21 @@ int cmd_model_random(Args& a) {
     else if (f == "--heads") heads = size_flag(a.next(f), f);
     else if (f == "--kv-heads") kv_heads = size_flag(a.next(f), f);
     else if (f == "--ff") ff = size_flag(a.next(f), f);
-    else if (f == "--vocab") vocab = size_flag(a.next(f), f);
+    else if (f == "--vocab") { vocab = size_flag(a.next(f), f); have_vocab = true; }
     else if (f == "--ctx") ctx = size_flag(a.next(f), f);
     else if (f == "--type") type = a.next(f);
-    else if (f == "--seed") seed = (uint64_t)to_long(a.next(f), f);
+    else if (f == "--seed") seed = to_u64(a.next(f), f);
     else if (f == "--vocab-from") vocab_from = a.next(f);
-    else if (f == "--arch") arch = a.next(f);
+    else if (f == "--arch") arch = word_flag(f, a.next(f), {"llama", "qwen2"});
     else if (f == "--chat-template") {
       chat_template = a.next(f);
       if (chat_template.empty()) Args::die("--chat-template takes a template name or text");
     }
-    else Args::die("model random: unknown option " + f);
+    else unknown_arg("model random", f);
   }
   if (out.empty()) Args::die("model random: -o FILE is required");
+  if (have_vocab && !vocab_from.empty())
+    Args::die("--vocab and --vocab-from conflict (--vocab-from's file gives the vocabulary and its size)");
   if (kv_heads == 0) kv_heads = heads;
   if (ff == 0) ff = (int)std::min(std::max((long)dim * 11 / 4 / 32 * 32, 32L), 1L << 30);
   if (!chat_template.empty() && vocab_from.empty())

@@ -130,23 +130,14 @@ int cmd_perplexity(Args& a) {
     std::string f = a.next("");
     if (f == "-m" || f == "--model") model = a.next(f);
     else if (f == "--file" || f == "-f") file = a.next(f);
-    else if (f == "--ctx" || f == "-c") {
-      long v = to_long(a.next(f), f);
-      if (v < 4 || v > (1L << 20)) Args::die("perplexity: --ctx must be between 4 and 1048576");
-      ctx = (int)v;
-    } else if (f == "--threads" || f == "-t") {
-      long v = to_long(a.next(f), f);
-      if (v < 0 || v > 1024) Args::die("perplexity: --threads must be between 0 and 1024");
-      threads = (int)v;
-    } else if (f == "--chunks") {
-      long v = to_long(a.next(f), f);
-      if (v < 1 || v > (1L << 30)) Args::die("perplexity: --chunks must be at least 1");
-      max_chunks = (int)v;
-    } else if (f == "--agree") agree = a.next(f);
+    else if (f == "--ctx" || f == "-c") ctx = (int)int_flag(f, a.next(f), 4, 1L << 20);
+    else if (f == "--threads" || f == "-t") threads = (int)int_flag(f, a.next(f), 0, 1024);
+    else if (f == "--chunks") max_chunks = (int)int_flag(f, a.next(f), 1, 1L << 30);
+    else if (f == "--agree") agree = a.next(f);
     else if (f == "--json") json = true;
     else if (f == "--no-mmap") map_file = false;
     else if (f == "--backend") backend = parse_backend(a.next(f));
-    else Args::die("perplexity: unknown option " + f);
+    else unknown_arg("perplexity", f);
   }
   if (model.empty()) Args::die("perplexity: -m FILE is required");
   if (file.empty()) Args::die("perplexity: --file TEXT is required");

@@ -133,11 +133,7 @@ struct PrefillOptions {
 };
 
 long positive(const std::string& v, const std::string& flag, long min = 1) {
-  long x = to_long(v, flag);
-  if (x < min)
-    Args::die("bench prefill: " + flag + " must be " + (min == 1 ? "positive" : ">= " + std::to_string(min)) +
-              ", got " + v);
-  return x;
+  return int_flag(flag, v, min, 1L << 30);
 }
 
 PrefillOptions parse_prefill_options(Args& a) {
@@ -154,12 +150,12 @@ PrefillOptions parse_prefill_options(Args& a) {
     else if (f == "--chunk") {
       o.chunk = positive(a.next(f), f);
       if (o.chunk > (1 << 20)) Args::die("bench prefill: --chunk must be at most 1048576");
-    } else if (f == "--threads") o.threads = (int)positive(a.next(f), f);
+    } else if (f == "--threads") o.threads = (int)int_flag(f, a.next(f), 0, 1024);
     else if (f == "--seed") o.seed = to_long(a.next(f), f);
     else if (f == "--rounds") o.rounds = (int)positive(a.next(f), f);
     else if (f == "--csv") o.csv = true;
     else if (f == "--no-mmap") o.map_file = false;
-    else Args::die("bench prefill: unknown option " + f);
+    else unknown_arg("bench prefill", f);
   }
   if (o.model.empty()) Args::die("bench prefill: -m FILE is required");
   if (o.lengths_arg.empty()) Args::die("bench prefill: --lengths DIST is required");
