@@ -137,6 +137,7 @@ const (
 	StatusState       = int(C.CLADE_E_STATE)
 	StatusBackend     = int(C.CLADE_E_BACKEND)
 	StatusUTF8        = int(C.CLADE_E_UTF8)
+	StatusMismatch    = int(C.CLADE_E_MISMATCH) // a saved session of another model, backend or KV type
 	StatusInternal    = int(C.CLADE_E_INTERNAL)
 )
 
@@ -172,6 +173,11 @@ const (
 // TreeAllowLongContext is the TreeParams.Flags bit that accepts positions at
 // or past the model's n_ctx (without it: StatusContextFull).
 const TreeAllowLongContext = uint32(C.CLADE_TREE_ALLOW_LONG_CONTEXT)
+
+// TreePrefixCache is the TreeParams.Flags bit that keeps released nodes
+// cached for AppendPrefix, evicted least recently used when the KV budget
+// needs room (clade 1.3).
+const TreePrefixCache = uint32(C.CLADE_TREE_PREFIX_CACHE)
 
 // The version of the header this package was built with; the library's
 // soname is libclade.so.ABIMajor.
@@ -828,6 +834,64 @@ func (t *Tree) Append(parent NodeID, tokens []Token, wantLogits bool) (NodeID, [
 	return NodeID(out), logits, nil
 }
 
+// AppendPrefix evaluates a whole prompt reusing the deepest path of the tree
+// that equals its beginning (a node it leaves halfway is split); only the
+// rest is evaluated, as a new node the caller holds. It returns the node,
+// the tokens reused and the logits of the last token (clade 1.3).
+func (t *Tree) AppendPrefix(tokens []Token) (NodeID, int, []float32, error) {
+	logits := make([]float32, t.nVocab)
+	lp := (*C.float)(unsafe.Pointer(&logits[0]))
+	var out C.clade_node_id
+	var reused C.size_t
+	err := t.abortable(func() error {
+		if t.p == nil {
+			return closedErr("tree")
+		}
+		return check(func() C.clade_status {
+			return C.clade_tree_append_prefix(t.p, tokPtr(tokens), C.size_t(len(tokens)), lp, &out, &reused)
+		})
+	})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return NodeID(out), int(reused), logits, nil
+}
+
+// Trim evicts cached nodes, least recently used first, until the tree and
+// its caches hold at most bytes of KV; it returns the bytes freed.
+func (t *Tree) Trim(bytes uint64) (uint64, error) {
+	var freed C.uint64_t
+	err := t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_trim(p, C.uint64_t(bytes), &freed) })
+	})
+	return uint64(freed), err
+}
+
+// Save writes the path root .. node (tokens and KV) to a file (a temporary
+// file, then renamed).
+func (t *Tree) Save(node NodeID, path string) error {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	return t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_save(p, C.clade_node_id(node), cpath) })
+	})
+}
+
+// Load puts a saved path back, matched against what the tree holds,
+// evaluating nothing. It returns the node (the caller's), the file's tokens
+// and the tokens the tree held already; StatusMismatch for a file of
+// another model, backend or KV type.
+func (t *Tree) Load(path string) (NodeID, int, int, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var out C.clade_node_id
+	var n, reused C.size_t
+	err := t.locked(func(p *C.clade_tree) error {
+		return check(func() C.clade_status { return C.clade_tree_load(p, cpath, &out, &n, &reused) })
+	})
+	return NodeID(out), int(n), int(reused), err
+}
+
 // Release drops the caller's reference to a node.
 func (t *Tree) Release(node NodeID) error {
 	return t.locked(func(p *C.clade_tree) error {
@@ -1235,6 +1299,16 @@ func (c *Cache) Fork(seq SeqID) (SeqID, error) {
 // Promote turns seq's unique tokens into a new tree node under its node
 // (their KV moves, nothing is evaluated) and attaches seq to it. The caller
 // holds a reference to the node: Release it on the tree.
+// Save writes seq's whole evaluated history (tokens and KV) to a file, for
+// Tree.Load.
+func (c *Cache) Save(seq SeqID, path string) error {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	return c.locked(func(p *C.clade_cache) error {
+		return check(func() C.clade_status { return C.clade_cache_save(p, C.clade_seq_id(seq), cpath) })
+	})
+}
+
 func (c *Cache) Promote(seq SeqID) (NodeID, error) {
 	var out C.clade_node_id
 	err := c.locked(func(p *C.clade_cache) error {

@@ -1766,3 +1766,53 @@ func TestSpeculativeTreeDrafterErrors(t *testing.T) {
 	ok(t, err)
 	checkSame(t, want, got, st)
 }
+
+// ---- prefix reuse and saved sessions (clade 1.3) ----
+
+func TestPrefixReuseAndSessions(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	doc := make([]Token, 40)
+	for i := range doc {
+		doc[i] = Token((7*i + 3) % 300)
+	}
+	tree := must(m.NewTree(&TreeParams{KVType: KVF32, Flags: TreePrefixCache}))
+	defer tree.Close()
+	first := append(append([]Token{}, doc...), 5, 6)
+	a, reused, _, err := tree.AppendPrefix(first)
+	if err != nil || reused != 0 {
+		t.Fatalf("first prompt: reused %d, %v", reused, err)
+	}
+	// another ending after 30 tokens: a split, 30 reused, a fresh tree's logits
+	second := append(append([]Token{}, doc[:30]...), 9)
+	b, reused, got, err := tree.AppendPrefix(second)
+	if err != nil || reused != 30 {
+		t.Fatalf("second prompt: reused %d, %v", reused, err)
+	}
+	_, want, _ := f32Tree(t, m).Append(0, second, true)
+	assertClose(t, got, want, 1e-4)
+	ok(t, tree.Release(b))
+	if freed, err := tree.Trim(0); err != nil || freed == 0 {
+		t.Fatalf("trim: %d, %v", freed, err)
+	}
+	path := filepath.Join(t.TempDir(), "s.clade")
+	ok(t, tree.Save(a, path))
+	// loaded into another tree, the next step equals a fresh evaluation
+	t2 := f32Tree(t, m)
+	node, n, reused, err := t2.Load(path)
+	if err != nil || n != 42 || reused != 0 {
+		t.Fatalf("load: %d tokens, %d reused, %v", n, reused, err)
+	}
+	c := newCache(t, t2, 2, 16)
+	s := must(c.Add(node, nil, false))
+	rows := must(c.Decode([]Step{{s, []Token{11}}}, false))
+	_, want, _ = f32Tree(t, m).Append(0, append(append([]Token{}, first...), 11), true)
+	assertClose(t, rows[0], want, 1e-4)
+	// an F16 tree refuses the F32 file; a missing file is StatusIO
+	t16 := must(m.NewTree(nil))
+	defer t16.Close()
+	_, _, _, err = t16.Load(path)
+	wantStatus(t, err, StatusMismatch)
+	_, _, _, err = t16.Load(path + ".missing")
+	wantStatus(t, err, StatusIO)
+}

@@ -111,6 +111,8 @@ pub enum ErrorKind {
     State,
     Backend,
     Utf8,
+    /// A saved session belongs to another model, backend or KV type.
+    Mismatch,
     Internal,
     Other(i32),
 }
@@ -133,6 +135,7 @@ impl ErrorKind {
             sys::CLADE_E_STATE => State,
             sys::CLADE_E_BACKEND => Backend,
             sys::CLADE_E_UTF8 => Utf8,
+            sys::CLADE_E_MISMATCH => Mismatch,
             sys::CLADE_E_INTERNAL => Internal,
             s => Other(s),
         }
@@ -530,6 +533,12 @@ pub fn chat_templates() -> Vec<&'static str> {
     names.iter().map(|&p| unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("")).collect()
 }
 
+fn path_cstring(path: &Path) -> Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::new(sys::CLADE_E_INVALID_ARG, format!("path {} contains a NUL byte", path.display())))
+}
+
 fn c_string(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::new(sys::CLADE_E_INVALID_ARG, format!("{} contains a NUL byte", what)))
 }
@@ -643,6 +652,9 @@ impl Drop for Detokenizer {
 /// n_ctx (for models whose RoPE scaling extends it); without it such a call
 /// fails with [`ErrorKind::ContextFull`].
 pub const TREE_ALLOW_LONG_CONTEXT: u32 = sys::CLADE_TREE_ALLOW_LONG_CONTEXT;
+/// Keep released nodes cached for [`Tree::append_prefix`], evicted least
+/// recently used when the KV budget needs room (clade 1.3).
+pub const TREE_PREFIX_CACHE: u32 = sys::CLADE_TREE_PREFIX_CACHE;
 
 #[derive(Debug, Clone)]
 pub struct TreeParams {
@@ -987,6 +999,46 @@ impl Tree {
         self.call(|t| unsafe { sys::clade_tree_release(t, node) })
     }
 
+    /// Evaluate a whole prompt reusing the deepest path of the tree that
+    /// equals its beginning (a node it leaves halfway is split); only the
+    /// rest is evaluated, as a new node the caller holds. Returns the node,
+    /// the tokens reused and the logits of the last token (clade 1.3).
+    pub fn append_prefix(&self, tokens: &[Token]) -> Result<(NodeId, usize, Vec<f32>)> {
+        let mut logits = vec![0f32; self.n_vocab];
+        let (mut out, mut reused): (NodeId, usize) = (0, 0);
+        let lp = logits.as_mut_ptr();
+        self.shared.run(|| unsafe {
+            sys::clade_tree_append_prefix(self.as_ptr(), tokens.as_ptr(), tokens.len(), lp, &mut out, &mut reused)
+        })?;
+        Ok((out, reused, logits))
+    }
+
+    /// Evict cached nodes, least recently used first, until the tree and its
+    /// caches hold at most `bytes` of KV; returns the bytes freed.
+    pub fn trim(&self, bytes: u64) -> Result<u64> {
+        let mut freed = 0u64;
+        self.call(|t| unsafe { sys::clade_tree_trim(t, bytes, &mut freed) })?;
+        Ok(freed)
+    }
+
+    /// Write the path root .. node (tokens and KV) to a file (a temporary
+    /// file, then renamed).
+    pub fn save<P: AsRef<Path>>(&self, node: NodeId, path: P) -> Result<()> {
+        let c = path_cstring(path.as_ref())?;
+        self.call(|t| unsafe { sys::clade_tree_save(t, node, c.as_ptr()) })
+    }
+
+    /// Load a saved path, matched against what the tree holds, evaluating
+    /// nothing. Returns the node (the caller's), the file's tokens and the
+    /// tokens the tree held already. ErrorKind::Mismatch for a file of
+    /// another model, backend or KV type.
+    pub fn load<P: AsRef<Path>>(&self, path: P) -> Result<(NodeId, usize, usize)> {
+        let c = path_cstring(path.as_ref())?;
+        let (mut out, mut n, mut reused): (NodeId, usize, usize) = (0, 0, 0);
+        self.call(|t| unsafe { sys::clade_tree_load(t, c.as_ptr(), &mut out, &mut n, &mut reused) })?;
+        Ok((out, n, reused))
+    }
+
     pub fn node_info(&self, node: NodeId) -> Result<NodeInfo> {
         let mut i = unsafe { MaybeUninit::<sys::clade_node_info>::zeroed().assume_init() };
         i.size = std::mem::size_of::<sys::clade_node_info>();
@@ -1230,6 +1282,13 @@ impl Cache {
     /// Turn seq's unique tokens into a new tree node under its node (their
     /// KV moves, nothing is evaluated) and attach seq to it. The caller
     /// holds a reference to the node: [`Tree::release`] it.
+    /// Write seq's whole evaluated history (tokens and KV) to a file, for
+    /// [`Tree::load`].
+    pub fn save<P: AsRef<Path>>(&self, seq: SeqId, path: P) -> Result<()> {
+        let c = path_cstring(path.as_ref())?;
+        self.call(|c_| unsafe { sys::clade_cache_save(c_, seq, c.as_ptr()) })
+    }
+
     pub fn promote(&mut self, seq: SeqId) -> Result<NodeId> {
         let mut out: NodeId = 0;
         self.call(|c| unsafe { sys::clade_cache_promote(c, seq, &mut out) })?;

@@ -51,6 +51,7 @@ pub const CLADE_E_TOKEN: clade_status = -6;
 pub const CLADE_E_STATE: clade_status = -7;
 pub const CLADE_E_BACKEND: clade_status = -8;
 pub const CLADE_E_UTF8: clade_status = -9;
+pub const CLADE_E_MISMATCH: clade_status = -10;
 pub const CLADE_E_INTERNAL: clade_status = -100;
 
 // ---- logging -------------------------------------------------------------------
@@ -159,6 +160,7 @@ pub struct clade_special_tokens {
 }
 
 pub const CLADE_TREE_ALLOW_LONG_CONTEXT: u32 = 1;
+pub const CLADE_TREE_PREFIX_CACHE: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -531,6 +533,32 @@ extern "C" {
     ) -> clade_status;
     // clade_status clade_tree_release(clade_tree *tree, clade_node_id node);
     pub fn clade_tree_release(tree: *mut clade_tree, node: clade_node_id) -> clade_status;
+    // clade_status clade_tree_append_prefix(clade_tree *tree, const clade_token *tokens,
+    //                                       size_t n_tokens, float *logits,
+    //                                       clade_node_id *out, size_t *n_reused);
+    pub fn clade_tree_append_prefix(
+        tree: *mut clade_tree,
+        tokens: *const clade_token,
+        n_tokens: usize,
+        logits: *mut f32,
+        out: *mut clade_node_id,
+        n_reused: *mut usize,
+    ) -> clade_status;
+    // clade_status clade_tree_trim(clade_tree *tree, uint64_t bytes, uint64_t *freed);
+    pub fn clade_tree_trim(tree: *mut clade_tree, bytes: u64, freed: *mut u64) -> clade_status;
+    // clade_status clade_tree_save(const clade_tree *tree, clade_node_id node, const char *path);
+    pub fn clade_tree_save(tree: *const clade_tree, node: clade_node_id, path: *const c_char) -> clade_status;
+    // clade_status clade_cache_save(const clade_cache *cache, clade_seq_id seq, const char *path);
+    pub fn clade_cache_save(cache: *const clade_cache, seq: clade_seq_id, path: *const c_char) -> clade_status;
+    // clade_status clade_tree_load(clade_tree *tree, const char *path, clade_node_id *out,
+    //                              size_t *n_tokens, size_t *n_reused);
+    pub fn clade_tree_load(
+        tree: *mut clade_tree,
+        path: *const c_char,
+        out: *mut clade_node_id,
+        n_tokens: *mut usize,
+        n_reused: *mut usize,
+    ) -> clade_status;
     // clade_status clade_tree_node_info(const clade_tree *tree, clade_node_id node,
     //                                   clade_node_info *info);
     pub fn clade_tree_node_info(

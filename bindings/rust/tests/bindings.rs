@@ -1228,3 +1228,47 @@ fn speculative_tree_drafter_errors() {
     let (got, _) = tree.generate_speculative(&prompts, &params, &mut Speculative::lookup(2).tree_width(2)).unwrap();
     assert_eq!(got, want);
 }
+
+// ---- prefix reuse and saved sessions (clade 1.3) --------------------------------------------
+
+#[test]
+fn prefix_reuse_and_sessions() {
+    let m = small_model();
+    let doc: Vec<Token> = (0..40).map(|i| (7 * i + 3) % 300).collect();
+    let tree = Tree::new(&m, TreeParams { kv_type: KvType::F32, flags: clade::TREE_PREFIX_CACHE, ..TreeParams::default() })
+        .unwrap();
+    let mut first = doc.clone();
+    first.extend([5, 6]);
+    let (a, reused, _) = tree.append_prefix(&first).unwrap();
+    assert_eq!(reused, 0);
+    // another ending after 30 tokens: a split, 30 reused, a fresh tree's logits
+    let mut second = doc[..30].to_vec();
+    second.push(9);
+    let (b, reused, got) = tree.append_prefix(&second).unwrap();
+    assert_eq!(reused, 30);
+    let (_, want) = f32_tree(&m).append_logits(0, &second).unwrap();
+    assert_close(&got, &want, 1e-4);
+    tree.release(b).unwrap();
+    assert!(tree.trim(0).unwrap() > 0); // b was cached
+    let path = tmp_dir().join("rust-session.clade");
+    tree.save(a, &path).unwrap();
+    // loaded into another tree, the next step equals a fresh evaluation
+    let t2 = f32_tree(&m);
+    let (node, n, reused) = t2.load(&path).unwrap();
+    assert_eq!((n, reused), (42, 0));
+    let mut c = cache(&t2, 2, 16);
+    let s = c.add(node, &[], false).unwrap();
+    let row = one(&mut c, s, &[11]).unwrap();
+    let mut hist = first.clone();
+    hist.push(11);
+    let (_, want) = f32_tree(&m).append_logits(0, &hist).unwrap();
+    assert_close(&row, &want, 1e-4);
+    // a sequence saved and loaded: its history comes back
+    let seq_path = tmp_dir().join("rust-seq.clade");
+    c.save(s, &seq_path).unwrap();
+    assert_eq!(f32_tree(&m).load(&seq_path).unwrap().1, 43);
+    // an F16 tree refuses the F32 file; a missing file is Io
+    let t16 = Tree::new(&m, TreeParams::default()).unwrap();
+    assert_eq!(t16.load(&path).unwrap_err().kind, ErrorKind::Mismatch);
+    assert_eq!(t16.load(tmp_dir().join("missing.clade")).unwrap_err().kind, ErrorKind::Io);
+}
