@@ -17,6 +17,8 @@ pkg-config --exists nlohmann_json 2>/dev/null || need+=(nlohmann-json3-dev)
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi
+# the install test's `pip install bindings/python` into a fresh venv
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   echo "installing: ${need[*]}"

@@ -4,7 +4,9 @@
 # pkg-config alone (PKG_CONFIG_PATH, nothing else) and run on a small random
 # model written by the installed CLI, generating text. Checks the installed
 # files (header, library with its soname links, CLI, clade.pc with no build
-# or CUDA paths) and, configure-only, clade as a Meson subproject (no CLI,
+# or CUDA paths); `pip install bindings/python` into a fresh venv and the
+# README's Python example run outside the checkout with no environment
+# variable; and, configure-only, clade as a Meson subproject (no CLI,
 # benchmarks or tests by default).
 # usage: run.sh BUILD_DIR SOURCE_DIR CC MESON
 set -uo pipefail
@@ -66,6 +68,31 @@ if [ -x "$dir/hello" ]; then
   grep -q "^clade $version (header $version)\$" <<< "$out" || fail "hello: no version line: $out"
   grep -q "^Once upon a time." <<< "$out" && grep -q "^8 tokens" <<< "$out" || fail "hello: no text: $out"
   echo "$out"
+fi
+
+# Python: `pip install bindings/python` into a fresh venv, offline (no
+# index), with PKG_CONFIG_PATH pointing at the install; then the README's
+# Python example, outside the checkout, with no environment variable at all.
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
+if ! "$py" -c 'import venv, ensurepip' 2> /dev/null; then
+  fail "python3 -m venv is not available (apt-get install python3-venv)"
+else
+  "$py" -m venv --system-site-packages "$dir/venv" || fail "python3 -m venv"
+  PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$dir/venv/bin/pip" install -q "$src/bindings/python" \
+    > "$dir/pip.log" 2>&1 || { cat "$dir/pip.log"; fail "pip install bindings/python"; }
+  # The README's first Python block that uses the package, on the random model.
+  awk '/^ *```python/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /import clade/) {print block; exit} on = 0; next}
+       on {sub(/^  /, ""); block = block $0 "\n"}' "$src/README.md" | sed "s|\"model.gguf\"|\"$dir/m.gguf\"|" > "$dir/example.py"
+  grep -q "import clade" "$dir/example.py" || fail "no Python example with 'import clade' in README.md"
+  printf 'import clade._lib\nprint("library:", clade._lib.LIBRARY_PATH)\nprint("package:", clade.__file__)\n' >> "$dir/example.py"
+  mkdir -p "$dir/elsewhere"
+  out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$dir" "$dir/venv/bin/python" "$dir/example.py" 2>&1) ||
+    fail "the README's Python example: $out"
+  grep -q "^library: $libdir/libclade.so.1\$\|^library: $(cd "$libdir" && pwd -P)/libclade.so.1\$" <<< "$out" ||
+    fail "the Python package did not load the installed library: $out"
+  grep -q "^package: $dir/venv/" <<< "$out" || fail "clade was not imported from the venv: $out"
+  [ "$(grep -cE "^(stop_token|stop_string|length) " <<< "$out")" -eq 4 ] || fail "the README's Python example: expected 4 results: $out"
 fi
 
 # clade as a Meson subproject (configure only): the library and its

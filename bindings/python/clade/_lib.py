@@ -8,7 +8,11 @@ The Pythonic layer lives in clade/__init__.py.
 The library is found, in order, at:
   1. the path in the environment variable CLADE_LIBRARY;
   2. ../../build/libclade.so relative to this package (a source checkout);
-  3. the system's 'libclade.so.1' (the soname carries CLADE_ABI_MAJOR).
+  3. the folder pkg-config gave for clade when the package was installed
+     (`pip install bindings/python` records it in clade/_config.py);
+  4. the folder pkg-config gives now (`pkg-config --variable=libdir clade`);
+  5. the system's 'libclade.so.1' (the soname carries CLADE_ABI_MAJOR):
+     the loader's path, after `meson install` and `ldconfig`.
 
 Callbacks (clade_log_fn, clade_abort_fn) are CFUNCTYPE types: keep the
 object made from a Python function alive for as long as C may call it.
@@ -25,19 +29,52 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_float, c_
 __all__ = []  # everything is reached as clade._lib.NAME
 
 
-def _find_library():
+def _pkg_config_libdir():
+    import subprocess
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", "clade"], capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
+
+
+def _candidates():
     env = os.environ.get("CLADE_LIBRARY")
     if env:
-        return env
+        yield env
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     local = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libclade.so"))
     if os.path.exists(local):
-        return local
-    return "libclade.so.1"
+        yield local
+    try:
+        from . import _config  # written by the package's build (bindings/python/build_backend.py)
+        if _config.LIBDIR:
+            yield os.path.join(_config.LIBDIR, "libclade.so.1")
+    except ImportError:
+        pass
+    libdir = _pkg_config_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libclade.so.1")
+    yield "libclade.so.1"
 
 
-LIBRARY_PATH = _find_library()
-lib = ctypes.CDLL(LIBRARY_PATH)
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            return path, ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise OSError("libclade.so.1 not found; tried: %s. Install clade (README: Install) and run ldconfig, "
+                  "or set CLADE_LIBRARY to the library's path" % "; ".join(tried))
+
+
+LIBRARY_PATH, lib = _load()
 
 # ---- version --------------------------------------------------------------
 
