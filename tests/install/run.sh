@@ -13,11 +13,13 @@ set -uo pipefail
 build=$1; src=$2; cc=$3; meson=$4
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/elsewhere"  # where the programs run: outside the checkout
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # A clean environment: no compiler or loader search paths from the caller.
-unset LD_LIBRARY_PATH CPATH C_INCLUDE_PATH LIBRARY_PATH PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+unset LD_LIBRARY_PATH CPATH C_INCLUDE_PATH LIBRARY_PATH PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR CLADE_LIB_DIR \
+  CLADE_LIBRARY CGO_LDFLAGS CGO_CFLAGS
 
 $meson install -C "$build" --no-rebuild --destdir "$dir/root" --quiet > "$dir/install.log" 2>&1 ||
   { cat "$dir/install.log"; echo "FAIL: meson install"; exit 1; }
@@ -86,13 +88,57 @@ else
        on {sub(/^  /, ""); block = block $0 "\n"}' "$src/README.md" | sed "s|\"model.gguf\"|\"$dir/m.gguf\"|" > "$dir/example.py"
   grep -q "import clade" "$dir/example.py" || fail "no Python example with 'import clade' in README.md"
   printf 'import clade._lib\nprint("library:", clade._lib.LIBRARY_PATH)\nprint("package:", clade.__file__)\n' >> "$dir/example.py"
-  mkdir -p "$dir/elsewhere"
   out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$dir" "$dir/venv/bin/python" "$dir/example.py" 2>&1) ||
     fail "the README's Python example: $out"
   grep -q "^library: $libdir/libclade.so.1\$\|^library: $(cd "$libdir" && pwd -P)/libclade.so.1\$" <<< "$out" ||
     fail "the Python package did not load the installed library: $out"
   grep -q "^package: $dir/venv/" <<< "$out" || fail "clade was not imported from the venv: $out"
   [ "$(grep -cE "^(stop_token|stop_string|length) " <<< "$out")" -eq 4 ] || fail "the README's Python example: expected 4 results: $out"
+fi
+
+# Rust: a separate crate depending on bindings/rust by path, built offline;
+# the binding's build.rs finds the install through the pkg-config program,
+# and the crate's two-line build.rs records DEP_CLADE_LIB_DIR as its rpath
+# (README: Bindings). It runs the README's Rust example with no environment.
+if command -v cargo > /dev/null; then
+  mkdir -p "$dir/rust-user/src"
+  cat > "$dir/rust-user/Cargo.toml" << EOM
+[package]
+name = "clade-user"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+clade = { path = "$src/bindings/rust" }
+EOM
+  cat > "$dir/rust-user/build.rs" << 'EOM'
+fn main() {
+    let dir = std::env::var("DEP_CLADE_LIB_DIR").unwrap();
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+}
+EOM
+  {
+    echo 'fn main() -> Result<(), Box<dyn std::error::Error>> {'
+    echo '    let path = std::env::args().nth(1).expect("usage: clade-user MODEL");'
+    awk '/^ *```rust/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /Model::load/) {print block; exit} on = 0; next}
+         on {sub(/^  /, ""); block = block "    " $0 "\n"}' "$src/README.md" | sed 's|"model.gguf"|\&path|'
+    echo '    Ok(())'
+    echo '}'
+  } > "$dir/rust-user/src/main.rs"
+  grep -q "Model::load(&path)" "$dir/rust-user/src/main.rs" || fail "no Rust example with Model::load in README.md"
+  if CARGO_TARGET_DIR="$dir/rust-user/target" cargo build --offline -q --manifest-path "$dir/rust-user/Cargo.toml" \
+      > "$dir/cargo.log" 2>&1; then
+    bin=$dir/rust-user/target/debug/clade-user
+    lib=$(ldd "$bin" | sed -n 's/.*libclade\.so\.[0-9]* => \(.*\) (.*/\1/p')
+    [ "$(cd "$(dirname "$lib")" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ] || fail "the Rust program loads libclade from '$lib', not $libdir"
+    out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin "$bin" "$dir/m.gguf" 2>&1) || fail "the README's Rust example: $out"
+    # (the streamed pieces come first, with no newline before the results)
+    [ "$(grep -oE "(StopToken|StopString|Length): " <<< "$out" | wc -l)" -eq 4 ] || fail "the README's Rust example: expected 4 results: $out"
+  else
+    cat "$dir/cargo.log"; fail "cargo build of a crate depending on bindings/rust"
+  fi
+else
+  echo "rust: no cargo, the Rust crate is not checked"
 fi
 
 # clade as a Meson subproject (configure only): the library and its
