@@ -44,6 +44,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -372,6 +373,65 @@ void test_eviction(const Env& e) {
   clade_tree_free(t);
 }
 
+// Two caches of one tree decode in two threads at once (which the header
+// allows), each step growing its sequence past the budget, so both evict
+// cached nodes concurrently (under the tree's eviction lock; run under
+// TSan in CI). Each sequence's last logits equal the reference.
+void test_concurrent_eviction(const Env& e) {
+  Rng r(61);
+  clade_tree* probe = make_tree(e, 0, 0);
+  std::vector<int32_t> p10 = random_tokens(r, 10, e.V);
+  clade_node_id pn;
+  CHECK_OK(clade_tree_append(probe, 0, p10.data(), p10.size(), nullptr, &pn));
+  const uint64_t per_token = clade_tree_kv_used(probe) / 10;
+  clade_tree_free(probe);
+  const uint64_t budget = per_token * 240;
+  clade_tree* t = make_tree(e, CLADE_TREE_PREFIX_CACHE, budget);
+  const std::vector<int32_t> H = random_tokens(r, 20, e.V);
+  clade_node_id h = -1;
+  size_t reused = 0;
+  CHECK_OK(clade_tree_append_prefix(t, H.data(), H.size(), nullptr, &h, &reused));
+  // Cached prompts until the budget is nearly full.
+  for (int i = 0; i < 14; i++) {
+    std::vector<int32_t> p = random_tokens(r, 15, e.V);
+    clade_node_id n;
+    CHECK_OK(clade_tree_append_prefix(t, p.data(), p.size(), nullptr, &n, &reused));
+    CHECK_OK(clade_tree_release(t, n));
+  }
+  clade_tree_stats st;
+  st.size = sizeof st;
+  CHECK_OK(clade_tree_get_stats(t, &st));
+  const uint64_t ev0 = st.evictions;
+  clade_cache* c[2] = {make_cache(t), make_cache(t)};
+  clade_seq_id s[2];
+  std::vector<int32_t> toks[2] = {random_tokens(r, 60, e.V), random_tokens(r, 60, e.V)};
+  for (int k = 0; k < 2; k++) CHECK_OK(clade_cache_add(c[k], h, nullptr, 0, 0, &s[k]));
+  std::vector<float> last[2] = {std::vector<float>((size_t)e.V), std::vector<float>((size_t)e.V)};
+  clade_status result[2] = {CLADE_OK, CLADE_OK};
+  auto run = [&](int k) {
+    for (int i = 0; i < 12 && result[k] == CLADE_OK; i++)
+      result[k] = step(c[k], {s[k]}, {5}, toks[k].data() + 5 * i, last[k].data());
+  };
+  std::thread a(run, 0), b(run, 1);
+  a.join();
+  b.join();
+  CHECK_OK(clade_tree_get_stats(t, &st));
+  for (int k = 0; k < 2; k++) {
+    CHECK_MSG(result[k] == CLADE_OK, "thread %d: status %d", k, (int)result[k]);
+    std::vector<int32_t> hist = H;
+    hist.insert(hist.end(), toks[k].begin(), toks[k].end());
+    const double err = ref_error(e, hist, last[k].data());
+    CHECK_MSG(err < kTolRef, "thread %d: error %.3g against the reference", k, err);
+  }
+  CHECK_MSG(st.evictions > ev0, "two growing caches evicted nothing");
+  CHECK(clade_tree_kv_used(t) <= budget);
+  std::printf("concurrent eviction: two caches in two threads, %llu evictions\n",
+              (unsigned long long)(st.evictions - ev0));
+  clade_cache_free(c[0]);
+  clade_cache_free(c[1]);
+  clade_tree_free(t);
+}
+
 // ---- 4. without the flag; bad calls ----
 
 void test_plain_and_bad(const Env& e) {
@@ -594,6 +654,7 @@ int main() {
   test_splits(e);
   test_random_sets(e);
   test_eviction(e);
+  test_concurrent_eviction(e);
   test_plain_and_bad(e);
   const std::string other = dir + "/other.gguf";
   spec.seed = 6;
