@@ -1,9 +1,10 @@
 // Package clade binds the clade C library (include/clade/clade.h): inference
 // of Llama-family models for many sequences that share prefixes.
 //
-// The library is found through the #cgo directives below (the checkout's
-// build/ folder, with an rpath); to use another build, put its folder first
-// with CGO_LDFLAGS="-L/dir -Wl,-rpath,/dir".
+// The library is found through pkg-config (cgo_pkgconfig.go: an installed
+// clade.pc), or with the build tag clade_checkout through the checkout's
+// build/ folder (cgo_checkout.go); to use another build, put its folder
+// first with CGO_LDFLAGS="-L/dir -Wl,-rpath,/dir".
 //
 // Handles (Model, Tree, Cache, Sampler, Detokenizer) own C objects: Close()
 // frees them, and a finalizer does so for handles left unreachable. The C
@@ -51,8 +52,6 @@
 package clade
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -L${SRCDIR}/../../build -lclade -Wl,-rpath,${SRCDIR}/../../build
 #include <stdlib.h>
 #include <clade/clade.h>
 

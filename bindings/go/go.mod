@@ -1,3 +1,3 @@
-module clade
+module clade.dev/clade
 
 go 1.19

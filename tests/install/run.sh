@@ -94,6 +94,7 @@ else
     fail "the Python package did not load the installed library: $out"
   grep -q "^package: $dir/venv/" <<< "$out" || fail "clade was not imported from the venv: $out"
   [ "$(grep -cE "^(stop_token|stop_string|length) " <<< "$out")" -eq 4 ] || fail "the README's Python example: expected 4 results: $out"
+  echo "python: $(grep -cE "^(stop_token|stop_string|length) " <<< "$out") results"
 fi
 
 # Rust: a separate crate depending on bindings/rust by path, built offline;
@@ -134,11 +135,47 @@ EOM
     out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin "$bin" "$dir/m.gguf" 2>&1) || fail "the README's Rust example: $out"
     # (the streamed pieces come first, with no newline before the results)
     [ "$(grep -oE "(StopToken|StopString|Length): " <<< "$out" | wc -l)" -eq 4 ] || fail "the README's Rust example: expected 4 results: $out"
+    echo "rust: $(grep -oE "(StopToken|StopString|Length): " <<< "$out" | wc -l) results"
   else
     cat "$dir/cargo.log"; fail "cargo build of a crate depending on bindings/rust"
   fi
 else
   echo "rust: no cargo, the Rust crate is not checked"
+fi
+
+# Go: a program in a module of its own requiring clade.dev/clade, the
+# checkout's bindings/go through a go.work `use` (no replace line), built
+# offline with `#cgo pkg-config: clade` (PKG_CONFIG_PATH) and the folder as
+# its rpath (README: Bindings); it runs the README's Go example.
+if command -v go > /dev/null; then
+  mkdir -p "$dir/go-user"
+  printf 'module example.com/user\n\ngo 1.19\n\nrequire clade.dev/clade v0.0.0\n' > "$dir/go-user/go.mod"
+  {
+    printf 'package main\n\nimport (\n\t"fmt"\n\t"os"\n\n\t"clade.dev/clade"\n)\n\n'
+    printf 'func main() {\n\tm, err := clade.LoadModel(os.Args[1], nil)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n'
+    printf '\tdefer m.Close()\n'
+    awk '/^ *```go/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /GenerateStream/) {print block; exit} on = 0; next}
+         on {sub(/^  /, ""); block = block "\t" $0 "\n"}' "$src/README.md"
+    printf '\tif err != nil {\n\t\tpanic(err)\n\t}\n\tfmt.Println()\n'
+    printf '\tfor _, r := range results {\n\t\tfmt.Printf("finish %%d: %%s\\n", r.Finish, r.Text)\n\t}\n}\n'
+  } > "$dir/go-user/main.go"
+  grep -q "GenerateStream" "$dir/go-user/main.go" || fail "no Go example with GenerateStream in README.md"
+  (cd "$dir/go-user" && env -u GOFLAGS GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOWORK= go work init . "$src/bindings/go") \
+    > "$dir/go.log" 2>&1 || { cat "$dir/go.log"; fail "go work init"; }
+  mkdir -p "$build/tests/install-go-cache"
+  if (cd "$dir/go-user" && env -u GOFLAGS GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOPATH="$dir/gopath" \
+      GOCACHE="$build/tests/install-go-cache" CGO_ENABLED=1 CGO_LDFLAGS="-Wl,-rpath,$libdir" \
+      go build -o "$dir/go-user/user" .) > "$dir/go.log" 2>&1; then
+    lib=$(ldd "$dir/go-user/user" | sed -n 's/.*libclade\.so\.[0-9]* => \(.*\) (.*/\1/p')
+    [ "$(cd "$(dirname "$lib")" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ] || fail "the Go program loads libclade from '$lib', not $libdir"
+    out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin "$dir/go-user/user" "$dir/m.gguf" 2>&1) || fail "the README's Go example: $out"
+    [ "$(grep -c "^finish [0-9]*: " <<< "$out")" -eq 4 ] || fail "the README's Go example: expected 4 results: $out"
+    echo "go: $(grep -c "^finish [0-9]*: " <<< "$out") results"
+  else
+    cat "$dir/go.log"; fail "go build of a module requiring clade.dev/clade"
+  fi
+else
+  echo "go: no go, the Go module is not checked"
 fi
 
 # clade as a Meson subproject (configure only): the library and its
