@@ -275,12 +275,15 @@ void test_backend() {
         for (int64_t o = 0; o < rows; o++) {
           Oracle want = oracle(t, wd[(size_t)o], x.data() + (size_t)j * k, k);
           // many rows: f32 products of the widened weights, except Q8_0
-          // where the CPU has int8 dot products (x quantized as above)
+          // where the CPU has int8 dot products (x quantized as above), and
+          // the others where it has bf16 ones (weights and x rounded to
+          // bf16, relative 2^-9 each)
           const bool q8dot = t == TT::Q8_0 && cpu_kernels().gemm_q8dot;
+          const bool bf16dot = t != TT::Q8_0 && cpu_kernels().gemm_bf16dot;
           if (n > 4 && !q8dot) {
             double mag = 0;
             for (int64_t i = 0; i < k; i++) mag += std::fabs(wd[(size_t)o][(size_t)i] * x[(size_t)(j * k + i)]);
-            want.bound = 1e-5 * mag + 1e-12;
+            want.bound = (bf16dot ? 4.0 / 512 : 1e-5) * mag + 1e-12;
           }
           if (std::fabs(y[(size_t)(j * rows + o)] - want.value) > want.bound && bad++ < 3)
             std::fprintf(stderr, "matmul %s n=%d row %d: %g, fp64 %g (bound %g)\n", tensor_type_name(t), n, (int)o,

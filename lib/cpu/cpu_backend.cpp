@@ -79,6 +79,7 @@ struct KeyRun {
 
 struct ThreadScratch {
   std::vector<float> tile;   // kTile * n_in widened weights
+  std::vector<uint16_t> tile16;  // the same rounded to bf16 (the bf16 dot-product path)
   int64_t tiled = -1;        // which tile of the current matmul it holds
   std::vector<uint8_t> pack;  // matmul's packed tile (dot-product path)
   int64_t packed = -1;        // which tile of the current matmul it holds
@@ -228,7 +229,12 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   // Items: tiles of output rows x groups of input rows, so that both small
   // and large batches give every thread work.
   const int64_t tiles = (N + kTile - 1) / kTile;
-  const bool bf16dot = w.type == TensorType::BF16 && k_.gemm_bf16dot;
+  // The other quantized types take the bf16 path too, their tiles widened
+  // and rounded to bf16 (relative 2^-9, far under the types' own error):
+  // twice the F32 path's rate (Q4_K 92 against 198 GFLOP/s, one thread,
+  // 512 x 1024 x 2816; the F32 path stays where the CPU lacks AVX512-BF16).
+  const bool widen_bf16 = !direct && w.type != TensorType::Q8_0 && k_.gemm_bf16dot;
+  const bool bf16dot = (w.type == TensorType::BF16 || widen_bf16) && k_.gemm_bf16dot;
   const bool q8dot = w.type == TensorType::Q8_0 && k_.gemm_q8dot;
   if (n > kDirectRows && (bf16dot || q8dot)) {
     // Dot-product instructions (kernels.h): the input rows narrowed once
@@ -248,7 +254,13 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
         else k_.x_q8(x + j * K, K, xa + j * kp, xd + j * nb);
       }
     });
-    const size_t pbytes = dot_pack_bytes(w.type, (int)kTile, K) + 64;
+    const TensorType pt = widen_bf16 ? TensorType::BF16 : w.type;  // the type packed
+    const size_t pbytes = dot_pack_bytes(pt, (int)kTile, K) + 64;
+    if (widen_bf16)
+      for (ThreadScratch& t : scratch_) {
+        if (t.tile.size() < (size_t)(kTile * K)) t.tile.resize((size_t)(kTile * K));
+        if (t.tile16.size() < (size_t)(kTile * K)) t.tile16.resize((size_t)(kTile * K));
+      }
     for (ThreadScratch& s : scratch_) s.packed = -1;
     const int64_t xgroups = (n + kXGroup - 1) / kXGroup;
     for (ThreadScratch& t : scratch_)  // every thread's, whichever take the tiles
@@ -260,7 +272,15 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
       if (s.pack.size() < pbytes) s.pack.resize(pbytes);
       uint8_t* pack = align64(s.pack.data());
       if (s.packed != t) {
-        k_.pack_dot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, K, pack);
+        if (widen_bf16) {
+          for (int64_t o = 0; o < rows; o++) {
+            k_.to_f32(w.type, base + (uint64_t)(o0 + o) * row_bytes, s.tile.data() + o * K, K);
+            k_.x_bf16(s.tile.data() + o * K, K, s.tile16.data() + o * K, K);
+          }
+          k_.pack_dot(pt, reinterpret_cast<const uint8_t*>(s.tile16.data()), (uint64_t)K * 2, (int)rows, K, pack);
+        } else {
+          k_.pack_dot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, K, pack);
+        }
         s.packed = t;
       }
       if (bf16dot)
