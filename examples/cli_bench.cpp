@@ -436,6 +436,12 @@ int bench_decode(Args& a) {
   DecodeBench b{o, {}, CLADE_KV_F16, 0, 0, 0};
   b.info.size = sizeof b.info;
   check(clade_model_describe(m, &b.info), "describe");
+  // Positions past the model's context: refused before any work, naming
+  // the flag (the prefill would stop at CLADE_CONTEXT_FULL).
+  const long longest = *std::max_element(o.prefixes.begin(), o.prefixes.end());
+  if (longest + o.suffix + o.gen > (long)b.info.n_ctx)
+    Args::die("--prefix " + std::to_string(longest) + ": with --suffix " + std::to_string(o.suffix) + " and --gen " +
+              std::to_string(o.gen) + " it passes the model's context of " + std::to_string(b.info.n_ctx) + " tokens");
   b.threads = o.threads == 0 ? (int)std::thread::hardware_concurrency() : o.threads;
   b.kvt = o.kv == "f32" ? CLADE_KV_F32 : o.kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
   b.kv_bytes_per_token =
