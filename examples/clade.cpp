@@ -434,7 +434,7 @@ bool parse_sampler_flag(const std::string& f, Args& a, clade_sampler_params& p) 
   if (f == "--temp") {
     p.temperature = (float)in_range(f, to_double(a.next(f), f), 0, 100, false, "0 (greedy) to 100");
   } else if (f == "--top-k") {
-    p.top_k = (int32_t)in_range(f, (double)to_long(a.next(f), f), 0, 1 << 30, false, "0 (off) or more");
+    p.top_k = (int32_t)in_range(f, (double)to_long(a.next(f), f), 0, 1 << 30, false, "0 (off) to 1073741824");
   } else if (f == "--top-p") {
     p.top_p = (float)in_range(f, to_double(a.next(f), f), 0, 1, true, "above 0, at most 1 (1: off)");
   } else if (f == "--min-p") {
@@ -647,7 +647,7 @@ int run_generate(const GenOptions& o) {
       if (o.levels_are_tokens) {
         std::istringstream ss(sib);
         std::string w;
-        while (ss >> w) ids.push_back((clade_token)to_long(w, "--tokens"));
+        while (ss >> w) ids.push_back((clade_token)int_flag("--tokens", w, 0, INT32_MAX));
       } else if (o.chat) {
         ids = tokenize(m, chat_text, true, true);  // the template's markers are special tokens
       } else {

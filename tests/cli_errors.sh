@@ -52,7 +52,8 @@ done << 'TABLE'
 2 | clade: --temp -1 is out of range: 0 (greedy) to 100 | generate -m $M --tokens 1 --temp -1
 2 | clade: bad number 'nan' for --temp | generate -m $M --tokens 1 --temp nan
 2 | clade: --top-p 0 is out of range: above 0, at most 1 (1: off) | generate -m $M --tokens 1 --top-p 0
-2 | clade: --top-k -1 is out of range: 0 (off) or more | generate -m $M --tokens 1 --top-k -1
+2 | clade: --top-k -1 is out of range: 0 (off) to 1073741824 | generate -m $M --tokens 1 --top-k -1
+2 | clade: --tokens -5 is out of range: 0 to 2147483647 | generate -m $M --tokens "1 -5"
 2 | clade: --min-p 2 is out of range: 0 (off) to 1 | generate -m $M --tokens 1 --min-p 2
 2 | clade: --repeat-penalty 0 is out of range: above 0, at most 100 (1: off) | generate -m $M --tokens 1 --repeat-penalty 0
 2 | clade: --presence-penalty 101 is out of range: -100 to 100 (0: off) | generate -m $M --tokens 1 --presence-penalty 101
