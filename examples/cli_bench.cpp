@@ -150,6 +150,7 @@ struct DecodeOptions {
   int threads = 0, rounds = 3, max_rounds = 50;
   double min_seconds = 0;
   bool csv = false, machine = false, map_file = true;
+  bool past_context = false;  // --past-context: positions past the model's n_ctx allowed
   std::string kv = "f16";
   clade_backend backend = CLADE_BACKEND_CPU;
 };
@@ -174,6 +175,7 @@ DecodeOptions parse_decode_options(Args& a) {
     else if (f == "--machine") o.machine = true;
     else if (f == "--csv") o.csv = true;
     else if (f == "--no-mmap") o.map_file = false;
+    else if (f == "--past-context") o.past_context = true;
     else unknown_arg("bench decode", f);
   }
   if (o.model.empty()) Args::die("bench decode: -m FILE is required");
@@ -439,9 +441,10 @@ int bench_decode(Args& a) {
   // Positions past the model's context: refused before any work, naming
   // the flag (the prefill would stop at CLADE_CONTEXT_FULL).
   const long longest = *std::max_element(o.prefixes.begin(), o.prefixes.end());
-  if (longest + o.suffix + o.gen > (long)b.info.n_ctx)
+  if (!o.past_context && longest + o.suffix + o.gen > (long)b.info.n_ctx)
     Args::die("--prefix " + std::to_string(longest) + ": with --suffix " + std::to_string(o.suffix) + " and --gen " +
-              std::to_string(o.gen) + " it passes the model's context of " + std::to_string(b.info.n_ctx) + " tokens");
+              std::to_string(o.gen) + " it passes the model's context of " + std::to_string(b.info.n_ctx) +
+              " tokens (--past-context to go past it)");
   b.threads = o.threads == 0 ? (int)std::thread::hardware_concurrency() : o.threads;
   b.kvt = o.kv == "f32" ? CLADE_KV_F32 : o.kv == "bf16" ? CLADE_KV_BF16 : CLADE_KV_F16;
   b.kv_bytes_per_token =
@@ -456,6 +459,7 @@ int bench_decode(Args& a) {
     clade_tree_params tp;
     clade_tree_params_init(&tp);
     tp.kv_type = b.kvt;
+    if (o.past_context) tp.flags |= CLADE_TREE_ALLOW_LONG_CONTEXT;
     clade_tree* tree = nullptr;
     check(clade_tree_create(m, &tp, &tree), "tree");
     std::vector<clade_token> ptoks((size_t)prefix);

@@ -32,7 +32,7 @@ m4=$models/l8-d1024-h16-kv4-f16.gguf
 m16=$models/l8-d1024-h16-kv16-f16.gguf
 [ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
 [ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
-$clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,8192 --mode shared,flat,noattn \
+$clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,8192 --past-context --mode shared,flat,noattn \
   --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv4.csv
-$clade bench decode -m "$m16" --backend cuda --batch 32 --prefix 8192 --mode shared,flat,noattn \
+$clade bench decode -m "$m16" --backend cuda --batch 32 --prefix 8192 --past-context --mode shared,flat,noattn \
   --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv16.csv

@@ -102,7 +102,7 @@ done << 'TABLE'
 2 | clade: --gen 1 is out of range: 2 to 16777216 | bench decode -m $M --gen 1
 2 | clade: bad number 'abc' for --min-seconds | bench decode -m $M --min-seconds abc
 2 | clade: bench decode: unknown option --kv-type (clade bench decode --help) | bench decode -m $M --kv-type f16
-2 | clade: --prefix 100: with --suffix 0 and --gen 4 it passes the model's context of 64 tokens | bench decode -m $M --prefix 8,100 --gen 4
+2 | clade: --prefix 100: with --suffix 0 and --gen 4 it passes the model's context of 64 tokens (--past-context to go past it) | bench decode -m $M --prefix 8,100 --gen 4
 2 | clade: bench prefill: --lengths gives a prompt of 100 tokens; with --parent-tokens 0 that passes the model's context of 64 | bench prefill -m $M --prompts 2 --lengths fixed:100
 2 | clade: --threads 0 is out of range: 1 to 1024 | bench machine --threads 0
 2 | clade: --prompts 0 is out of range: 1 to 1073741824 | bench prefill -m $M --prompts 0 --lengths fixed:4

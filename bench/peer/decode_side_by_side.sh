@@ -30,7 +30,7 @@ IFS=, read -r -a prefixes <<< "${PREFIXES:-512,2048,8192}"
 
 clade_point() {  # batch prefix -> "decode,prefill"
   local d p
-  d=$("$clade" bench decode -m "$model" --batch "$1" --prefix "$2" --gen "$gen" --mode shared --rounds 1 \
+  d=$("$clade" bench decode -m "$model" --batch "$1" --prefix "$2" --gen "$gen" --past-context --mode shared --rounds 1 \
         --threads "$threads" --no-mmap --csv 2>/dev/null | tail -1 | cut -d, -f7)
   p=$("$clade" bench prefill -m "$model" --prompts 1 --lengths "fixed:$2" --mode packed --rounds 1 \
         --threads "$threads" --no-mmap --csv 2>/dev/null | tail -1 | cut -d, -f8)
