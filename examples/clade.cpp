@@ -106,7 +106,8 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
        "  model random -o FILE [--layers N (2)] [--dim N (256)] [--heads N (8)] [--kv-heads N (--heads)]\n"
        "               [--ff N (dim*11/4)] [--vocab N (1024) | --vocab-from GGUF] [--ctx N (4096)]\n"
        "               [--type f32|f16|bf16|q8_0|q4_0|q4_k_m|... (f16)] [--seed S (1)] [--arch llama|qwen2 (llama)]\n"
-       "               [--chat-template NAME|TEXT (with --vocab-from)]\n"
+       "               [--chat-template NAME|TEXT (with --vocab-from)] [--peaked (output rows = permuted\n"
+       "               embeddings: one token far above the rest, for token-for-token comparisons)]\n"
        "      a model with random weights; --vocab-from takes the tokenizer (and its vocabulary size) of a GGUF\n"},
       {"model info", "  model info FILE\n      a GGUF model's (or vocabulary's) configuration\n"},
       {"quantize",

@@ -43,7 +43,7 @@ int cmd_model_random(Args& a) {
   std::string out, type = "f16", vocab_from, arch = "llama", chat_template;
   int layers = 2, dim = 256, heads = 8, kv_heads = 0, ff = 0, vocab = 1024, ctx = 4096;
   uint64_t seed = 1;
-  bool have_vocab = false;
+  bool have_vocab = false, peaked = false;
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "-o" || f == "--output") out = a.next(f);
@@ -58,6 +58,7 @@ int cmd_model_random(Args& a) {
     else if (f == "--seed") seed = to_u64(a.next(f), f);
     else if (f == "--vocab-from") vocab_from = a.next(f);
     else if (f == "--arch") arch = word_flag(f, a.next(f), {"llama", "qwen2"});
+    else if (f == "--peaked") peaked = true;
     else if (f == "--chat-template") {
       chat_template = a.next(f);
       if (chat_template.empty()) Args::die("--chat-template takes a template name or text");
@@ -85,6 +86,7 @@ int cmd_model_random(Args& a) {
     sp.layers = layers; sp.dim = dim; sp.heads = heads; sp.kv_heads = kv_heads; sp.ff = ff; sp.vocab = vocab;
     sp.ctx = ctx; sp.type = type; sp.seed = seed; sp.vocab_from = vocab_from; sp.arch = arch;
     sp.supported_only = true;
+    sp.peaked = peaked;
     write_random_model(out, sp);
   } catch (const std::exception& e) {
     if (!tmp_vocab.empty()) std::remove(tmp_vocab.c_str());

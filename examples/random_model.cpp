@@ -178,8 +178,32 @@ void write_random_model(const std::string& path, const RandomModelSpec& spec) {
   Rng rng{seed * 0x9e3779b97f4a7c15ull + 12345};
   (void)ctx;
   std::vector<float> buf;
+  // spec.peaked: token_embd's values again (the first tensor drawn: the
+  // stream's first vocab * dim normals), for output.weight
+  const size_t output_gen = spec.tied_output ? SIZE_MAX : 2;
+  std::vector<float> embd;
+  std::vector<uint32_t> perm;
+  if (spec.peaked && !spec.tied_output) {
+    Rng again = rng;
+    embd.resize((size_t)vocab * (size_t)dim);
+    for (float& v : embd) v = again.normal();
+    perm.resize((size_t)vocab);
+    for (uint32_t i = 0; i < perm.size(); i++) perm[i] = i;
+    Rng shuffle{seed * 0x2545f4914f6cdd1dull + 777};
+    for (size_t i = perm.size(); i > 1; i--) std::swap(perm[i - 1], perm[(size_t)(shuffle.next() % i)]);
+  }
   auto fill = [&](size_t k, std::vector<uint8_t>& bytes) {
     const Gen& g = gens[k];
+    if (k == output_gen && !embd.empty()) {  // drawn as ever (what follows stays the same), then replaced
+      const uint64_t rb = tensor_row_bytes(g.t, g.n_in);
+      bytes.resize(rb * (size_t)g.n_out);
+      for (int o = 0; o < g.n_out; o++) {
+        for (int i = 0; i < g.n_in; i++) (void)rng.normal();
+        quantize_row(g.t, embd.data() + (size_t)perm[(size_t)o] * (size_t)g.n_in, bytes.data() + rb * (size_t)o,
+                     g.n_in);
+      }
+      return;
+    }
     buf.resize((size_t)g.n_in);
     if (g.n_out == 0) {
       for (int i = 0; i < g.n_in; i++) buf[(size_t)i] = g.a + g.b * rng.normal();

@@ -16,6 +16,12 @@ struct RandomModelSpec {
   float rope_factor = 1.0f;
   bool tied_output = false;
   bool qkv_bias = false;     // always on for qwen2
+  // output.weight's row o is token_embd's row perm[o] (a permutation fixed
+  // by the seed): the residual stream, mostly the current token's
+  // embedding, then scores one token far above the rest, so greedy decoding
+  // walks perm's cycles on logits that rounding cannot reorder (comparing
+  // engines or weight types token for token). No effect with tied_output.
+  bool peaked = false;
   // Refuse the shapes the loader refuses as unsupported (a head size above
   // 256), as `clade model random` does; off, tests can build such a model
   // to check the loader's refusal.

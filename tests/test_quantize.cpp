@@ -121,29 +121,8 @@ int main() {
   spec.layers = 2, spec.dim = 256, spec.heads = 4, spec.kv_heads = 2, spec.ff = 512, spec.vocab = 300;
   spec.type = "f32";
   spec.seed = 29;
-  cli::write_random_model(dir + "/flat.gguf", spec);
-  {
-    // Peaked logits: output row o becomes token_embd row perm[o], so that
-    // the residual stream, mostly the current token's embedding, scores one
-    // token far above the rest (the model walks a cycle of perm's inverse).
-    std::unique_ptr<GGUFFile> flat = GGUFFile::open(dir + "/flat.gguf");
-    clade::GGUFWriter w;
-    for (const clade::GGUFKV& kv : flat->kvs()) w.set_value(kv.key, kv.value);
-    const clade::GGUFTensor* emb = flat->find_tensor("token_embd.weight");
-    std::vector<int> perm((size_t)spec.vocab);
-    for (int i = 0; i < spec.vocab; i++) perm[(size_t)i] = i;
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
-    for (const clade::GGUFTensor& t : flat->tensors()) {
-      std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
-      if (t.name == "output.weight")
-        for (int o = 0; o < spec.vocab; o++)
-          std::memcpy(bytes.data() + (size_t)o * spec.dim * 4, emb->data + (size_t)perm[(size_t)o] * spec.dim * 4,
-                      (size_t)spec.dim * 4);
-      w.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne, t.ne + t.n_dims), bytes.data(), bytes.size());
-    }
-    w.write(f32);
-    std::remove((dir + "/flat.gguf").c_str());
-  }
+  spec.peaked = true;  // output rows: permuted embeddings (random_model.h)
+  cli::write_random_model(f32, spec);
   std::unique_ptr<GGUFFile> src = GGUFFile::open(f32);
 
   struct Want {
