@@ -4,7 +4,7 @@
 // Public API only.
 //
 // usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S]
-//                      [--top 5] [--threads T]
+//                      [--top 5] [--threads T] [--only NAME]
 //
 // The logits are Gaussian with standard deviation S (default 3) plus a few
 // rows' worth of peaked tokens, a spread like a model's: a softmax at
@@ -12,7 +12,8 @@
 // is one setting: the median and minimum ms per call of N calls, and the
 // mean number of tokens top-p kept. --top asks for that many
 // log-probabilities per row too; --threads, the sampler's own threads
-// (clade_sampler_params.n_threads).
+// (clade_sampler_params.n_threads); --only, the settings whose name holds
+// NAME (bench/sampler_step.sh: "top-p 0.95 only").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   double sigma = 3.0;
   size_t top = 0;
   int32_t threads = 0;
+  std::string only;  // run only the settings whose name contains it
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -54,8 +56,11 @@ int main(int argc, char** argv) {
     else if (a == "--sigma") sigma = std::atof(next());
     else if (a == "--top") top = (size_t)std::atol(next());
     else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--only") only = next();
     else {
-      std::fprintf(stderr, "usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S] [--top K] [--threads T]\n");
+      std::fprintf(stderr,
+                   "usage: bench_sampler [--rows R] [--vocab V] [--calls N] [--sigma S] [--top K] [--threads T] "
+                   "[--only NAME]\n");
       return 2;
     }
   }
@@ -97,6 +102,7 @@ int main(int argc, char** argv) {
   std::printf("bench_sampler: %zu rows x %d vocabulary, sigma %.1f, %d calls, top %zu, threads %d\n", rows, vocab,
               sigma, calls, top, threads);
   for (const Setting& s : settings) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     clade_sampler_params p;
     clade_sampler_params_init(&p);
     p.temperature = s.temperature;

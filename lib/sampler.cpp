@@ -51,11 +51,84 @@ inline uint32_t bits(float v) {
   return u;
 }
 
+// v's size at least n (never shrunk: no row pays to fill it again).
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// The integer significand of e^z's bits (a finite non-negative float;
+// subnormals have no implicit bit).
+inline uint64_t significand(uint32_t u) { return (u & 0x7fffffu) | (u >= 0x800000u ? 0x800000u : 0u); }
+
+// A bucket's unit: bucket b's integer sum times 2^(max(b >> 2, 1) - 150)
+// is its mass (smp::kBuckets).
+struct BucketUnits {
+  double v[smp::kBuckets];
+  BucketUnits() {
+    for (int b = 0; b < smp::kBuckets; b++) v[b] = std::ldexp(1.0, std::max(b >> 2, 1) - 150);
+  }
+};
+const BucketUnits kBucketUnits;
+const double* const kBucketUnit = kBucketUnits.v;
+
+// A guess of a bucket of e^z (smp::kBuckets) at or below the one where
+// top-p's prefix ends, for the row pass to list the tokens from it on:
+// the histogram of every 32nd token's e^z, each standing for 32 tokens,
+// except the few within a factor 64 of the top one (the top one
+// included), each counted once by a search of the row (a few large ones
+// counted 32 times, or not at all, would put the end too high). Four
+// buckets lower (a factor 2) for the sample's noise. A guess too high costs
+// the row another pass (sample_row); 0 (every token) for a short row.
+uint32_t nucleus_guess(const smp::Kernels& K, const float* l, int32_t n, float lmax, int32_t arg, float scale,
+                       float top_p, SampleScratch& s) {
+  constexpr int32_t kStride = 32, kHeavy = 256;
+  if (n < 64 * kStride) return 0;
+  double h[smp::kBuckets] = {};
+  uint64_t hs[2][smp::kBuckets] = {};  // the sample's, alternate tokens in two (shorter chains through one sum)
+  // the tokens within a factor 64 of the top one, each, when they are few
+  const float thr = lmax - 6.0f / scale;  // (l - lmax) * scale > -6
+  int32_t nh = 0;
+  for (int32_t i = 0; nh <= kHeavy && (i = K.find_above(l, i, n, thr)) < n; i++, nh++) {
+    const float e = smp::exp2_neg((l[i] - lmax) * scale);
+    h[bits(e) >> 21] += (double)e;
+  }
+  const bool heavy = nh <= kHeavy;
+  if (!heavy) {
+    std::fill(h, h + smp::kBuckets, 0.0);
+    h[bits(1.0f) >> 21] = 1.0;  // the top token, once
+  }
+  const int32_t ns = (n + kStride - 1) / kStride;
+  s.sample.resize((size_t)ns);
+  for (int32_t k = 0; k < ns; k++) s.sample[(size_t)k] = l[(size_t)k * kStride];
+  grow(s.idx, (size_t)ns + smp::kLanes);
+  grow(s.eb, (size_t)ns + smp::kLanes);
+  grow(s.groups, (size_t)ns / smp::kLanes + 1);
+  double low;
+  const int32_t m = K.exp_split(s.sample.data(), ns, lmax, scale, 0, s.idx.data(), s.eb.data(), s.groups.data(), &low,
+                                nullptr, nullptr);
+  for (int32_t j = 0; j < m; j++) {
+    const int32_t i = s.idx[(size_t)j] * kStride;
+    if (heavy ? l[i] > thr : i == arg) continue;
+    const uint32_t u = s.eb[(size_t)j];
+    hs[j & 1][u >> 21] += significand(u);
+  }
+  double total = 0, cum = 0;
+  for (int b = 0; b < smp::kBuckets; b++) total += h[b] += (double)(hs[0][b] + hs[1][b]) * kBucketUnit[b] * kStride;
+  for (uint32_t b = smp::kBuckets; b-- > 0;) {
+    cum += h[b];
+    if (cum >= (double)top_p * total) return b > 4 ? b - 4 : 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 // The threads past the caller's, for the rows of one call: run(n, fn)
-// calls fn(row, thread) for rows [0, n), thread 0 being the caller's; rows
-// go to whichever thread is free, so fn must give the same results on any.
+// calls fn(row, thread, next) for rows [0, n), thread 0 being the caller's;
+// rows go to whichever thread is free, so fn must give the same results on
+// any. Each thread takes its next row (next; n when none) as it starts one,
+// so that the row can be fetched early.
 class RowPool {
  public:
   explicit RowPool(int n_workers) {
@@ -69,7 +142,7 @@ class RowPool {
     cv_.notify_all();
     for (auto& t : th_) t.join();
   }
-  void run(size_t n, const std::function<void(size_t, int)>& fn) {
+  void run(size_t n, const std::function<void(size_t, int, size_t)>& fn) {
     {
       std::lock_guard<std::mutex> g(mu_);
       fn_ = &fn;
@@ -87,7 +160,11 @@ class RowPool {
 
  private:
   void rows(int t) {
-    for (size_t r; (r = next_.fetch_add(1)) < n_;) (*fn_)(r, t);
+    for (size_t r = next_.fetch_add(1); r < n_;) {
+      const size_t r2 = std::min(next_.fetch_add(1), n_);
+      (*fn_)(r, t, r2);
+      r = r2;
+    }
   }
   void work(int t) {
     uint64_t seen = 0;
@@ -106,7 +183,7 @@ class RowPool {
   std::vector<std::thread> th_;
   std::mutex mu_;
   std::condition_variable cv_, done_;
-  const std::function<void(size_t, int)>* fn_ = nullptr;
+  const std::function<void(size_t, int, size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
   uint64_t gen_ = 0;
@@ -197,14 +274,16 @@ const float* Sampler::adjusted(const SampleRow& r, int32_t n, SampleScratch& s) 
   return work_.data();
 }
 
-void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) const {
+void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, const float* next) const {
   const smp::Kernels& K = smp::kernels();
   std::vector<uint64_t>& cand_ = s.cand;
   std::vector<double>& prob_ = s.prob;
   const float* l = adjusted(r, n, s);
   r.n_top = 0;
   smp::RowMax rm;
-  K.scan(l, n, &rm);
+  if (s.pre_row && s.pre_row == r.logits && l == r.logits) rm = s.pre_max;  // scanned by the last row's pass
+  else K.scan(l, n, &rm);
+  s.pre_row = nullptr;
   const float lmax = rm.max;
   const int32_t arg = rm.arg;
   if (rm.bad) fail(CLADE_E_INVALID_ARG, "clade_sample: a logit is NaN or +inf");
@@ -266,41 +345,97 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) co
   }
   if (all) {
     // Every finite token is a candidate; those that top-p or min-p cannot
-    // keep are dropped before any sorting. e^z of every token (rough, in
-    // float), then a histogram of that mass over 1024 buckets by the value's
-    // bits (exponent and 2 mantissa bits: each bucket spans a factor 1.19):
-    // from the top, the bucket where the mass reaches top_p, one bucket
-    // lower for rounding, is where the kept prefix surely ends; min-p's
-    // threshold likewise.
-    // (The sums of one bucket's floats, whose exponent is the same, are
-    // exact in double below 2^29 tokens, in any order: integers here.)
-    s.bucket.resize((size_t)n);
-    uint64_t hsum[smp::kBuckets] = {};
-    K.exp_hist(l, n, lmax, 1.0f / temp, s.bucket.data(), hsum);
-    double hist[smp::kBuckets];
-    for (int b = 0; b < smp::kBuckets; b++) hist[b] = std::ldexp((double)hsum[b], std::max(b >> 2, 1) - 150);
-    uint32_t tb = 0;  // the lowest bucket kept
-    if (p_.top_p < 1.0f) {
-      double total = 0, cum = 0;
-      for (double h : hist) total += h;
-      for (uint32_t b = 1024; b-- > 0;) {
-        cum += hist[b];
-        if (cum >= (double)p_.top_p * total * (1.0 - 1e-4)) {
-          tb = b > 0 ? b - 1 : 0;
-          break;
-        }
-      }
-    }
+    // keep are dropped before any sorting, from e^z of every token (rough,
+    // in float). The row's pass lists the tokens at or above a bucket t of
+    // e^z with their e^z and sums the others' ("low", in one fixed order);
+    // the listed ones get a histogram of their mass over 1024 buckets by
+    // the value's bits (exponent and 2 mantissa bits: each bucket spans a
+    // factor 1.19). From the top, the bucket where that mass passes top_p
+    // of the whole by 1e-4 (more than the rough values' error: the exact
+    // mass from there up surely reaches top_p, so the prefix ends there or
+    // below), one bucket lower for rounding, is where the kept prefix
+    // surely ends; min-p's threshold likewise. (The sums of one bucket's
+    // floats, whose exponent is the same, are exact in double below 2^29
+    // tokens, in any order: integers here.) That bucket tb must be at or
+    // above t, every token from it on listed; t is a guess
+    // (nucleus_guess), and when tb is below it the pass runs again, down to
+    // a t that surely is (bound).
+    const float scale = smp::log2e_scale(1.0f / temp);
+    uint32_t tb_min = 0;  // min-p's lowest bucket
     if (p_.min_p > 0) {
       const uint32_t bm = bits(p_.min_p * 0.999f) >> 21;
-      tb = std::max(tb, bm > 0 ? bm - 1 : 0);
+      tb_min = bm > 0 ? bm - 1 : 0;
     }
-    s.idx.resize((size_t)n);
-    const int32_t nc = K.select(l, s.bucket.data(), n, tb, s.idx.data());
-    cand_.resize((size_t)nc);
-    for (int32_t j = 0; j < nc; j++) cand_[(size_t)j] = key(l[s.idx[(size_t)j]], s.idx[(size_t)j]);
+    // bound: a token whose e^z is below (1 - top_p) / n cannot be kept by
+    // top-p: all such tokens hold less than 1 - top_p of the mass (which is
+    // at least the top token's e^z, 1), so the tokens above them reach
+    // top_p first (two buckets lower, for rounding). Nor can one below
+    // min_p * 0.999 be kept by min-p.
+    // (With top_p within 1e-4 of 1 every candidate stays, to min-p's.)
+    const double reach = (double)p_.top_p * (1.0 + 1e-4);
+    const bool cut = reach < 1.0;
+    uint32_t bound = tb_min;
+    if (cut) {
+      const uint32_t bb = bits((float)((1.0 - (double)p_.top_p) / (double)n)) >> 21;
+      bound = std::max(bound, bb > 2 ? bb - 2 : 0);
+    }
+    const uint32_t tn = cut ? std::max(bound, nucleus_guess(K, l, n, lmax, arg, scale, p_.top_p, s)) : bound;
+    grow(s.idx, (size_t)n + smp::kLanes);
+    grow(s.eb, (size_t)n + smp::kLanes);
+    grow(s.groups, (size_t)n / smp::kLanes + 1);
+    double hist[smp::kBuckets];
+    double low = 0;
+    int32_t nl = 0;
+    uint32_t tb = 0;       // the lowest bucket kept
+    uint32_t tn_used = 0;  // the lowest bucket listed
+    // the tries: the guess, a factor 4 lower, the bound, every token
+    const uint32_t tries[4] = {tn, std::max(bound, tn > 8 ? tn - 8 : 0), bound, 0};
+    for (int k = 0;; k++) {
+      const uint32_t t = tries[k];
+      if (k > 0 && t >= tries[k - 1]) continue;
+      nl = K.exp_split(l, n, lmax, scale, t, s.idx.data(), s.eb.data(), s.groups.data(), &low, next, &s.pre_max);
+      s.pre_row = next;
+      next = nullptr;  // scanned
+      // (every listed token's bucket is t or above)
+      // (alternate tokens in two tables: shorter chains through one sum)
+      uint64_t hsum[2][smp::kBuckets];
+      std::fill(hsum[0] + t, hsum[0] + smp::kBuckets, 0);
+      std::fill(hsum[1] + t, hsum[1] + smp::kBuckets, 0);
+      for (int32_t j = 0; j < nl; j++) {
+        const uint32_t u = s.eb[(size_t)j];
+        hsum[j & 1][u >> 21] += significand(u);
+      }
+      double total = low;
+      for (uint32_t b = t; b < smp::kBuckets; b++)
+        total += hist[b] = (double)(hsum[0][b] + hsum[1][b]) * kBucketUnit[b];
+      tb = 0;
+      if (cut) {
+        double cum = 0;
+        for (uint32_t b = smp::kBuckets; b-- > t;) {
+          cum += hist[b];
+          if (cum >= reach * total) {
+            tb = b > 0 ? b - 1 : 0;
+            break;
+          }
+        }
+      }
+      tb = std::max(tb, tb_min);
+      if (tb >= t) {
+        tn_used = t;
+        break;
+      }
+    }
+    cand_.resize((size_t)nl);
+    size_t nc = 0;
+    for (int32_t j = 0; j < nl; j++) {  // no branch: kept about half the time
+      const int32_t i = s.idx[(size_t)j];
+      cand_[nc] = key(l[i], i);
+      nc += s.eb[(size_t)j] >> 21 >= tb;
+    }
+    cand_.resize(nc);
     // S: the dropped tokens' rough mass, the candidates' exact
-    for (uint32_t b = 0; b < tb; b++) S += hist[b];
+    S = low;
+    for (uint32_t b = tn_used; b < tb; b++) S += hist[b];
     // e^z of each candidate, once, carried with it through the sort; the
     // candidates sorted whole (their keys are distinct: any sort gives the
     // same order), by a counting pass on the logit, then within buckets.
@@ -315,23 +450,35 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) co
       vlo = std::min(vlo, (double)v);
     }
     const size_t nb = nc_ / 2 + 1;
-    const double scale = (double)lmax > vlo ? (double)(nb - 1) / ((double)lmax - vlo) : 0.0;
-    auto bucket_of = [&](uint64_t c) {  // larger logits first, monotone
-      return std::min(nb - 1, (size_t)(((double)lmax - (double)key_logit(c)) * scale));
-    };
+    const double per = (double)lmax > vlo ? (double)(nb - 1) / ((double)lmax - vlo) : 0.0;
     std::vector<uint32_t>& start = s.start;
+    std::vector<uint32_t>& bk = s.bk;  // each candidate's bucket: larger logits first, monotone
     start.assign(nb + 1, 0);
-    for (size_t j = 0; j < nc_; j++) start[bucket_of(ke[j].k) + 1]++;
+    grow(bk, nc_);
+    for (size_t j = 0; j < nc_; j++) {
+      bk[j] = (uint32_t)std::min(nb - 1, (size_t)(((double)lmax - (double)key_logit(ke[j].k)) * per));
+      start[bk[j] + 1]++;
+    }
     for (size_t b = 0; b < nb; b++) start[b + 1] += start[b];
     s.ke2.resize(nc_);
-    for (size_t j = 0; j < nc_; j++) s.ke2[start[bucket_of(ke[j].k)]++] = ke[j];
+    for (size_t j = 0; j < nc_; j++) s.ke2[start[bk[j]]++] = ke[j];
     ke.swap(s.ke2);
+    // then in order within the buckets (few tokens each, mostly)
     size_t from = 0;
     for (size_t b = 0; b < nb; b++) {  // start[b]: bucket b's end now
-      if (start[b] - from > 1)
-        std::sort(ke.begin() + (long)from, ke.begin() + (long)start[b],
+      const size_t to = start[b];
+      if (to - from > 32) {
+        std::sort(ke.begin() + (long)from, ke.begin() + (long)to,
                   [](const SampleScratch::KE& x, const SampleScratch::KE& y) { return x.k > y.k; });
-      from = start[b];
+      } else {
+        for (size_t j = from + 1; j < to; j++) {
+          const SampleScratch::KE x = ke[j];
+          size_t i = j;
+          for (; i > from && ke[i - 1].k < x.k; i--) ke[i] = ke[i - 1];
+          ke[i] = x;
+        }
+      }
+      from = to;
     }
     for (size_t j = 0; j < nc_; j++) cand_[j] = ke[j].k;
     memo = true;
@@ -397,6 +544,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) co
 
 void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
   for (size_t i = 0; i < n_rows; i++) check_row(rows[i], n);
+  for (SampleScratch& sc : scratch_) sc.pre_row = nullptr;  // (a failed call's)
   // The streams' states, put back if a row fails: a failed call draws nothing.
   struct Saved {
     uint64_t stream;
@@ -416,12 +564,13 @@ void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
     if (!greedy_temperature(p_.temperature))
       for (size_t i = 0; i < n_rows; i++) us[i] = uniform(rows[i].stream);
     if (!pool_ || n_rows < 2) {
-      for (size_t i = 0; i < n_rows; i++) sample_row(rows[i], n, scratch_[0], us[i]);
+      for (size_t i = 0; i < n_rows; i++)
+        sample_row(rows[i], n, scratch_[0], us[i], i + 1 < n_rows ? rows[i + 1].logits : nullptr);
     } else {
       std::vector<std::exception_ptr> err(n_rows);
-      pool_->run(n_rows, [&](size_t i, int t) {
+      pool_->run(n_rows, [&](size_t i, int t, size_t next) {
         try {
-          sample_row(rows[i], n, scratch_[(size_t)t], us[i]);
+          sample_row(rows[i], n, scratch_[(size_t)t], us[i], next < n_rows ? rows[next].logits : nullptr);
         } catch (...) {
           err[i] = std::current_exception();
         }
@@ -446,7 +595,8 @@ void Sampler::distribution(const SampleRow& row, int32_t n, std::vector<int32_t>
   r.top_tokens = tokens.data();
   r.top_logprobs = lp_.data();
   r.top_capacity = (size_t)n;
-  sample_row(r, n, scratch_[0], 0.0);
+  scratch_[0].pre_row = nullptr;
+  sample_row(r, n, scratch_[0], 0.0, nullptr);
   tokens.resize(r.n_top);
   probs.resize(r.n_top);
   double total = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "clade/clade.h"
+#include "sampler_simd.h"
 
 namespace clade {
 
@@ -43,8 +44,14 @@ class RowPool;
 // One thread's buffers (the results never depend on what they held).
 struct SampleScratch {
   std::vector<uint64_t> cand;    // candidates: (logit, token) keys, larger first
-  std::vector<uint16_t> bucket;  // e^z's histogram bucket of each token of a row
-  std::vector<int32_t> idx;
+  std::vector<int32_t> idx;      // a row's listed tokens (exp_split)
+  std::vector<uint32_t> eb;      // and their e^z's bits
+  std::vector<float> sample;     // a row's sampled logits (nucleus_guess)
+  std::vector<uint64_t> groups;  // exp_split's
+  // The scan of the row this thread samples next, made by the last row's
+  // pass (NULL: none); valid within one call only.
+  const float* pre_row = nullptr;
+  smp::RowMax pre_max;
   std::vector<double> prob;
   std::vector<float> work;
   std::vector<uint32_t> count;  // history counts, all zero between calls
@@ -53,7 +60,7 @@ struct SampleScratch {
     double e;    // its e^z
   };
   std::vector<KE> ke, ke2;
-  std::vector<uint32_t> start;
+  std::vector<uint32_t> start, bk;
 };
 
 class Sampler {
@@ -85,8 +92,10 @@ class Sampler {
  private:
   double uniform(uint64_t stream);  // [0, 1)
   void check_row(const SampleRow& r, int32_t n) const;
-  // u: the row's uniform number (drawn beforehand, in row order)
-  void sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u) const;
+  // u: the row's uniform number (drawn beforehand, in row order); next:
+  // the logits of the row this thread samples next (NULL: none), scanned
+  // meanwhile where the row's pass can (s.pre_row)
+  void sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, const float* next) const;
   const float* adjusted(const SampleRow& r, int32_t n, SampleScratch& s) const;  // bias and penalties
   clade_sampler_params p_;
   std::vector<std::pair<int32_t, float>> bias_;  // merged per token, sorted

@@ -1,8 +1,9 @@
 // The sampler's passes over a whole row of logits (lib/sampler.cpp), with
 // AVX-512 and AVX2 paths chosen at run time and a portable one. Every path
 // gives the same bits: the exponential is the same float arithmetic in the
-// same order (no fused multiply-add), maxima and comparisons are exact, and
-// the histogram is integer sums.
+// same order (its polynomial's multiply-adds fused, nothing else), maxima
+// and comparisons are exact, and sums go in one fixed order (exp_split's
+// lanes and blocks).
 #pragma once
 
 #include <cstddef>
@@ -11,11 +12,15 @@
 namespace clade {
 namespace smp {
 
-// e^x for x <= 0 (below -87: e^-87, about 1.6e-38, not 0; -inf included),
-// relative error below 3e-7 + 8e-8 |x| (the polynomial's, then the float
-// reduction x * log2(e)'s): a degree-6 polynomial on 2^f, f in [-0.5, 0.5].
-// The scalar form of what every path computes lane by lane.
-float exp_neg(float x);
+// 2^t for t <= 0 (below -125.5: 2^-125.5, about 1.7e-38, not 0; -inf
+// included), relative error below 3e-7: a degree-6 polynomial on 2^f, f in
+// [-0.5, 0.5]. The scalar form of what every path computes lane by lane
+// (e^z as 2^(z * log2(e)), the factor folded into the scale).
+float exp2_neg(float t);
+
+// exp_split's scale for a temperature's inverse: inv * log2(e), at most
+// FLT_MAX (0 * scale must stay 0).
+float log2e_scale(float inv);
 
 struct RowMax {
   float max = 0;     // the largest logit (-inf when all are -inf)
@@ -28,15 +33,26 @@ struct RowMax {
 // being the sum of the values' integer significands.
 constexpr int kBuckets = 1024;
 
+// exp_split's lanes (below).
+constexpr int kLanes = 16;
+
 struct Kernels {
   const char* name;
   void (*scan)(const float* l, int32_t n, RowMax* out);
-  // bucket[i] = bits(exp_neg((l[i] - lmax) * inv)) >> 21; hist as above
-  // (added to: the caller zeroes it).
-  void (*exp_hist)(const float* l, int32_t n, float lmax, float inv, uint16_t* bucket, uint64_t* hist);
-  // The indices i, ascending, with bucket[i] >= tb and l[i] > -inf, into
-  // idx (room for n); returns how many.
-  int32_t (*select)(const float* l, const uint16_t* bucket, int32_t n, uint32_t tb, int32_t* idx);
+  // With e_i = exp2_neg((l[i] - lmax) * scale): the tokens with bucket
+  // bits(e_i) >> 21 >= tb and l[i] > -inf, indices ascending into idx and
+  // bits(e_i) into eb (room for n + kLanes each: whole vectors are
+  // stored); returns how many. groups: room for n / kLanes + 1 (the groups
+  // of kLanes tokens with a listed one, found first, then compacted). The
+  // others' e_i summed into *low in one order on every path: lane
+  // i % kLanes of block i / 256 adds its tokens' e_i in float, in index
+  // order, then its double adds that sum; *low is
+  // ((lane 0 + lane 1) + lane 2) + ... of the doubles.
+  // next (NULL: none): another row of n logits, scanned meanwhile into
+  // *next_max as scan would (its reads from memory under this pass's
+  // work, and the row left in the cache for its own pass).
+  int32_t (*exp_split)(const float* l, int32_t n, float lmax, float scale, uint32_t tb, int32_t* idx, uint32_t* eb,
+                       uint64_t* groups, double* low, const float* next, RowMax* next_max);
   // The first i in [from, n) with l[i] > thr, else n.
   int32_t (*find_above)(const float* l, int32_t from, int32_t n, float thr);
 };

@@ -24,6 +24,12 @@ namespace {
 
 const float kInf = std::numeric_limits<float>::infinity();
 
+uint32_t fbits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
 // The reference: every stage written out plainly, a full sort, doubles.
 // Returns the kept tokens in order (most likely first) and their
 // log-probabilities in the distribution drawn from.
@@ -251,6 +257,18 @@ void test_stages() {
     CHECK_ST(clade_sampler_create(&bad, &s), CLADE_E_INVALID_ARG);
   }
 
+  // where the mass from the top crosses top_p by less than 1e-4 at an edge
+  // between buckets: the top token holds 0.499975 of it, so top-p 0.5 keeps
+  // two tokens (the rough mass within 1e-4 below top_p once counted as
+  // reached, one token kept)
+  {
+    const std::vector<float> edge = {0.0f, std::log(0.5f), std::log(0.5f), std::log(1e-4f)};
+    p = plain();
+    p.top_p = 0.5f;
+    check_stage("top-p at a bucket's edge", p, edge);
+    CHECK(reference(p, edge, {}, 0).tok.size() == 2);
+  }
+
   // min-p, alone and with top-p (the shorter prefix wins)
   p = plain();
   for (float mp : {0.01f, 0.2f, 0.5f, 0.99f, 1.0f}) {
@@ -357,6 +375,54 @@ void test_stages() {
     CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
     p.logit_bias = nullptr;
     CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
+  }
+}
+
+// Rows of a large vocabulary against the reference: the row pass, its
+// guess of where top-p's prefix ends (from every 32nd token) and the passes
+// again when the guess was too high.
+void test_large_rows() {
+  const int32_t n = 40000;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::uniform_int_distribution<int32_t> tok(0, n - 1);
+  std::vector<float> body((size_t)n);
+  for (float& v : body) v = nd(rng);
+  std::vector<float> peaked = body;  // a few tokens hold most of the mass
+  for (int j = 0; j < 8; j++) peaked[(size_t)tok(rng)] += 12.0f - (float)j;
+  // the tokens the guess samples at e^-4.85 of the top one, the others at
+  // e^-8.32: the guess puts the end of top-p's prefix among the first
+  // kind, a factor 4 lower too; it ends among the others
+  std::vector<float> fools((size_t)n);
+  for (int32_t i = 0; i < n; i++) fools[(size_t)i] = i % 32 == 0 ? -4.852f : -8.318f;
+  fools[5] = 0.0f;
+  std::vector<float> ninf = peaked;  // banned tokens, the sampled ones among them
+  for (int32_t i = 0; i < n; i += 7) ninf[(size_t)i] = -kInf;
+  struct Case {
+    const char* what;
+    const std::vector<float>* l;
+    float temp, top_p, min_p;
+  };
+  const Case cases[] = {
+      {"large: body, top-p 0.95", &body, 0.8f, 0.95f, 0.0f},
+      {"large: body, top-p 0.9, temperature 1", &body, 1.0f, 0.9f, 0.0f},
+      {"large: body, top-p 0.99, temperature 1.5", &body, 1.5f, 0.99f, 0.0f},
+      {"large: peaked, top-p 0.95", &peaked, 0.8f, 0.95f, 0.0f},
+      {"large: peaked, top-p 0.5", &peaked, 0.8f, 0.5f, 0.0f},
+      {"large: peaked, top-p 0.999, temperature 2", &peaked, 2.0f, 0.999f, 0.0f},
+      {"large: peaked, min-p 0.01", &peaked, 0.8f, 1.0f, 0.01f},
+      {"large: peaked, top-p 0.99995", &peaked, 1.0f, 0.99995f, 0.0f},
+      {"large: peaked, top-p 0.95 + min-p 0.001", &peaked, 1.0f, 0.95f, 0.001f},
+      {"large: -inf, top-p 0.95", &ninf, 0.8f, 0.95f, 0.0f},
+      {"large: guess too high, top-p 0.95", &fools, 1.0f, 0.95f, 0.0f},
+      {"large: guess too high, top-p 0.6", &fools, 1.0f, 0.6f, 0.0f},
+  };
+  for (const Case& c : cases) {
+    clade_sampler_params p = plain();
+    p.temperature = c.temp;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    check_stage(c.what, p, *c.l);
   }
 }
 
@@ -619,21 +685,18 @@ void test_compat() {
 // the portable one's bit for bit (row lengths off the vector width, -inf,
 // ties, zeros of both signs).
 void test_simd() {
-  // the relative error: the polynomial's (2.4e-7) plus the float reduction
-  // x * log2(e)'s, which grows with |x|
-  double worst = 0, worst_near = 0;
+  // the relative error: the polynomial's and its rounding
+  double worst = 0;
   for (int i = 0; i <= 1000000; i++) {
-    const float x = -87.0f * (float)i / 1000000.0f;
-    const double want = std::exp((double)x);
-    const double err = std::fabs((double)clade::smp::exp_neg(x) - want) / want;
-    worst = std::max(worst, err / (3e-7 + 8e-8 * std::fabs((double)x)));
-    if (x >= -1.0f) worst_near = std::max(worst_near, err);
+    const float t = -125.5f * (float)i / 1000000.0f;
+    const double want = std::exp2((double)t);
+    worst = std::max(worst, std::fabs((double)clade::smp::exp2_neg(t) - want) / want);
   }
-  std::printf("exp_neg: max relative error %.3g on [-1, 0]; %.3g of the bound 3e-7 + 8e-8 |x| on [-87, 0]\n",
-              worst_near, worst);
-  CHECK_MSG(worst <= 1.0, "exp_neg's relative error is %g of its bound", worst);
-  CHECK(clade::smp::exp_neg(-kInf) > 0 && clade::smp::exp_neg(-kInf) < 2e-38f);
-  CHECK(clade::smp::exp_neg(0.0f) == 1.0f);
+  std::printf("exp2_neg: max relative error %.3g on [-125.5, 0]\n", worst);
+  CHECK_MSG(worst <= 3e-7, "exp2_neg's relative error is %g", worst);
+  CHECK(clade::smp::exp2_neg(-kInf) > 0 && clade::smp::exp2_neg(-kInf) < 2e-38f);
+  CHECK(clade::smp::exp2_neg(0.0f) == 1.0f);
+  CHECK(clade::smp::log2e_scale(std::numeric_limits<float>::max()) == std::numeric_limits<float>::max());
 
   const clade::smp::Kernels* plain = clade::smp::kernels_portable();
   const clade::smp::Kernels* paths[] = {clade::smp::kernels_avx2(), clade::smp::kernels_avx512()};
@@ -650,13 +713,46 @@ void test_simd() {
       if (kind == 2 && n > 3) l[2] = -0.0f;
       clade::smp::RowMax want;
       plain->scan(l.data(), n, &want);
-      std::vector<uint16_t> bw((size_t)n);
-      std::vector<uint64_t> hw(clade::smp::kBuckets, 0);
+      const std::vector<float> rev(l.rbegin(), l.rend());
+      clade::smp::RowMax rw;
+      plain->scan(rev.data(), n, &rw);
       const float lmax = want.arg >= 0 ? want.max : 0.0f;
-      plain->exp_hist(l.data(), n, lmax, 1.25f, bw.data(), hw.data());
-      std::vector<int32_t> iw((size_t)n), ig((size_t)n);
-      const uint32_t tb = bw[(size_t)n / 2];
-      const int32_t cw = plain->select(l.data(), bw.data(), n, tb, iw.data());
+      // exp_split at thresholds listing every token, about half, none
+      const uint32_t mid = fbits(clade::smp::exp2_neg((l[(size_t)n / 2] - lmax) * 1.25f)) >> 21;
+      const uint32_t tbs[] = {0, mid, 1023};
+      const size_t room = (size_t)n + clade::smp::kLanes;
+      std::vector<int32_t> iw[3], ig(room);
+      std::vector<uint32_t> ew[3], eg(room);
+      int32_t cw[3];
+      double lw[3];
+      std::vector<uint64_t> gs((size_t)n / clade::smp::kLanes + 1);
+      for (int t = 0; t < 3; t++) {
+        iw[t].assign(room, 0);
+        ew[t].assign(room, 0);
+        cw[t] = plain->exp_split(l.data(), n, lmax, 1.25f, tbs[t], iw[t].data(), ew[t].data(), gs.data(), &lw[t],
+                                 nullptr, nullptr);
+        // against a plain loop: the listed tokens, and the sum in blocks
+        // of 256 tokens (float), in lanes (double)
+        double lane[clade::smp::kLanes] = {}, low = 0;
+        float fl[clade::smp::kLanes] = {};
+        int32_t c = 0;
+        bool same = true;
+        for (int32_t i = 0; i < n; i++) {
+          const float e = clade::smp::exp2_neg((l[(size_t)i] - lmax) * 1.25f);
+          if (fbits(e) >> 21 >= tbs[t] && l[(size_t)i] > -kInf)
+            same &= c < cw[t] && iw[t][(size_t)c] == i && ew[t][(size_t)c++] == fbits(e);
+          else
+            fl[i % clade::smp::kLanes] += e;
+          if (i % 256 == 255 || i == n - 1)
+            for (int j = 0; j < clade::smp::kLanes; j++) {
+              lane[j] += (double)fl[j];
+              fl[j] = 0;
+            }
+        }
+        for (double v : lane) low += v;
+        CHECK_MSG(same && c == cw[t] && std::memcmp(&low, &lw[t], 8) == 0, "portable exp_split, n %d kind %d tb %u",
+                  n, kind, tbs[t]);
+      }
       const float thr = l[(size_t)n / 3];
       const int32_t fw = plain->find_above(l.data(), n / 5, n, thr);
       for (const clade::smp::Kernels* k : paths) {
@@ -666,29 +762,40 @@ void test_simd() {
         CHECK_MSG(got.arg == want.arg && got.bad == want.bad &&
                       std::memcmp(&got.max, &want.max, 4) == 0,
                   "%s scan, n %d kind %d", k->name, n, kind);
-        std::vector<uint16_t> bg((size_t)n);
-        std::vector<uint64_t> hg(clade::smp::kBuckets, 0);
-        k->exp_hist(l.data(), n, lmax, 1.25f, bg.data(), hg.data());
-        CHECK_MSG(bg == bw && hg == hw, "%s exp_hist, n %d kind %d", k->name, n, kind);
-        const int32_t cg = k->select(l.data(), bw.data(), n, tb, ig.data());
-        CHECK_MSG(cg == cw && std::equal(iw.begin(), iw.begin() + cw, ig.begin()), "%s select, n %d kind %d",
-                  k->name, n, kind);
+        for (int t = 0; t < 3; t++) {
+          double lg = -1;
+          // with the next row scanned meanwhile (this one backwards)
+          clade::smp::RowMax nm;
+          const int32_t cg =
+              k->exp_split(l.data(), n, lmax, 1.25f, tbs[t], ig.data(), eg.data(), gs.data(), &lg, rev.data(), &nm);
+          CHECK_MSG(cg == cw[t] && std::equal(iw[t].begin(), iw[t].begin() + cg, ig.begin()) &&
+                        std::equal(ew[t].begin(), ew[t].begin() + cg, eg.begin()) && std::memcmp(&lg, &lw[t], 8) == 0,
+                    "%s exp_split, n %d kind %d tb %u", k->name, n, kind, tbs[t]);
+          CHECK_MSG(nm.arg == rw.arg && nm.bad == rw.bad && std::memcmp(&nm.max, &rw.max, 4) == 0,
+                    "%s exp_split's scan of the next row, n %d kind %d", k->name, n, kind);
+        }
         CHECK_MSG(k->find_above(l.data(), n / 5, n, thr) == fw, "%s find_above, n %d kind %d", k->name, n, kind);
       }
     }
   }
-  // NaN and +inf are seen wherever they are
+  // NaN and +inf are seen wherever they are, by scan and by exp_split's
+  // scan of the next row
   for (const clade::smp::Kernels* k : {plain, paths[0], paths[1]}) {
     if (!k) continue;
+    const std::vector<float> ok(38, 0.5f);
+    std::vector<int32_t> idx(38 + clade::smp::kLanes);
+    std::vector<uint32_t> eb(38 + clade::smp::kLanes);
+    std::vector<uint64_t> gs(38 / clade::smp::kLanes + 1);
+    double low;
     for (int32_t at : {0, 5, 16, 37}) {
       std::vector<float> l(38, 1.0f);
-      l[(size_t)at] = std::numeric_limits<float>::quiet_NaN();
-      clade::smp::RowMax got;
-      k->scan(l.data(), 38, &got);
-      CHECK_MSG(got.bad, "%s scan misses a NaN at %d", k->name, at);
-      l[(size_t)at] = kInf;
-      k->scan(l.data(), 38, &got);
-      CHECK_MSG(got.bad, "%s scan misses +inf at %d", k->name, at);
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), kInf}) {
+        l[(size_t)at] = bad;
+        clade::smp::RowMax got, got2;
+        k->scan(l.data(), 38, &got);
+        k->exp_split(ok.data(), 38, 0.5f, 1.0f, 0, idx.data(), eb.data(), gs.data(), &low, l.data(), &got2);
+        CHECK_MSG(got.bad && got2.bad, "%s misses %g at %d", k->name, (double)bad, at);
+      }
     }
   }
 }
@@ -758,6 +865,7 @@ void test_threads() {
 
 int main() {
   test_stages();
+  test_large_rows();
   test_distribution();
   test_logprobs();
   test_batch();
