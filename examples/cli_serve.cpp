@@ -286,12 +286,18 @@ class Server {
     return 0;
   }
 
+  // Every request ends (503, streams with an error event and [DONE]), the
+  // answers are written (up to 5 s), then the listener stops: httplib cuts
+  // chunked responses still being written once it stops.
   void stop() {
     {
       std::lock_guard<std::mutex> lk(qmu_);
       stopping_ = true;
     }
     qcv_.notify_all();
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while ((!scheduler_done_ || in_flight_ > 0) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (svr_) svr_->stop();
   }
 
@@ -550,7 +556,19 @@ class Server {
 
   // ---- handlers -------------------------------------------------------
 
+  // Counts the request in flight_ until its answer is written (a stream:
+  // until httplib releases its provider).
+  struct InFlight {
+    std::atomic<int>& n;
+    bool armed = true;
+    explicit InFlight(std::atomic<int>& n_) : n(n_) { n++; }
+    ~InFlight() {
+      if (armed) n--;
+    }
+  };
+
   void handle(const httplib::Request& hreq, httplib::Response& res, bool chat) {
+    InFlight flight(in_flight_);
     metrics_.requests++;
     (chat ? metrics_.chat : metrics_.completions)++;
     if (!authorized(hreq, res)) return;
@@ -681,9 +699,11 @@ class Server {
           if (fin) sink.done();
           return true;
         },
-        [r](bool success) {
+        [this, r](bool success) {
           if (!success) r->cancelled = true;
+          in_flight_--;
         });
+    flight.armed = false;  // the releaser above counts it out
   }
 
   json usage_json(const Request& r, size_t completion) const {
@@ -1042,6 +1062,7 @@ class Server {
     std::lock_guard<std::mutex> lk(qmu_);
     for (RequestPtr& r : queue_) finish_request(r, &e);
     queue_.clear();
+    scheduler_done_ = true;
   }
 
   std::string metrics_text() {
@@ -1109,6 +1130,8 @@ class Server {
   std::mutex qmu_;
   std::condition_variable qcv_;
   std::deque<RequestPtr> queue_;
+  std::atomic<bool> scheduler_done_{false};
+  std::atomic<int> in_flight_{0};      // completion requests whose answer is not written yet
   std::atomic<bool> stopping_{false};  // set under qmu_ (so waits see it)
   std::atomic<uint64_t> next_id_{1};
   Metrics metrics_;

@@ -405,8 +405,35 @@ def main():
     poller.join()
     check(health["ok"] > 5 and not health["bad"], "/health: %d ok, failures %s" % (health["ok"], health["bad"][:3]))
 
+    # SIGTERM with streams running: each ends with an error event and
+    # [DONE] (a whole chunked response), then the server exits 0
+    ends = []
+
+    def long_stream():
+        c = http.client.HTTPConnection(s.host, s.port, timeout=30)
+        c.request("POST", "/v1/completions", json.dumps(dict(base, stream=True, max_tokens=4000)),
+                  {"Content-Type": "application/json"})
+        lines = []
+        try:
+            for raw in c.getresponse():
+                lines.append(raw.decode())
+        except Exception as e:  # noqa: BLE001 (a cut stream is the failure)
+            lines.append("exception %r" % e)
+        ends.append([x.strip() for x in lines if x.strip()][-2:])
+
+    streams = [threading.Thread(target=long_stream) for _ in range(3)]
+    for t in streams:
+        t.start()
+    deadline = time.time() + 10
+    while s.metrics()["clade_sequences_live"] < 3 and time.time() < deadline:
+        time.sleep(0.02)
     rc, log = s.stop()
+    for t in streams:
+        t.join()
     check(rc == 0 and "stopped" in log, "SIGTERM: exit %s, log:\n%s" % (rc, log))
+    for e in ends:
+        check(len(e) == 2 and "shutting down" in e[0] and e[1] == "data: [DONE]",
+              "a stream at SIGTERM ended with %r" % e)
     rc, log = keyed.stop(signal.SIGINT)
     check(rc == 0 and "SIGINT, stopping" in log and "stopped" in log, "SIGINT: exit %s, log:\n%s" % (rc, log))
     shutil.rmtree(tmp, ignore_errors=True)
