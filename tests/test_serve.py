@@ -341,6 +341,7 @@ def main():
         (H, {"messages": [{"role": "user", "content": "hi"}], "logprobs": 2}, None, 400, "logprobs", "true or false"),
         (H, {"messages": [{"role": "user", "content": "x " * 5000}]}, None, 400, "messages", "the context is 4096"),
     ]
+    bad.append((C, b'{"prompt": "\xff\xfe"}', None, 400, "body", "malformed JSON"))  # not UTF-8
     for ep, body, headers, status, param, part in bad:
         st, r = s.post(ep, body, headers=headers)
         err = r.get("error", {}) if isinstance(r, dict) else {}
@@ -375,6 +376,12 @@ def main():
     check(not reuse or km["clade_prefix_evictions_total"] > 0, "no cached prompt evicted under the budget: %s" % km)
     st, ct, data = keyed.request("GET", "/health")
     check(st == 200, "/health needs no key")
+    # a request line that is not HTTP: 400, and the server goes on
+    sock = socket.create_connection((s.host, s.port), timeout=10)
+    sock.sendall(b"GARBAGE\r\n\r\n")
+    got = sock.recv(4096)
+    sock.close()
+    check(got.startswith(b"HTTP/1.1 400"), "a garbage request line: %r" % got[:80])
     st, ct, data = s.request("GET", "/nowhere")
     check(st == 404 and "no such endpoint" in json.loads(data)["error"]["message"], "404: %d %s" % (st, data))
     n_bad = len(bad) + len(keyed_bad) + 1
