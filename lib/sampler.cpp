@@ -449,7 +449,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
       S += ke[j].e;
       vlo = std::min(vlo, (double)v);
     }
-    const size_t nb = nc_ / 2 + 1;
+    const size_t nb = nc_ + 1;
     const double per = (double)lmax > vlo ? (double)(nb - 1) / ((double)lmax - vlo) : 0.0;
     std::vector<uint32_t>& start = s.start;
     std::vector<uint32_t>& bk = s.bk;  // each candidate's bucket: larger logits first, monotone
@@ -463,23 +463,20 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
     s.ke2.resize(nc_);
     for (size_t j = 0; j < nc_; j++) s.ke2[start[bk[j]]++] = ke[j];
     ke.swap(s.ke2);
-    // then in order within the buckets (few tokens each, mostly)
-    size_t from = 0;
-    for (size_t b = 0; b < nb; b++) {  // start[b]: bucket b's end now
-      const size_t to = start[b];
-      if (to - from > 32) {
-        std::sort(ke.begin() + (long)from, ke.begin() + (long)to,
-                  [](const SampleScratch::KE& x, const SampleScratch::KE& y) { return x.k > y.k; });
-      } else {
-        for (size_t j = from + 1; j < to; j++) {
-          const SampleScratch::KE x = ke[j];
-          size_t i = j;
-          for (; i > from && ke[i - 1].k < x.k; i--) ke[i] = ke[i - 1];
-          ke[i] = x;
-        }
-      }
-      from = to;
+    // then in order within the buckets (few tokens each, mostly): one
+    // insertion pass, whose work is the pairs out of order; past a budget
+    // (many close logits in one bucket), a sort
+    const auto later = [](const SampleScratch::KE& x, const SampleScratch::KE& y) { return x.k > y.k; };
+    size_t moves = 0;
+    for (size_t j = 1; j < nc_ && moves <= 16 * nc_; j++) {
+      if (!(ke[j - 1].k < ke[j].k)) continue;
+      const SampleScratch::KE x = ke[j];
+      size_t i = j;
+      for (; i > 0 && ke[i - 1].k < x.k; i--) ke[i] = ke[i - 1];
+      ke[i] = x;
+      moves += j - i;
     }
+    if (moves > 16 * nc_) std::sort(ke.begin(), ke.begin() + (long)nc_, later);
     for (size_t j = 0; j < nc_; j++) cand_[j] = ke[j].k;
     memo = true;
   } else {

@@ -398,6 +398,12 @@ void test_large_rows() {
   fools[5] = 0.0f;
   std::vector<float> ninf = peaked;  // banned tokens, the sampled ones among them
   for (int32_t i = 0; i < n; i += 7) ninf[(size_t)i] = -kInf;
+  // close logits far above one low one: the candidates' counting pass puts
+  // them all in one bucket, out of order
+  std::vector<float> close((size_t)n);
+  std::uniform_real_distribution<float> ud(0.0f, 1e-3f);
+  for (float& v : close) v = ud(rng);
+  close[9] = -50.0f;
   struct Case {
     const char* what;
     const std::vector<float>* l;
@@ -414,6 +420,8 @@ void test_large_rows() {
       {"large: peaked, top-p 0.99995", &peaked, 1.0f, 0.99995f, 0.0f},
       {"large: peaked, top-p 0.95 + min-p 0.001", &peaked, 1.0f, 0.95f, 0.001f},
       {"large: -inf, top-p 0.95", &ninf, 0.8f, 0.95f, 0.0f},
+      {"large: close logits, every token", &close, 1.0f, 1.0f, 0.0f},
+      {"large: close logits, top-p 0.9", &close, 1.0f, 0.9f, 0.0f},
       {"large: guess too high, top-p 0.95", &fools, 1.0f, 0.95f, 0.0f},
       {"large: guess too high, top-p 0.6", &fools, 1.0f, 0.6f, 0.0f},
   };
