@@ -357,10 +357,16 @@ void q_q6_k(const float* x, BlockQ6_K& b) {
   }
 }
 
+// dst may sit at any byte offset (a tensor's row, a test's buffer): each
+// block is made in an aligned local and copied out, never bound in place.
 template <class Block, void (*Q)(const float*, Block&), int QK>
 void q_rows(const float* src, void* dst, int64_t n) {
-  Block* b = static_cast<Block*>(dst);
-  for (int64_t k = 0; k < n / QK; k++) Q(src + k * QK, b[k]);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (int64_t k = 0; k < n / QK; k++) {
+    Block b{};
+    Q(src + k * QK, b);
+    std::memcpy(d + (size_t)k * sizeof(Block), &b, sizeof(Block));
+  }
 }
 
 }  // namespace
