@@ -11,6 +11,17 @@
 
 #include "clade/clade.h"
 
+// Built under a sanitizer (ASan, TSan, MSan; GCC's or clang's spelling):
+// tests that replace malloc themselves (noalloc, failalloc) skip there,
+// since the sanitizer's allocator would be bypassed.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CLADE_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define CLADE_TEST_SANITIZED 1
+#endif
+#endif
+
 inline int& check_failures() {
   static int n = 0;
   return n;

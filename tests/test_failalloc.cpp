@@ -29,15 +29,7 @@
 #include "clade/clade.h"
 #include "random_model.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define FAILALLOC_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define FAILALLOC_SANITIZED 1
-#endif
-#endif
-
-#ifndef FAILALLOC_SANITIZED
+#ifndef CLADE_TEST_SANITIZED
 extern "C" {
 void* __libc_malloc(size_t);
 void* __libc_calloc(size_t, size_t);

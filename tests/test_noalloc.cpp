@@ -29,15 +29,7 @@
 // Under a sanitizer the allocator is the sanitizer's: replacing malloc here
 // would bypass it (and fight its interceptors), so the test is compiled
 // without the replacements and skips (exit 77).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NOALLOC_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define NOALLOC_SANITIZED 1
-#endif
-#endif
-
-#ifndef NOALLOC_SANITIZED
+#ifndef CLADE_TEST_SANITIZED
 extern "C" {
 void* __libc_malloc(size_t);
 void* __libc_calloc(size_t, size_t);
@@ -208,11 +200,11 @@ int main() {
   return check_exit();
 }
 
-#else  // NOALLOC_SANITIZED
+#else  // CLADE_TEST_SANITIZED
 
 int main() {
   std::fprintf(stderr, "noalloc: skipped: built with a sanitizer, whose allocator this test cannot replace\n");
   return 77;
 }
 
-#endif  // NOALLOC_SANITIZED
+#endif  // CLADE_TEST_SANITIZED
