@@ -43,6 +43,16 @@ def panels(prefixes, title):
     return fig, axes[0]
 
 
+def batch_axis(ax, prefix):
+    """A panel of decode tokens/s against batch, for one prefix."""
+    ax.set_xscale("log", base=2)
+    ax.set_title("prefix %d" % prefix)
+    ax.set_xlabel("batch (sequences)")
+    ax.set_ylabel("decode tokens/s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def side_by_side(rows, out):
     med = defaultdict(list)
     for r in rows:
@@ -54,12 +64,7 @@ def side_by_side(rows, out):
             pts = sorted((b, statistics.median(v)) for (e, pp, b), v in med.items() if e == eng and pp == p)
             if pts:
                 ax.plot([b for b, _ in pts], [t for _, t in pts], style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_title("prefix %d" % p)
-        ax.set_xlabel("batch (sequences)")
-        ax.set_ylabel("decode tokens/s")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        batch_axis(ax, p)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "decode-side-by-side.png"), dpi=110)
     plt.close(fig)
@@ -75,12 +80,7 @@ def sweep(rows, out):
             pts = sorted((b, t) for (m, pp, b), t in tps.items() if m == mode and pp == p)
             if pts:
                 ax.plot([b for b, _ in pts], [t for _, t in pts], style, label=mode)
-        ax.set_xscale("log", base=2)
-        ax.set_title("prefix %d" % p)
-        ax.set_xlabel("batch (sequences)")
-        ax.set_ylabel("decode tokens/s")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        batch_axis(ax, p)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "decode-modes.png"), dpi=110)
     plt.close(fig)
