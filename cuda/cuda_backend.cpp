@@ -712,7 +712,8 @@ void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() {
+// Called by the plugin's entry point (cuda/plugin.cpp).
+std::unique_ptr<Backend> create_cuda_backend() {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {

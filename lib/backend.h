@@ -1,6 +1,7 @@
 // The operations every compute backend provides. The forward pass
 // (lib/forward.cpp) is written once against this interface; the CPU backend
-// (lib/cpu/) is always built, the CUDA backend (cuda/) when enabled.
+// (lib/cpu/) is always built, the CUDA backend (cuda/) when enabled, as a
+// plugin that libclade opens at run time (lib/plugin.h).
 //
 // Pointers passed to these operations are in the backend's memory (host
 // memory for the CPU backend, device memory for CUDA), obtained from
@@ -192,8 +193,10 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
-// nullptr if the library was built without CUDA; throws
-// Error(CLADE_E_BACKEND) when built with it but no device is usable.
+// The CUDA backend, from the plugin libclade-cuda.so (lib/plugin.h),
+// opened the first time it is asked for. Throws Error naming what is
+// missing: the plugin (CLADE_E_UNSUPPORTED), the CUDA runtime or a usable
+// device (CLADE_E_BACKEND).
 std::unique_ptr<Backend> make_cuda_backend();
 
 }  // namespace clade

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
 ninja -C build-gpu > /dev/null
+# test_cuda links the core statically: it is told where the plugin is (the
+# CLI finds it beside libclade).
+export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 build-gpu/tests/test_cuda
 CLADE_CUDA_SYNC=1 build-gpu/tests/test_cuda > /dev/null
 if command -v compute-sanitizer > /dev/null; then
