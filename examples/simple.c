@@ -1,5 +1,6 @@
 /* The C API in one example: load a model, share one prompt between four
-   sequences, decode greedily, print the tokens.
+   sequences, sample each sequence's first token from the prompt node's
+   logits and the next ones from each step's, print the tokens.
    usage: simple MODEL.gguf */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +25,11 @@ int main(int argc, char **argv) {
   clade_model *model = NULL;
   CHECK(clade_model_load(argv[1], NULL, &model));
   clade_model_info info;
-  info.size = sizeof info;
+  clade_model_info_init(&info);
   CHECK(clade_model_describe(model, &info));
 
-  /* The shared prompt: evaluated once, its KV stored once. */
+  /* The shared prompt: evaluated once, its KV stored once. Its logits are
+     the distribution of the token after it: every sequence's first. */
   clade_tree *tree = NULL;
   CHECK(clade_tree_create(model, NULL, &tree));
   clade_token prompt[] = {1, 15, 27, 3, 99};
@@ -35,7 +37,16 @@ int main(int argc, char **argv) {
   clade_node_id node;
   CHECK(clade_tree_append(tree, 0, prompt, 5, logits, &node));
 
-  /* Four sequences under it, each with its own first token. */
+  /* A sampler (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05: the
+     defaults); each sequence is its own stream, so the four differ. */
+  clade_sampler_params sp;
+  clade_sampler_params_init(&sp);
+  sp.seed = 42;
+  clade_sampler *sampler = NULL;
+  CHECK(clade_sampler_create(&sp, &sampler));
+
+  /* Four sequences under it, each with its own first token, drawn from
+     the node's logits. */
   clade_cache_params cp;
   clade_cache_params_init(&cp);
   cp.max_seqs = 4;
@@ -47,8 +58,10 @@ int main(int argc, char **argv) {
   clade_token next[4];
   for (int i = 0; i < 4; i++) {
     CHECK(clade_cache_add(cache, node, NULL, 0, 0, &seqs[i]));
-    next[i] = (clade_token)(i + 2); /* different continuations */
+    CHECK(clade_sample(sampler, (uint64_t)i, logits, info.n_vocab, NULL, 0, &next[i]));
+    printf("%s%d", i ? " " : "", next[i]);
   }
+  printf("\n");
   clade_batch batch;
   clade_batch_init(&batch);
   batch.n_seqs = 4;
@@ -58,17 +71,15 @@ int main(int argc, char **argv) {
   batch.logits = logits;
   batch.logits_rows = 4;
   for (int step = 0; step < 8; step++) {
-    CHECK(clade_decode(cache, &batch)); /* one token per sequence */
-    for (int i = 0; i < 4; i++) {       /* greedy */
+    CHECK(clade_decode(cache, &batch)); /* one token per sequence: a row each */
+    for (int i = 0; i < 4; i++) {
       const float *row = logits + (size_t)i * info.n_vocab;
-      clade_token best = 0;
-      for (int t = 1; t < info.n_vocab; t++)
-        if (row[t] > row[best]) best = t;
-      next[i] = best;
-      printf("%s%d", i ? " " : "", best);
+      CHECK(clade_sample(sampler, (uint64_t)i, row, info.n_vocab, NULL, 0, &next[i]));
+      printf("%s%d", i ? " " : "", next[i]);
     }
     printf("\n");
   }
+  clade_sampler_free(sampler);
   clade_cache_free(cache);
   CHECK(clade_tree_release(tree, node));
   clade_tree_free(tree);

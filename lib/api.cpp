@@ -54,7 +54,6 @@ struct clade_detokenizer {
 
 namespace {
 
-thread_local std::string g_last_error;
 
 void unref_model(const clade_model* model) {
   if (model->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete model;
@@ -67,15 +66,21 @@ void unref_tree(clade_tree* tree) {
   unref_model(model);
 }
 
+// CLADE_BUFFER_SMALL with what was needed.
+clade_status small(size_t need, size_t capacity, const char* what) {
+  return clade::with_message(CLADE_BUFFER_SMALL, "buffer too small: " + std::to_string(need) + " " + what +
+                                                     " to write, room for " + std::to_string(capacity));
+}
+
 clade_status set_error(clade_status st, const std::string& msg) {
-  g_last_error = msg;
+  clade::last_error_text() = msg;
   return st;
 }
 
 template <typename F>
 clade_status guard(F&& f) {
   try {
-    g_last_error.clear();
+    clade::last_error_text().clear();
     return f();
   } catch (const clade::Error& e) {
     return set_error(e.status(), e.what());
@@ -115,7 +120,7 @@ void copy_cstr(char* dst, size_t cap, const std::string& s) {
 clade_status copy_out(const std::string& s, char* buf, size_t cap, size_t* n_bytes) {
   CLADE_CHECK_ARG(n_bytes, "n_bytes is NULL");
   *n_bytes = s.size();
-  if (s.size() > cap) return CLADE_BUFFER_SMALL;
+  if (s.size() > cap) return small(s.size(), cap, "bytes");
   CLADE_CHECK_ARG(buf || s.empty(), "buf is NULL");
   if (!s.empty()) std::memcpy(buf, s.data(), s.size());
   return CLADE_OK;
@@ -157,7 +162,7 @@ const char* clade_status_string(clade_status s) {
   return "unknown status";
 }
 
-const char* clade_last_error(void) { return g_last_error.c_str(); }
+const char* clade_last_error(void) { return clade::last_error_text().c_str(); }
 
 /* ---- model ---- */
 
@@ -264,7 +269,7 @@ clade_status clade_tokenize(const clade_model* model, const char* text, size_t l
     std::vector<int32_t> ids = tok->encode(std::string_view(text ? text : "", len),
                                            flags & CLADE_TOKENIZE_ADD_SPECIAL, flags & CLADE_TOKENIZE_PARSE_SPECIAL);
     *n_tokens = ids.size();
-    if (ids.size() > capacity) return CLADE_BUFFER_SMALL;
+    if (ids.size() > capacity) return small(ids.size(), capacity, "tokens");
     CLADE_CHECK_ARG(tokens || ids.empty(), "tokens is NULL");
     if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
     return CLADE_OK;
@@ -588,7 +593,7 @@ clade_status clade_tree_node_tokens(const clade_tree* tree, clade_node_id node, 
     CLADE_CHECK_ARG(tree && n_tokens, "tree or n_tokens is NULL");
     const clade::Node* n = tree->t->get(node);
     *n_tokens = n->tokens.size();
-    if (n->tokens.size() > capacity) return CLADE_BUFFER_SMALL;
+    if (n->tokens.size() > capacity) return small(n->tokens.size(), capacity, "tokens");
     CLADE_CHECK_ARG(tokens || n->tokens.empty(), "tokens is NULL");
     if (!n->tokens.empty()) std::memcpy(tokens, n->tokens.data(), n->tokens.size() * sizeof(int32_t));
     return CLADE_OK;
@@ -758,11 +763,20 @@ clade_status clade_cache_keep(clade_cache* cache, clade_seq_id seq, int32_t from
 
 /* ---- sampler ---- */
 
-static bool sampler_params_ok(const clade_sampler_params& p) {
-  return p.temperature >= 0 && p.top_k >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
-         p.repeat_penalty > 0 && std::isfinite(p.temperature) && std::isfinite(p.repeat_penalty) &&
-         std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty) && p.n_threads >= 0 &&
-         p.n_threads <= 256;
+// "" when every field is in range, else the first one out of it, by name
+// and range.
+static std::string sampler_params_bad(const clade_sampler_params& p) {
+  if (!(p.temperature >= 0) || !std::isfinite(p.temperature))
+    return "temperature " + std::to_string(p.temperature) + " (must be finite and >= 0)";
+  if (p.top_k < 0) return "top_k " + std::to_string(p.top_k) + " (must be >= 0)";
+  if (!(p.top_p > 0 && p.top_p <= 1)) return "top_p " + std::to_string(p.top_p) + " (must be in (0, 1])";
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return "min_p " + std::to_string(p.min_p) + " (must be in [0, 1])";
+  if (!(p.repeat_penalty > 0) || !std::isfinite(p.repeat_penalty))
+    return "repeat_penalty " + std::to_string(p.repeat_penalty) + " (must be finite and > 0)";
+  if (!std::isfinite(p.presence_penalty)) return "presence_penalty is not finite";
+  if (!std::isfinite(p.frequency_penalty)) return "frequency_penalty is not finite";
+  if (p.n_threads < 0 || p.n_threads > 256) return "n_threads " + std::to_string(p.n_threads) + " (must be 0..256)";
+  return "";
 }
 
 void clade_sampler_params_init(clade_sampler_params* p) {
@@ -792,7 +806,8 @@ clade_status clade_sampler_create(const clade_sampler_params* params, clade_samp
     if (params) {
       clade::abi::read_in(params, &p);
     }
-    CLADE_CHECK_ARG(sampler_params_ok(p), "sampler parameter out of range");
+    const std::string bad = sampler_params_bad(p);
+    CLADE_CHECK_ARG(bad.empty(), "sampler parameter out of range: " + bad);
     std::unique_ptr<clade_sampler> s(new clade_sampler());
     s->s.reset(new clade::Sampler(p));
     *out = s.release();
@@ -958,11 +973,12 @@ static clade_status run_generation(const char* what, clade_tree* tree, const cla
   clade_sampler_params sp;
   clade_sampler_params_init(&sp);
   if (p.sampler) clade::abi::read_in(p.sampler, &sp);
-  CLADE_CHECK_ARG(sampler_params_ok(sp), std::string(what) + ": a sampler parameter is out of range");
+  const std::string bad = sampler_params_bad(sp);
+  CLADE_CHECK_ARG(bad.empty(), std::string(what) + ": sampler parameter out of range: " + bad);
   std::unique_ptr<clade_generation> g(new clade_generation());
   clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g, spec);
   if (st != CLADE_OK && st != CLADE_STOPPED) {
-    if (g_last_error.empty()) set_error(st, std::string(what) + ": a decode step gave " + clade_status_string(st));
+    if (clade::last_error_text().empty()) set_error(st, std::string(what) + ": a decode step gave " + clade_status_string(st));
     return st;
   }
   *out = g.release();
@@ -1102,7 +1118,7 @@ clade_status clade_tree_children(const clade_tree* tree, clade_node_id node, cla
     CLADE_CHECK_ARG(tree && n_children, "tree or n_children is NULL");
     const clade::Node* n = tree->t->get(node);
     *n_children = n->children.size();
-    if (n->children.size() > capacity) return CLADE_BUFFER_SMALL;
+    if (n->children.size() > capacity) return small(n->children.size(), capacity, "children");
     CLADE_CHECK_ARG(ids || n->children.empty(), "ids is NULL");
     std::copy(n->children.begin(), n->children.end(), ids);
     return CLADE_OK;
@@ -1166,7 +1182,7 @@ clade_status clade_cache_seq_tokens(const clade_cache* cache, clade_seq_id seq, 
     CLADE_CHECK_ARG(cache && n_tokens, "cache or n_tokens is NULL");
     const std::vector<int32_t>& t = cache->c->tokens_of(seq);
     *n_tokens = t.size();
-    if (t.size() > capacity) return CLADE_BUFFER_SMALL;
+    if (t.size() > capacity) return small(t.size(), capacity, "tokens");
     CLADE_CHECK_ARG(tokens || t.empty(), "tokens is NULL");
     std::copy(t.begin(), t.end(), tokens);
     return CLADE_OK;

@@ -31,6 +31,16 @@ Seq* Cache::free_slot() {
   return it == seqs_.end() ? nullptr : &*it;
 }
 
+clade_status Cache::no_slot(const char* what) const {
+  return with_message(CLADE_CACHE_FULL, std::string("cache full: ") + what + ": all " + std::to_string(max_seqs) +
+                                            " sequence slots (max_seqs) are taken");
+}
+
+clade_status Cache::too_long(int64_t need, const std::string& what) const {
+  return with_message(CLADE_CACHE_FULL, "cache full: " + what + ": " + std::to_string(need) +
+                                            " tokens of its own, more than max_tokens " + std::to_string(max_tokens));
+}
+
 // Grow in steps of an eighth (at least 16 tokens), so that little capacity
 // is ever unused and copies stay rare. The token list grows with the KV, so
 // the steps between two growths allocate nothing.
@@ -53,11 +63,11 @@ clade_status Cache::add(clade_node_id node_id, const int32_t* tokens, size_t n, 
   Node* node = tree.get(node_id);
   if (flags & ~CLADE_SEQ_PRIVATE) fail(CLADE_E_INVALID_ARG, "cache: unknown flags");
   bool priv = flags & CLADE_SEQ_PRIVATE;
-  if (n > (size_t)max_tokens) return CLADE_CACHE_FULL;  // (before reading n tokens)
+  if (n > (size_t)max_tokens) return too_long((int64_t)n, "add");  // (before reading n tokens)
   tree.check_context((int64_t)node->end() + (int64_t)n, "cache: add");
   tree.check_tokens(tokens, n);
   Seq* slot = free_slot();
-  if (!slot) return CLADE_CACHE_FULL;
+  if (!slot) return no_slot("add");
   NodePin pin(tree, node);  // (a private copy's KV may evict cached nodes)
   std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
   int32_t base = 0;
@@ -155,7 +165,7 @@ void Cache::save(clade_seq_id id, const std::string& path) const {
 clade_status Cache::fork(clade_seq_id id, clade_seq_id* out) {
   const Seq& s = get(id);
   Seq* slot = free_slot();
-  if (!slot) return CLADE_CACHE_FULL;
+  if (!slot) return no_slot("fork");
   std::unique_ptr<KVStore> kv = tree.new_store(kv_type);
   kv->reserve(s.kv->capacity());
   kv->copy_from(*s.kv, s.kv->length, 0);
@@ -214,7 +224,7 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
     fail(CLADE_E_STATE, "cache: move: node " + std::to_string(node_id) +
                             "'s path tokens are not a prefix of sequence " + std::to_string(id) + "'s history");
   const int32_t p = (int32_t)path.size(), n = (int32_t)hist.size() - p;
-  if (n > max_tokens) return CLADE_CACHE_FULL;
+  if (n > max_tokens) return too_long(n, "move");
   if (p < old_end && kv_type != tree.kv_type)
     fail(CLADE_E_STATE, "cache: move: sequence " + std::to_string(id) + " would take node tokens into its own KV, "
                         "but the cache's KV type differs from the tree's (a move up or across needs the same type)");
@@ -285,12 +295,14 @@ clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, siz
   for (size_t i = 0; i < b.n_seqs; i++) {
     const Seq& s = get(b.seq_ids[i]);
     int64_t need = (int64_t)s.length() + (int64_t)s.queued.size() + b.n_tokens[i];
-    if (need > max_tokens) return CLADE_CACHE_FULL;
+    if (need > max_tokens) return too_long(need, "decode: sequence " + std::to_string(b.seq_ids[i]));
     if (!s.priv) tree.check_context(s.node->end() + need, "decode");
     else tree.check_context(s.kv->length + (int64_t)s.queued.size() + b.n_tokens[i], "decode");
   }
   tree.check_tokens(b.tokens, *total_new);
-  if (b.logits && *rows > b.logits_rows) return CLADE_BUFFER_SMALL;
+  if (b.logits && *rows > b.logits_rows)
+    return with_message(CLADE_BUFFER_SMALL, "decode: the step gives " + std::to_string(*rows) +
+                                                " logits rows, batch.logits_rows is " + std::to_string(b.logits_rows));
   return CLADE_OK;
 }
 

@@ -77,6 +77,10 @@ class Cache {
   Seq& get(clade_seq_id id);
   const Seq& get(clade_seq_id id) const;
   Seq* free_slot();
+  // CLADE_CACHE_FULL, with clade_last_error()'s sentence: no free slot of
+  // max_seqs, or a sequence that would hold more than max_tokens.
+  clade_status no_slot(const char* what) const;
+  clade_status too_long(int64_t need, const std::string& what) const;
   void grow(Seq& s, int32_t need);
   int64_t grown_capacity(const Seq& s, int32_t need) const;
   clade_status check_step(const clade_batch& b, const int32_t* parents, size_t* rows, size_t* total_new);

@@ -23,4 +23,18 @@ class Error : public std::runtime_error {
   throw Error(status, message);
 }
 
+// The calling thread's clade_last_error() text. The C boundary clears it
+// when a call begins and sets it for every status but CLADE_OK.
+inline std::string& last_error_text() {
+  thread_local std::string text;
+  return text;
+}
+
+// A status returned rather than thrown (CLADE_CACHE_FULL and the other
+// recoverable states), with the sentence clade_last_error() gives for it.
+inline clade_status with_message(clade_status status, const std::string& message) {
+  last_error_text() = message;
+  return status;
+}
+
 }  // namespace clade

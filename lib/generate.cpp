@@ -312,7 +312,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     }
     if (stop_all) {
       finish_rest(CLADE_FINISH_CALLBACK);
-      return CLADE_STOPPED;
+      return with_message(CLADE_STOPPED, "stopped: the callback returned CLADE_GENERATE_STOP_ALL");
     }
     if (live.empty()) break;
 
@@ -540,7 +540,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     }
     if (stop_all) {
       finish_rest(CLADE_FINISH_CALLBACK);
-      return CLADE_STOPPED;
+      return with_message(CLADE_STOPPED, "stopped: the callback returned CLADE_GENERATE_STOP_ALL");
     }
     if (drafter) cost.add_outcome(live.size(), k, (double)(taken - taken_before), step_s + draft_s);
     live.swap(still);

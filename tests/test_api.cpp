@@ -47,7 +47,7 @@ bool contains(const std::string& s, const std::string& sub) { return s.find(sub)
                    (int)got_, clade_status_string(got_), (int)(want), clade_status_string(want),              \
                    clade_last_error());                                                                       \
       check_failures()++;                                                                                     \
-    } else if ((int)(want) < 0 && clade_last_error()[0] == 0) {                                               \
+    } else if ((int)(want) != 0 && clade_last_error()[0] == 0) {                                              \
       std::fprintf(stderr, "%s:%d: %s failed with no message\n", __FILE__, __LINE__, #call);                  \
       check_failures()++;                                                                                     \
     }                                                                                                         \
@@ -461,9 +461,20 @@ void test_sizes() {
     spp.top_p = 0;
     clade_sampler* smp = nullptr;
     CHECK_ST(clade_sampler_create(&spp, &smp), CLADE_E_INVALID_ARG);
+    CHECK(contains(clade_last_error(), "top_p 0.000000 (must be in (0, 1])"));
     clade_sampler_params_init(&spp);
     spp.temperature = -1;
     CHECK_ST(clade_sampler_create(&spp, &smp), CLADE_E_INVALID_ARG);
+    CHECK(contains(clade_last_error(), "temperature -1.000000 (must be finite and >= 0)"));
+    // The out-structs' inline *_init: zeroed, with this header's size.
+    clade_model_info mi;
+    std::memset(&mi, 0xab, sizeof mi);
+    clade_model_info_init(&mi);
+    CHECK(mi.size == sizeof mi && mi.n_layers == 0 && mi.architecture[0] == 0);
+    clade_node_info ni;
+    std::memset(&ni, 0xab, sizeof ni);
+    clade_node_info_init(&ni);
+    CHECK(ni.size == sizeof ni && ni.parent == 0);
   }
   // A batch with a wrong size.
   clade_cache* c = new_cache(t, 2, 16);
@@ -672,6 +683,7 @@ void test_cache_full() {
   // More queued tokens than max_tokens.
   clade_token five[5] = {1, 2, 3, 4, 5};
   CHECK_ST(clade_cache_add(c, 0, five, 5, 0, &s), CLADE_CACHE_FULL);
+  CHECK(contains(clade_last_error(), "cache full: add: 5 tokens of its own, more than max_tokens 4"));
   CHECK(s == -1);
   clade_token q[1] = {21};
   CHECK_OK(clade_cache_add(c, 0, q, 1, 0, &s));
@@ -681,6 +693,9 @@ void test_cache_full() {
   CHECK_OK(step(c, {s}, {{24}}, &lg));
   CHECK(seq_len(c, s) == 4);
   CHECK_ST(step(c, {s}, {{25}}, &lg), CLADE_CACHE_FULL);
+  CHECK_MSG(contains(clade_last_error(), "cache full: decode: sequence " + std::to_string(s) +
+                                             ": 5 tokens of its own, more than max_tokens 4"),
+            "message: %s", clade_last_error());
   CHECK(seq_len(c, s) == 4);
   CHECK(lg[0] == -12345.0f);
   // A second sequence in the same batch is not advanced either.
@@ -692,9 +707,11 @@ void test_cache_full() {
   CHECK(seq_len(c, s2) == 0);
   // max_seqs = 2 reached.
   CHECK_ST(clade_cache_add(c, 0, q, 1, 0, &s3), CLADE_CACHE_FULL);
+  CHECK(contains(clade_last_error(), "cache full: add: all 2 sequence slots (max_seqs) are taken"));
   CHECK(s3 == -1);
   // Truncate, then the next step works and equals a fresh sequence.
   CHECK_OK(clade_cache_truncate(c, s, 2));
+  CHECK(clade_last_error()[0] == 0);  // CLADE_OK leaves no message
   CHECK(seq_len(c, s) == 2);
   CHECK_OK(step(c, {s}, {{30}}, &lg));
   CHECK(seq_len(c, s) == 3);

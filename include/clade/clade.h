@@ -8,12 +8,18 @@
  * - Every call that can fail returns a clade_status: 0 is success, negative
  *   values are errors (their numbers are fixed forever), positive values are
  *   recoverable states (a cache is full, a generation was stopped).
- * - On failure, clade_last_error() gives a message for the calling thread.
+ * - clade_last_error() gives the calling thread a message for every status
+ *   but CLADE_OK, the recoverable ones included: CLADE_CACHE_FULL names
+ *   what was full (every sequence slot of max_seqs taken, or the tokens a
+ *   sequence would hold against max_tokens), CLADE_BUFFER_SMALL the count
+ *   to write and the room given. A call returning CLADE_OK leaves "".
  * - Handles come back through out-parameters; *_free functions accept NULL.
  * - Parameter structs start with their own size and are filled by their
  *   *_init function before the caller changes fields; structs the library
- *   fills (clade_model_info, clade_special_tokens, clade_node_info) start
- *   with their size too, set by the caller (sizeof the struct). Such
+ *   fills (clade_model_info, clade_special_tokens, clade_node_info,
+ *   clade_sample_result, clade_generation_stats) start with their size
+ *   too, set by the caller: their *_init (inline, below the struct) zeroes
+ *   one and sets its size to the size this header gives it. Such
  *   structs grow in later 1.x releases only by fields added at their end,
  *   whose defaults keep the old behaviour, and never shrink:
  *   - An older caller with a newer library: any size from the struct's
@@ -40,6 +46,22 @@
  *   A clade_sampler may be used by one thread at a time. Functions without
  *   a handle (version, status strings, the param inits) are always safe.
  * - No C++ exception ever crosses this boundary.
+ *
+ * Limits (a value outside them is CLADE_E_INVALID_ARG naming the field)
+ * - Threads: clade_model_params.n_threads 0..1024 (0: every core);
+ *   clade_sampler_params.n_threads 0..256.
+ * - Sequences: clade_cache_params.max_seqs 1..2^20 live sequences per
+ *   cache; a decode step takes any number of them, each at most once.
+ * - Tokens: clade_cache_params.max_tokens 1..2^28 unique tokens per
+ *   sequence (a sequence that would pass it: CLADE_CACHE_FULL); every
+ *   position below the model's context length n_ctx (clade_model_info;
+ *   past it: CLADE_CONTEXT_FULL); a token tree (clade_decode_tree) at most
+ *   64 tokens per sequence, tree_width 1..8; clade_tree_params
+ *   .prefill_chunk 0..2^20 tokens a pass; clade_tree_append_batch at most
+ *   2^24 items a call.
+ * - Memory: clade_tree_params.kv_budget (0: none) bounds the KV of a tree
+ *   and its caches together (past it: CLADE_KV_BUDGET).
+ * - Models: head dimension at most 256 (refused at load above it).
  */
 #ifndef CLADE_CLADE_H
 #define CLADE_CLADE_H
@@ -94,6 +116,17 @@ typedef int32_t clade_node_id;
 /* A sequence of a clade_cache. */
 typedef int32_t clade_seq_id;
 typedef int32_t clade_token;
+
+/* The *_init of a struct the library fills (Conventions): zeroes it and
+   sets its size to this header's sizeof. Inline, so that the size is the
+   caller's own header's. Not a symbol of the library. */
+#define CLADE_DEFINE_OUT_INIT(type)                        \
+  static inline void type##_init(type *out) {              \
+    unsigned char *bytes_ = (unsigned char *)out;          \
+    size_t i_;                                             \
+    for (i_ = 0; i_ < sizeof *out; i_++) bytes_[i_] = 0;   \
+    out->size = sizeof *out;                               \
+  }
 
 /* ---- status codes ----------------------------------------------------- */
 
@@ -250,6 +283,8 @@ typedef struct clade_model_info {
   uint64_t n_params;
   uint64_t weight_bytes; /* bytes of tensor data */
 } clade_model_info;
+/* clade_model_info_init(clade_model_info *) */
+CLADE_DEFINE_OUT_INIT(clade_model_info)
 
 /* Fill *info (info->size must be set). Thread-safe. */
 CLADE_API clade_status clade_model_describe(const clade_model *model,
@@ -296,6 +331,8 @@ typedef struct clade_special_tokens {
   clade_token bos, eos, eot, pad, unk; /* -1 where the model has none */
   int32_t add_bos, add_eos;
 } clade_special_tokens;
+/* clade_special_tokens_init(clade_special_tokens *) */
+CLADE_DEFINE_OUT_INIT(clade_special_tokens)
 
 CLADE_API clade_status clade_model_special_tokens(const clade_model *model,
                                                   clade_special_tokens *out);
@@ -472,7 +509,12 @@ CLADE_API void clade_tree_free(clade_tree *tree);
    path above it) and its KV is kept, read-only. The caller holds one reference to the new node (release it
    with clade_tree_release); sequences and child nodes hold their own.
    If logits is not NULL it receives the n_vocab logits of the node's last
-   token (the distribution of the token after it). n_tokens may be 0. */
+   token (the distribution of the token after it). n_tokens may be 0.
+   The first generated token of a sequence under the node is drawn from
+   these logits (the node's last token has been evaluated; a decode step
+   evaluates new tokens only): sample it, then give it to clade_cache_add
+   as the sequence's first own token, or to the first clade_decode step
+   (examples/simple.c does this). */
 CLADE_API clade_status clade_tree_append(clade_tree *tree,
                                          clade_node_id parent,
                                          const clade_token *tokens,
@@ -551,6 +593,8 @@ typedef struct clade_node_info {
   int32_t n_refs;         /* children + sequences + caller (the root
                              also counts the tree's own reference) */
 } clade_node_info;
+/* clade_node_info_init(clade_node_info *) */
+CLADE_DEFINE_OUT_INIT(clade_node_info)
 
 CLADE_API clade_status clade_tree_node_info(const clade_tree *tree,
                                             clade_node_id node,
@@ -832,14 +876,24 @@ typedef struct clade_logit_bias {
   float bias;        /* added to the token's logit (NaN, +inf: refused) */
 } clade_logit_bias;
 
+/* Defaults, the library's (clade_sampler_params_init) beside the CLI's
+   and the server's (a request's fields, OpenAI's defaults):
+     field               init    clade generate  clade chat  clade serve
+     temperature         0.8     0 (greedy)      0.8         1.0
+     top_k               40      40              40          0 (off)
+     top_p               0.95    0.95            0.95        1.0 (off)
+     min_p               0.05    0.05            0.05        0 (off)
+     repeat_penalty      1 (off) 1               1           1
+     presence/frequency  0       0               0           0
+     seed                0       0               0           random */
 typedef struct clade_sampler_params {
   size_t size;        /* sizeof(clade_sampler_params) */
-  float temperature;  /* 0: greedy (default 0.8) */
-  int32_t top_k;      /* 0: off (default 40) */
+  float temperature;  /* 0: greedy (default 0.8); >= 0, finite */
+  int32_t top_k;      /* 0: off (default 40); >= 0 */
   float top_p;        /* 1: off (default 0.95); in (0, 1] */
-  float min_p;        /* 0: off (default 0.05) */
-  float repeat_penalty; /* 1: off */
-  uint64_t seed;
+  float min_p;        /* 0: off (default 0.05); in [0, 1] */
+  float repeat_penalty; /* 1: off (default); > 0, finite */
+  uint64_t seed;      /* default 0 */
   float presence_penalty;  /* 0: off (default) */
   float frequency_penalty; /* 0: off (default) */
   /* n_logit_bias (token, bias) pairs, copied by clade_sampler_create (the
@@ -888,6 +942,8 @@ typedef struct clade_sample_result {
   clade_token token;        /* out: the token drawn */
   float logprob;            /* out: its log-probability (see above) */
 } clade_sample_result;
+/* clade_sample_result_init(clade_sample_result *) */
+CLADE_DEFINE_OUT_INIT(clade_sample_result)
 
 /* clade_sample, plus n_prompt (how many leading tokens of history are the
    prompt, for penalize_prompt 0; at most n_history) and the result. */
@@ -1194,6 +1250,8 @@ typedef struct clade_generation_stats {
   double draft_seconds;    /* time drafting (draft model steps, lookup,
                               the caller's drafter) */
 } clade_generation_stats;
+/* clade_generation_stats_init(clade_generation_stats *) */
+CLADE_DEFINE_OUT_INIT(clade_generation_stats)
 
 CLADE_API clade_status clade_generation_get_stats(
     const clade_generation *gen, clade_generation_stats *stats);
@@ -1242,6 +1300,8 @@ typedef struct clade_cache_stats {
                                their rows, and */
   int32_t last_flat;        /* spans each sequence read itself */
 } clade_cache_stats;
+/* clade_cache_stats_init(clade_cache_stats *) */
+CLADE_DEFINE_OUT_INIT(clade_cache_stats)
 
 CLADE_API clade_status clade_cache_get_stats(const clade_cache *cache,
                                              clade_cache_stats *stats);
@@ -1263,6 +1323,8 @@ typedef struct clade_tree_stats {
   uint64_t cached_nodes;    /* cached nodes now (n_refs 0), and */
   uint64_t cached_bytes;    /* the KV bytes they hold */
 } clade_tree_stats;
+/* clade_tree_stats_init(clade_tree_stats *) */
+CLADE_DEFINE_OUT_INIT(clade_tree_stats)
 
 CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
                                             clade_tree_stats *stats);
