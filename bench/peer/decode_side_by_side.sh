@@ -15,6 +15,9 @@
 # then `python3 bench/peer/side_by_side_table.py CSV` gives medians and
 # ratios, and `/usr/bin/python3 bench/plot.py` the plots.
 #
+# The model's context must hold the longest prefix (clade's prefill
+# refuses positions past it): make it with `clade model random --ctx 16384`.
+#
 # usage: bench/peer/decode_side_by_side.sh BUILD_DIR MODEL [ROUNDS]
 # env:   BATCHES (1,4,16,64,256), PREFIXES (512,2048,8192), GEN (32),
 #        THREADS (2)
