@@ -109,7 +109,8 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
        "               [--chat-template NAME|TEXT (with --vocab-from)] [--peaked (output rows = permuted\n"
        "               embeddings: one token far above the rest, for token-for-token comparisons)]\n"
        "      a model with random weights; --vocab-from takes the tokenizer (and its vocabulary size) of a GGUF\n"},
-      {"model info", "  model info FILE\n      a GGUF model's (or vocabulary's) configuration\n"},
+      {"model info", "  model info FILE\n      what a GGUF model (or vocabulary) holds: architecture, family, RoPE, output,\n"
+                    "      tokenizer, template, tensor types; and whether clade runs it, or why not\n"},
       {"quantize",
        "  quantize IN OUT TYPE         a GGUF model's matrices to TYPE: q8_0 q4_0 q4_k q5_k q6_k, the mixes\n"
        "                               q4_k_m q5_k_m (llama.cpp's choice of Q6_K tensors), or any stored type\n"},
@@ -274,68 +275,6 @@ std::string json_escape(const std::string& s) {
     i++;
   }
   return o;
-}
-
-int cmd_model_info(Args& a) {
-  if (a.done()) Args::die("model info: give FILE (clade model info --help)");
-  std::string path = a.next("info");
-  if (path.size() > 1 && path[0] == '-') unknown_arg("model info", path);
-  if (!a.done()) unknown_arg("model info", a.next(""));
-  clade_model_params mp;
-  clade_model_params_init(&mp);
-  clade_model* m = nullptr;
-  clade_status st = clade_model_load(path.c_str(), &mp, &m);
-  if (st == CLADE_E_FORMAT || st == CLADE_E_UNSUPPORTED) {
-    // maybe a vocabulary-only file
-    mp.vocab_only = 1;
-    if (clade_model_load(path.c_str(), &mp, &m) != CLADE_OK) check(st, ("loading " + path).c_str());
-  } else {
-    check(st, ("loading " + path).c_str());
-  }
-  clade_model_info in;
-  in.size = sizeof in;
-  check(clade_model_describe(m, &in), "describe");
-  const char* wt = "?";
-  switch (in.weight_type) {
-    case CLADE_WEIGHT_F32: wt = "f32"; break;
-    case CLADE_WEIGHT_F16: wt = "f16"; break;
-    case CLADE_WEIGHT_BF16: wt = "bf16"; break;
-    case CLADE_WEIGHT_Q8_0: wt = "q8_0"; break;
-    case CLADE_WEIGHT_Q4_0: wt = "q4_0"; break;
-    case CLADE_WEIGHT_Q4_1: wt = "q4_1"; break;
-    case CLADE_WEIGHT_Q5_0: wt = "q5_0"; break;
-    case CLADE_WEIGHT_Q5_1: wt = "q5_1"; break;
-    case CLADE_WEIGHT_Q2_K: wt = "q2_K"; break;
-    case CLADE_WEIGHT_Q3_K: wt = "q3_K"; break;
-    case CLADE_WEIGHT_Q4_K: wt = "q4_K"; break;
-    case CLADE_WEIGHT_Q5_K: wt = "q5_K"; break;
-    case CLADE_WEIGHT_Q6_K: wt = "q6_K"; break;
-  }
-  std::printf("architecture   %s\n", in.architecture);
-  std::printf("name           %s\n", in.name);
-  if (in.vocab_only) {
-    std::printf("vocab_only     yes\nvocab          %d\n", in.n_vocab);
-  } else {
-    std::printf("layers         %d\nembedding      %d\nheads          %d\nkv_heads       %d\nhead_dim       %d\n",
-                in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads, in.head_dim);
-    std::printf("feed_forward   %d\nvocab          %d\ncontext        %d\n", in.n_ff, in.n_vocab, in.n_ctx);
-    std::printf("rope_base      %g\nrope_scale     %g\nrope_scaling   %s\nnorm_eps       %g\n", in.rope_freq_base,
-                in.rope_freq_scale,
-                in.rope_scaling == CLADE_ROPE_SCALING_LLAMA3 ? "llama3" : in.rope_scaling == CLADE_ROPE_SCALING_LINEAR ? "linear" : "none",
-                in.norm_eps);
-    std::printf("weights        %s\nqkv_bias       %s\ntied_output    %s\n", wt, in.has_qkv_bias ? "yes" : "no",
-                in.tied_output ? "yes" : "no");
-    std::printf("parameters     %llu\nweight_bytes   %llu\n", (unsigned long long)in.n_params,
-                (unsigned long long)in.weight_bytes);
-  }
-  clade_special_tokens sp;
-  sp.size = sizeof sp;
-  if (clade_model_special_tokens(m, &sp) == CLADE_OK)
-    std::printf("tokenizer      bos %d eos %d eot %d add_bos %d\n", sp.bos, sp.eos, sp.eot, sp.add_bos);
-  else
-    std::printf("tokenizer      none\n");
-  clade_model_free(m);
-  return 0;
 }
 
 std::string read_all(const std::string& path) {

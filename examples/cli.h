@@ -85,6 +85,7 @@ inline clade_backend parse_backend(const std::string& s) {
 void check(clade_status st, const char* what);
 
 int cmd_model_random(Args& a);
+int cmd_model_info(Args& a);  // cli_model.cpp
 int cmd_quantize(Args& a);  // cli_quantize.cpp
 int cmd_bench(Args& a);
 int cmd_bench_prefill(Args& a);  // cli_prefill.cpp

@@ -1,7 +1,10 @@
-// `clade model random`.
+// `clade model random` and `clade model info`.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 
 #include "cli.h"
 #include "gguf.h"
@@ -94,6 +97,138 @@ int cmd_model_random(Args& a) {
   }
   if (!tmp_vocab.empty()) std::remove(tmp_vocab.c_str());
   std::fprintf(stderr, "wrote %s (random weights)\n", out.c_str());
+  return 0;
+}
+
+namespace {
+
+// What the file's header says of its family: general.basename (or
+// general.name) with general.size_label, else a guess from the
+// architecture and the tokenizer.
+std::string family_of(const clade::GGUFFile& f) {
+  std::string base = f.get_str("general.basename", "");
+  if (base.empty()) base = f.get_str("general.name", "");
+  const std::string size = f.get_str("general.size_label", "");
+  if (!base.empty()) return size.empty() || base.find(size) != std::string::npos ? base : base + " " + size;
+  const std::string arch = f.get_str("general.architecture", ""), pre = f.get_str("tokenizer.ggml.pre", "");
+  const std::string model = f.get_str("tokenizer.ggml.model", "");
+  if (arch == "qwen2") return "Qwen2 or Qwen2.5 (guessed from the architecture)";
+  if (arch != "llama") return arch + " (guessed from the architecture)";
+  if (pre == "llama-bpe" || pre == "llama3") return "Llama 3.x (guessed from the pre-tokenizer)";
+  if (pre == "smollm") return "SmolLM (guessed from the pre-tokenizer)";
+  if (model == "llama") return "Llama 1/2, TinyLlama, Mistral 7B or another with an SPM vocabulary (guessed)";
+  return "a llama-architecture model (no name in the file)";
+}
+
+}  // namespace
+
+// What the file holds (read from its header) and what clade made of it
+// (loaded through the C API): a file clade does not run is described too,
+// with a status line giving the reason.
+int cmd_model_info(Args& a) {
+  if (a.done()) Args::die("model info: give FILE (clade model info --help)");
+  std::string path = a.next("info");
+  if (path.size() > 1 && path[0] == '-') unknown_arg("model info", path);
+  if (!a.done()) unknown_arg("model info", a.next(""));
+  std::unique_ptr<clade::GGUFFile> f;
+  try {
+    f = clade::GGUFFile::open(path);
+  } catch (const std::exception&) {
+    // the library's own message and status
+    clade_model_params mp;
+    clade_model_params_init(&mp);
+    mp.vocab_only = 1;
+    clade_model* none = nullptr;
+    check(clade_model_load(path.c_str(), &mp, &none), ("loading " + path).c_str());
+    clade_model_free(none);
+    Args::die("model info: cannot read " + path);
+  }
+  clade_model_params mp;
+  clade_model_params_init(&mp);
+  mp.n_threads = 1;
+  clade_model* m = nullptr;
+  clade_status st = clade_model_load(path.c_str(), &mp, &m);
+  std::string status = "runs";
+  if (st != CLADE_OK) {
+    std::string why = clade_last_error();
+    if (st != CLADE_E_FORMAT && st != CLADE_E_UNSUPPORTED) check(st, ("loading " + path).c_str());
+    status = (st == CLADE_E_UNSUPPORTED ? "not supported: " : "not loadable: ") + why;
+    if (f->tensors().empty()) {  // a vocabulary file
+      mp.vocab_only = 1;
+      if (clade_model_load(path.c_str(), &mp, &m) == CLADE_OK) status = "vocabulary only (no tensors)";
+    }
+  }
+  clade_model_info in;
+  std::memset(&in, 0, sizeof in);
+  in.size = sizeof in;
+  if (m) check(clade_model_describe(m, &in), "describe");
+  const bool full = m && !in.vocab_only;
+  const std::string arch = f->get_str("general.architecture", "");
+  auto arch_int = [&](const char* k) { return (long long)f->get_int(arch + "." + k, 0); };
+
+  std::printf("architecture   %s\n", arch.empty() ? "(none)" : arch.c_str());
+  std::printf("name           %s\n", f->get_str("general.name", "").c_str());
+  std::printf("family         %s\n", family_of(*f).c_str());
+  std::printf("status         %s\n", status.c_str());
+  if (full) {
+    std::printf("layers         %d\nembedding      %d\nheads          %d\nkv_heads       %d\nhead_dim       %d\n",
+                in.n_layers, in.n_embd, in.n_heads, in.n_kv_heads, in.head_dim);
+    std::printf("feed_forward   %d\nvocab          %d\n", in.n_ff, in.n_vocab);
+  } else if (m) {
+    std::printf("vocab_only     yes\nvocab          %d\n", in.n_vocab);
+  }
+  // context: clade's (limited to a sliding window) and the file's
+  const long long ctx_file = arch_int("context_length"), window = arch_int("attention.sliding_window");
+  if (full && in.n_ctx != ctx_file)
+    std::printf("context        %d (the file's %lld, limited to its sliding window: clade attends to the whole "
+                "context, which equals the window's attention up to it)\n", in.n_ctx, ctx_file);
+  else if (ctx_file > 0)
+    std::printf("context        %lld\n", ctx_file);
+  std::printf("sliding_window %s\n", window > 0 ? std::to_string(window).c_str() : "none");
+  if (full) {
+    const char* scaling = in.rope_scaling == CLADE_ROPE_SCALING_LLAMA3   ? "llama3"
+                          : in.rope_scaling == CLADE_ROPE_SCALING_LINEAR ? "linear"
+                                                                         : "none";
+    const clade::GGUFTensor* rf = f->find_tensor("rope_freqs.weight");
+    std::printf("rope           %s, base %g, scaling %s (scale %g)%s\n",
+                arch == "qwen2" ? "neox (pairs i, i + d/2)" : "normal (pairs 2i, 2i + 1)", in.rope_freq_base, scaling,
+                in.rope_freq_scale,
+                rf ? (", rope_freqs tensor (" + std::to_string(rf->ne[0]) + " factors)").c_str() : "");
+    std::printf("norm_eps       %g\n", in.norm_eps);
+    std::printf("output         %s\n", in.tied_output ? "tied to token_embd" : "separate (output.weight)");
+    std::printf("qkv_bias       %s\n", in.has_qkv_bias ? "yes" : "no");
+    // (clade_weight_type numbers the types as GGML does, as TensorType does)
+    std::printf("weights        %s (the largest matrices)\nparameters     %llu\nweight_bytes   %llu\n",
+                clade::tensor_type_name((clade::TensorType)in.weight_type), (unsigned long long)in.n_params,
+                (unsigned long long)in.weight_bytes);
+  }
+  const std::string tmodel = f->get_str("tokenizer.ggml.model", "");
+  const clade::GGUFValue* toks = f->find("tokenizer.ggml.tokens");
+  if (tmodel.empty()) {
+    std::printf("tokenizer      none\n");
+  } else {
+    const char* kind = tmodel == "llama" ? " (SPM)" : tmodel == "gpt2" ? " (byte-level BPE)" : "";
+    std::printf("tokenizer      %s%s, %zu tokens\n", tmodel.c_str(), kind, toks ? toks->array_size() : (size_t)0);
+    std::printf("pre_tokenizer  %s\n", f->find("tokenizer.ggml.pre") ? f->get_str("tokenizer.ggml.pre", "").c_str()
+                                                                      : "(none)");
+  }
+  clade_special_tokens sp;
+  sp.size = sizeof sp;
+  if (m && clade_model_special_tokens(m, &sp) == CLADE_OK)
+    std::printf("special        bos %d eos %d eot %d add_bos %d\n", sp.bos, sp.eos, sp.eot, sp.add_bos);
+  if (f->find("tokenizer.chat_template")) {
+    const char* family = nullptr;
+    if (m && clade_chat_template_name(m, &family) != CLADE_OK) family = nullptr;
+    std::printf("chat_template  yes (%s)\n", family ? family : "not recognized");
+  } else {
+    std::printf("chat_template  none\n");
+  }
+  std::map<std::string, int> types;
+  for (const clade::GGUFTensor& t : f->tensors()) types[clade::tensor_type_name(t.type)]++;
+  std::string tl;
+  for (const auto& kv : types) tl += (tl.empty() ? "" : ", ") + kv.first + " " + std::to_string(kv.second);
+  std::printf("tensors        %zu%s%s\n", f->tensors().size(), tl.empty() ? "" : ": ", tl.c_str());
+  clade_model_free(m);
   return 0;
 }
 

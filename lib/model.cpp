@@ -1,6 +1,8 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "quant.h"
 
@@ -17,12 +19,27 @@ int32_t positive_int(const GGUFFile& f, const std::string& k, int64_t def, int64
   return (int32_t)v;
 }
 
+// The file's architecture, refused unless clade runs it: checked before
+// anything else (the tokenizer included), so that a file of another family
+// is told by its architecture's name, whatever else it holds.
+std::string check_architecture(const GGUFFile& f) {
+  std::string arch = f.get_str("general.architecture", "");
+  if (arch.empty()) fail(CLADE_E_FORMAT, "model: general.architecture is missing");
+  if (arch != "llama" && arch != "qwen2")
+    fail(CLADE_E_UNSUPPORTED, "model: architecture '" + arch +
+                                  "' is not supported (clade runs llama and qwen2: Llama 2 and 3.x, TinyLlama, "
+                                  "Mistral 7B, SmolLM2, Qwen2 and 2.5)");
+  return arch;
+}
+
 void read_config(const GGUFFile& f, ModelConfig& c) {
-  c.arch = f.get_str("general.architecture", "");
-  if (c.arch.empty()) fail(CLADE_E_FORMAT, "model: general.architecture is missing");
-  if (c.arch != "llama" && c.arch != "qwen2")
-    fail(CLADE_E_UNSUPPORTED, "model: architecture '" + c.arch + "' is not supported (llama and qwen2 are)");
+  c.arch = check_architecture(f);
   c.name = f.get_str("general.name", "");
+  // llama files of Mixtral-style models (experts in place of the
+  // feed-forward) would otherwise fail on a missing ffn_gate.
+  if (int64_t experts = f.get_int(key(c, "expert_count"), 0); experts > 0)
+    fail(CLADE_E_UNSUPPORTED, "model: mixture of experts ('" + key(c, "expert_count") + "' " + std::to_string(experts) +
+                                  ", as in Mixtral) is not supported");
   c.n_layers = positive_int(f, key(c, "block_count"), -1, 1024);
   c.n_embd = positive_int(f, key(c, "embedding_length"), -1, 1 << 16);
   c.n_ff = positive_int(f, key(c, "feed_forward_length"), -1, 1 << 18);
@@ -33,11 +50,27 @@ void read_config(const GGUFFile& f, ModelConfig& c) {
                              std::to_string(c.n_kv_heads));
   c.head_dim = positive_int(f, key(c, "attention.key_length"), c.n_embd / c.n_heads, 1024);
   if (c.head_dim % 2 != 0) fail(CLADE_E_FORMAT, "model: head dimension must be even");
+  // Values as wide as keys, and RoPE over the whole head (as llama.cpp's
+  // converter writes every llama and qwen2 file): other files are refused
+  // rather than run wrong.
+  if (int64_t v = f.get_int(key(c, "attention.value_length"), c.head_dim); v != c.head_dim)
+    fail(CLADE_E_UNSUPPORTED, "model: value length " + std::to_string(v) + " differs from key length " +
+                                  std::to_string(c.head_dim) + " (not supported)");
+  if (int64_t r = f.get_int(key(c, "rope.dimension_count"), c.head_dim); r != c.head_dim)
+    fail(CLADE_E_UNSUPPORTED, "model: RoPE over " + std::to_string(r) + " of the head's " + std::to_string(c.head_dim) +
+                                  " dimensions (partial rotary embedding) is not supported");
   // Refused at load rather than at the first step (backend.h).
   if (c.head_dim > kMaxHeadDim)
     fail(CLADE_E_UNSUPPORTED, "model: head dimension " + std::to_string(c.head_dim) + " is above " +
                                   std::to_string(kMaxHeadDim) + ", the largest supported");
   c.n_ctx = positive_int(f, key(c, "context_length"), 4096, 1 << 24);
+  // Sliding-window attention (a key llama.cpp's converter does not write
+  // for these architectures, Mistral 7B v0.1's included): clade attends to
+  // the whole context, which equals the window's attention while a sequence
+  // fits in the window; the context is limited to it, so every position
+  // clade accepts is computed as the model asks (past it,
+  // CLADE_TREE_ALLOW_LONG_CONTEXT gives full attention, as llama.cpp does).
+  if (int64_t w = f.get_int(key(c, "attention.sliding_window"), 0); w > 0) c.n_ctx = (int32_t)std::min<int64_t>(c.n_ctx, w);
   c.rope_freq_base = (float)f.get_float(key(c, "rope.freq_base"), 10000.0);
   c.norm_eps = (float)f.get_float(key(c, "attention.layer_norm_rms_epsilon"), c.arch == "qwen2" ? 1e-6 : 1e-5);
   if (!(c.rope_freq_base > 0) || !(c.norm_eps > 0)) fail(CLADE_E_FORMAT, "model: rope base and norm epsilon must be > 0");
@@ -101,10 +134,24 @@ struct Model::Loader {
   const GGUFFile& f;
   Backend& be;
 
-  const GGUFTensor* tensor(const std::string& name, bool required) const {
+  std::unordered_set<std::string> used;  // names of the file's tensors read
+
+  const GGUFTensor* tensor(const std::string& name, bool required) {
     const GGUFTensor* t = f.find_tensor(name);
     if (!t && required) fail(CLADE_E_FORMAT, "model: tensor '" + name + "' is missing");
+    if (t) used.insert(name);
     return t;
+  }
+
+  // A tensor clade does not read (an attention output or feed-forward bias,
+  // a fused QKV matrix...) would be left out of the computation silently:
+  // such a file is refused, naming it, as llama.cpp refuses a file whose
+  // tensors it does not all take.
+  void check_all_used() const {
+    for (const GGUFTensor& t : f.tensors())
+      if (!used.count(t.name))
+        fail(CLADE_E_UNSUPPORTED, "model: tensor '" + t.name + "' is not part of the " + m.cfg.arch +
+                                      " architecture as clade runs it (not supported)");
   }
 
   Weight matrix(const std::string& name, int64_t n_in, int64_t n_out) {
@@ -203,6 +250,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
   m->file = GGUFFile::open(path, use_mmap || vocab_only);  // (a tokenizer needs the header only)
   const GGUFFile& f = *m->file;
   m->vocab_only = vocab_only;
+  if (!vocab_only) check_architecture(f);
   m->tokenizer = Tokenizer::from_gguf(f);
   if (vocab_only) {
     if (!m->tokenizer) fail(CLADE_E_FORMAT, "model: '" + path + "' has no tokenizer metadata");
@@ -213,12 +261,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
   }
   read_config(f, m->cfg);
   m->backend = std::move(backend);
-  Loader loader{*m, f, *m->backend};
+  Loader loader{*m, f, *m->backend, {}};
   loader.embeddings_and_output();
   m->layers.resize((size_t)m->cfg.n_layers);
   for (int32_t l = 0; l < m->cfg.n_layers; l++) loader.layer(l);
   m->main_type = m->layers.empty() ? m->tok_embd.type : m->layers[0].w_up.type;
   loader.rope_frequencies();
+  loader.check_all_used();
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "clade/clade.h"
@@ -110,4 +111,30 @@ inline clade_status decode_all_logits(clade_cache* cache, clade_seq_id seq, floa
   b.logits = out;
   b.logits_rows = rows;
   return clade_decode(cache, &b);
+}
+
+// The logits of every token of toks [toks.size()][vocab], evaluated in one
+// step of a sequence of a fresh tree (KV type kv, prefill passes of
+// prefill_chunk tokens, 0: the default) and cache.
+inline std::vector<float> logits_of_prompt(clade_model* m, clade_kv_type kv, const std::vector<int32_t>& toks,
+                                           int vocab, int32_t prefill_chunk = 0) {
+  clade_tree_params tp;
+  clade_tree_params_init(&tp);
+  tp.kv_type = kv;
+  if (prefill_chunk > 0) tp.prefill_chunk = prefill_chunk;
+  clade_tree* tree = nullptr;
+  CHECK_OK(clade_tree_create(m, &tp, &tree));
+  clade_cache_params cp;
+  clade_cache_params_init(&cp);
+  cp.max_seqs = 1;
+  cp.max_tokens = std::max<int32_t>(128, (int32_t)toks.size());
+  clade_cache* cache = nullptr;
+  CHECK_OK(clade_cache_create(tree, &cp, &cache));
+  clade_seq_id s;
+  CHECK_OK(clade_cache_add(cache, 0, toks.data(), toks.size(), 0, &s));
+  std::vector<float> out(toks.size() * (size_t)vocab);
+  CHECK_OK(decode_all_logits(cache, s, out.data(), toks.size()));
+  clade_cache_free(cache);
+  clade_tree_free(tree);
+  return out;
 }

@@ -37,6 +37,24 @@ wait $! 2> /dev/null; rc=$?
 [ $rc -eq 0 ] || [ ! -e "$dir/killed.gguf" ] || fail "a killed model random left a partial killed.gguf"
 rm -f "$dir"/.killed.gguf.tmp-* "$dir/killed.gguf"
 
+# model info: what the file holds and what clade made of it, for llama and
+# qwen2 (tests/test_families.cpp checks it on each family's file).
+info=$("$cli" model info "$dir/m.gguf") || fail "model info"
+for want in "architecture   llama" "family         clade-random" "status         runs" "context        4096" \
+    "rope           normal" "output         separate" "qkv_bias       no" "tokenizer      none" \
+    "tensors        21: f16 16, f32 5"; do
+  [[ "$info" == *"$want"* ]] || fail "model info lacks '$want':
+$info"
+done
+"$cli" model random -o "$dir/q.gguf" --arch qwen2 --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 \
+  --vocab 300 > /dev/null || fail "model random --arch qwen2"
+info=$("$cli" model info "$dir/q.gguf") || fail "model info qwen2"
+for want in "architecture   qwen2" "rope           neox" "qkv_bias       yes" "tensors        27: f16 16, f32 11"; do
+  [[ "$info" == *"$want"* ]] || fail "model info (qwen2) lacks '$want':
+$info"
+done
+rm -f "$dir/q.gguf"
+
 gen() { "$cli" generate -m "$dir/m.gguf" --tokens "1 2 3" --tokens "4 5|6 7" --samples 2 -n 12 --threads 2 "$@" 2> /dev/null; }
 shared=$(gen --attention shared) || fail "generate shared"
 flat=$(gen --attention flat) || fail "generate flat"

@@ -53,25 +53,7 @@ struct Fixture {
 
 // Logits of every token of `toks` from one decode with all_logits.
 std::vector<float> one_pass(clade_model* m, clade_kv_type kv, const std::vector<int32_t>& toks, int vocab) {
-  clade_tree_params tp;
-  clade_tree_params_init(&tp);
-  tp.kv_type = kv;
-  tp.prefill_chunk = 16;  // several passes for long prompts
-  clade_tree* tree = nullptr;
-  CHECK_OK(clade_tree_create(m, &tp, &tree));
-  clade_cache_params cp;
-  clade_cache_params_init(&cp);
-  cp.max_seqs = 1;
-  cp.max_tokens = 128;
-  clade_cache* cache = nullptr;
-  CHECK_OK(clade_cache_create(tree, &cp, &cache));
-  clade_seq_id s;
-  CHECK_OK(clade_cache_add(cache, 0, toks.data(), toks.size(), 0, &s));
-  std::vector<float> out(toks.size() * (size_t)vocab);
-  CHECK_OK(decode_all_logits(cache, s, out.data(), toks.size()));
-  clade_cache_free(cache);
-  clade_tree_free(tree);
-  return out;
+  return logits_of_prompt(m, kv, toks, vocab, 16);  // several passes for long prompts
 }
 
 // First `split` tokens as a tree node, the rest decoded one at a time by a
