@@ -8,11 +8,24 @@
 # README's Python example run outside the checkout with no environment
 # variable; and, configure-only, clade as a Meson subproject (no CLI,
 # benchmarks or tests by default).
-# usage: run.sh BUILD_DIR SOURCE_DIR CC MESON
+#
+# --system (by hand, as root; never in CI): the real install to the
+# build's prefix (/usr/local by default) and ldconfig, then the same
+# programs built and run with no PKG_CONFIG_PATH, no rpath and no
+# environment variable at all; uninstalled again at the end.
+# usage: run.sh BUILD_DIR SOURCE_DIR CC MESON [--system]
 set -uo pipefail
-build=$1; src=$2; cc=$3; meson=$4
+build=$1; src=$2; cc=$3; meson=$4; system=0
+[ "${5:-}" == "--system" ] && system=1
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+cleanup() {
+  if [ $system -eq 1 ]; then
+    ninja -C "$build" uninstall > "$dir/uninstall.log" 2>&1 || cat "$dir/uninstall.log"
+    ldconfig
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
 mkdir -p "$dir/elsewhere"  # where the programs run: outside the checkout
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -21,12 +34,21 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 unset LD_LIBRARY_PATH CPATH C_INCLUDE_PATH LIBRARY_PATH PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR CLADE_LIB_DIR \
   CLADE_LIBRARY CGO_LDFLAGS CGO_CFLAGS
 
-$meson install -C "$build" --no-rebuild --destdir "$dir/root" --quiet > "$dir/install.log" 2>&1 ||
-  { cat "$dir/install.log"; echo "FAIL: meson install"; exit 1; }
-pc=$(find "$dir/root" -name clade.pc -path '*/pkgconfig/*' | head -1)
-[ -n "$pc" ] || { echo "FAIL: no clade.pc installed"; exit 1; }
-export PKG_CONFIG_PATH=$(dirname "$pc")
-pkg-config --exists clade || { pkg-config --print-errors clade; echo "FAIL: pkg-config clade"; exit 1; }
+rpath() { [ $system -eq 1 ] || echo "$1"; }  # a private prefix needs the folder recorded
+if [ $system -eq 1 ]; then
+  $meson install -C "$build" --no-rebuild --quiet > "$dir/install.log" 2>&1 ||
+    { cat "$dir/install.log"; echo "FAIL: meson install"; exit 1; }
+  ldconfig
+  pkg-config --exists clade || { pkg-config --print-errors clade; echo "FAIL: pkg-config clade"; exit 1; }
+  pc=$(pkg-config --variable=pcfiledir clade)/clade.pc
+else
+  $meson install -C "$build" --no-rebuild --destdir "$dir/root" --quiet > "$dir/install.log" 2>&1 ||
+    { cat "$dir/install.log"; echo "FAIL: meson install"; exit 1; }
+  pc=$(find "$dir/root" -name clade.pc -path '*/pkgconfig/*' | head -1)
+  [ -n "$pc" ] || { echo "FAIL: no clade.pc installed"; exit 1; }
+  export PKG_CONFIG_PATH=$(dirname "$pc")
+  pkg-config --exists clade || { pkg-config --print-errors clade; echo "FAIL: pkg-config clade"; exit 1; }
+fi
 
 libdir=$(pkg-config --variable=libdir clade)
 incdir=$(pkg-config --variable=includedir clade)
@@ -48,7 +70,7 @@ soname=$(readelf -d "$libdir/libclade.so.$version" | sed -n 's/.*(SONAME).*\[\(.
 # no CUDA library path (Libs.private names libraries, not files).
 grep -q "$build\|$src\|\.so\b\|/cuda/lib" "$pc" && fail "clade.pc has build or library paths: $(cat "$pc")"
 libs=$(pkg-config --libs clade)
-[ "${libs% }" == "-L$libdir -lclade" ] || fail "pkg-config --libs clade: $(pkg-config --libs clade)"
+[ "${libs% }" == "-L$libdir -lclade" ] || [ $system -eq 1 -a "${libs% }" == "-lclade" ] || fail "pkg-config --libs clade: $(pkg-config --libs clade)"
 
 cli=$prefix/bin/clade
 [ -x "$cli" ] || { echo "FAIL: no installed CLI at $cli"; exit 1; }
@@ -62,11 +84,12 @@ out=$("$cli" version 2>&1) && [ "$out" == "clade $version" ] || fail "installed 
 # README: Install).
 # shellcheck disable=SC2046
 $cc -std=c99 -Wall -Werror -o "$dir/hello" "$src/tests/install/hello.c" $(pkg-config --cflags --libs clade) \
-  -Wl,-rpath,"$libdir" > "$dir/cc.log" 2>&1 || { cat "$dir/cc.log"; fail "compiling hello.c against the install"; }
+  $(rpath "-Wl,-rpath,$libdir") > "$dir/cc.log" 2>&1 || { cat "$dir/cc.log"; fail "compiling hello.c against the install"; }
 if [ -x "$dir/hello" ]; then
   lib=$(ldd "$dir/hello" | sed -n 's/.*libclade\.so\.[0-9]* => \(.*\) (.*/\1/p')
   [ "$(cd "$(dirname "$lib")" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ] || fail "hello loads libclade from '$lib', not $libdir"
-  out=$("$dir/hello" "$dir/m.gguf" "Once upon a time" 2>&1) || fail "hello: $out"
+  out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin "$dir/hello" "$dir/m.gguf" "Once upon a time" 2>&1) ||
+    fail "hello: $out"
   grep -q "^clade $version (header $version)\$" <<< "$out" || fail "hello: no version line: $out"
   grep -q "^Once upon a time." <<< "$out" && grep -q "^8 tokens" <<< "$out" || fail "hello: no text: $out"
   echo "$out"
@@ -112,7 +135,7 @@ edition = "2021"
 [dependencies]
 clade = { path = "$src/bindings/rust" }
 EOM
-  cat > "$dir/rust-user/build.rs" << 'EOM'
+  [ $system -eq 1 ] || cat > "$dir/rust-user/build.rs" << 'EOM'
 fn main() {
     let dir = std::env::var("DEP_CLADE_LIB_DIR").unwrap();
     println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
@@ -164,7 +187,7 @@ if command -v go > /dev/null; then
     > "$dir/go.log" 2>&1 || { cat "$dir/go.log"; fail "go work init"; }
   mkdir -p "$build/tests/install-go-cache"
   if (cd "$dir/go-user" && env -u GOFLAGS GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOPATH="$dir/gopath" \
-      GOCACHE="$build/tests/install-go-cache" CGO_ENABLED=1 CGO_LDFLAGS="-Wl,-rpath,$libdir" \
+      GOCACHE="$build/tests/install-go-cache" CGO_ENABLED=1 CGO_LDFLAGS="$(rpath "-Wl,-rpath,$libdir")" \
       go build -o "$dir/go-user/user" .) > "$dir/go.log" 2>&1; then
     lib=$(ldd "$dir/go-user/user" | sed -n 's/.*libclade\.so\.[0-9]* => \(.*\) (.*/\1/p')
     [ "$(cd "$(dirname "$lib")" && pwd -P)" == "$(cd "$libdir" && pwd -P)" ] || fail "the Go program loads libclade from '$lib', not $libdir"
