@@ -76,7 +76,8 @@ mapfile -t lines <<< "$shared"
 # The CUDA backend: the same tokens as the CPU where a device is usable (an
 # F32 model: with F16 weights cuBLAS narrows the activations to f16, and a
 # near tie can then decode differently); elsewhere, or in a build without
-# CUDA, exit 1 with the no-device message (any other failure is one).
+# CUDA, exit 1 with the message naming what is missing: the plugin (a
+# build without CUDA), its runtime or a device (any other failure is one).
 "$cli" model random -o "$dir/m32.gguf" --layers 2 --dim 64 --heads 4 --kv-heads 2 --ff 128 --vocab 300 \
   --type f32 > /dev/null || fail "model random f32"
 gen32() { "$cli" generate -m "$dir/m32.gguf" --tokens "1 2 3" --tokens "4 5|6 7" --samples 2 -n 12 --threads 2 "$@"; }
@@ -88,7 +89,7 @@ $cuda
 $cpu"
 else
   rc=$?
-  [ $rc -eq 1 ] && grep -qE "no CUDA device|has no CUDA backend" "$dir/cuda.err" ||
+  [ $rc -eq 1 ] && grep -qE "no CUDA device|no CUDA plugin|no CUDA runtime|has no CUDA backend" "$dir/cuda.err" ||
     fail "--backend cuda failed other than for a missing device: exit $rc: $(cat "$dir/cuda.err")"
 fi
 json=$(gen --json) || fail "generate --json"
