@@ -271,7 +271,11 @@ typedef struct clade_model_info {
   int32_t head_dim;
   int32_t n_ff;
   int32_t n_vocab;
-  int32_t n_ctx;
+  int32_t n_ctx;           /* positions the model runs: its context length,
+                              or its attention.sliding_window when the file
+                              has one (within the window full attention is
+                              the window's; past it clade has no windowed
+                              attention) */
   float rope_freq_base;
   float rope_freq_scale;   /* 1 / linear factor */
   clade_rope_scaling rope_scaling;
