@@ -5,12 +5,13 @@
 // is the thread's CPU time (the best of 5), so other tenants of the
 // machine count less than they would in wall time.
 //
-// usage: bench_qdot [k (1024)]
+// usage: bench_qdot [k (1024)] [type ... (all; names as q4_K, f16)]
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -43,6 +44,10 @@ int main(int argc, char** argv) {
   for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q3_K, TensorType::Q2_K,
                        TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
                        TensorType::F16}) {
+    if (argc > 2 && std::find_if(argv + 2, argv + argc, [&](const char* a) {
+                      return std::strcmp(a, tensor_type_name(t)) == 0;
+                    }) == argv + argc)
+      continue;
     const uint64_t rb = tensor_row_bytes(t, k);
     std::vector<uint8_t> w(rb * rows_mem);
     std::vector<float> row((size_t)k), x((size_t)k), y(rows_mem);
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
   std::vector<float> x((size_t)k);
   for (auto& v : x) v = nd(rng);
   for (TensorType t : {TensorType::Q4_K, TensorType::Q8_0}) {
+    if (argc > 2) break;
     std::vector<uint8_t> xq(xq_row_bytes(t, k));
     double best[2] = {1e9, 1e9};
     for (int trial = 0; trial < 5; trial++)

@@ -222,15 +222,25 @@ void qdot_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 #undef DOT_ONES
 #undef DOT_SCALED
 
+// GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their
+// own undefined vectors (as in kernels.cpp)
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define QTARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define QNS q_vnni
+#define QZMM 1
 #define DOT_ONES(acc, u, x) _mm256_dpbusd_epi32((acc), (u), (x))
 #define DOT_SCALED(acc, u, x, sc) _mm256_dpwssd_epi32((acc), _mm256_maddubs_epi16((u), (x)), (sc))
 #include "kernels_q_simd.inc"
 #undef QTARGET
 #undef QNS
+#undef QZMM
 #undef DOT_ONES
 #undef DOT_SCALED
+#pragma GCC diagnostic pop
 
 void qdot_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int n, int64_t k,
                float* y, int64_t ldy) {

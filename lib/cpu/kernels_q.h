@@ -52,7 +52,9 @@ void qdot_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 #if defined(__x86_64__)
 // AVX2 (maddubs / madd), and the AVX-512 VNNI twin (vpdpbusd / vpdpwssd on
 // 256-bit vectors: on Zen 4 the 512-bit forms run as two halves, so the
-// gain is in the fused multiply-accumulate, not the width).
+// gain is in the fused multiply-accumulate, not the width; Q6_K alone
+// takes 512-bit vectors, where they save instructions). The K types
+// prefetch the weight stream 3 KiB ahead (kernels_q_simd.inc).
 void qdot_avx2(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int n, int64_t k,
                float* y, int64_t ldy);
 void qdot_vnni(TensorType t, const uint8_t* w, uint64_t wstride, int rows, const uint8_t* xq, int n, int64_t k,
