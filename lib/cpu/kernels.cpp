@@ -338,29 +338,46 @@ AVX2 void gemm_block(const uint8_t* w, uint64_t wstride, const float* x, int64_t
     for (int j = 0; j < XB; j++) y[(int64_t)j * ldy + r] = hsum(acc[r][j]);
 }
 
-// RR query rows (1 or 2) x one full tile of 16 keys: per row, two 8-key
-// halves x two chains (even and odd d), so 8 accumulators for 2 rows; the
-// query element is broadcast, the keys are widened in registers. hd even.
+// RR query rows (up to 3) x one full tile of 16 keys: per row, two 8-key
+// halves x two chains (even and odd d), so 12 accumulators for 3 rows; the
+// query element is broadcast once for both halves, each widened key vector
+// serves RR rows. The loop runs at least once and the sums are stored
+// straight from registers: the earlier version (2 rows, a for loop, the
+// row's 16 sums copied out with a memcpy of n floats) ran at 31 ticks per
+// key for 4 rows, hd 64 (bench_kernels on Zen 4, CLADE_NO_AVX512=1),
+// against 11.3 with AVX-512; with GCC 12, a loop that could run zero times
+// kept the 3-row accumulators in memory. Same sums in the same order as
+// before. hd even.
 template <int T, int RR>
 AVX2 void scores_tile_avx2(const float* q, int hd, const uint8_t* tile, float* s, int lds, int n) {
   __m256 a[RR][2][2];
   for (int r = 0; r < RR; r++)
     for (int h = 0; h < 2; h++) a[r][h][0] = a[r][h][1] = _mm256_setzero_ps();
-  for (int d = 0; d < hd; d += 2) {
-    const __m256 k00 = load_w<T>(tile, (int64_t)d * kKTile), k01 = load_w<T>(tile, (int64_t)d * kKTile + 8);
-    const __m256 k10 = load_w<T>(tile, (int64_t)(d + 1) * kKTile), k11 = load_w<T>(tile, (int64_t)(d + 1) * kKTile + 8);
-    for (int r = 0; r < RR; r++) {
-      const __m256 x0 = _mm256_broadcast_ss(q + (size_t)r * hd + d), x1 = _mm256_broadcast_ss(q + (size_t)r * hd + d + 1);
-      a[r][0][0] = _mm256_fmadd_ps(x0, k00, a[r][0][0]);
-      a[r][1][0] = _mm256_fmadd_ps(x0, k01, a[r][1][0]);
-      a[r][0][1] = _mm256_fmadd_ps(x1, k10, a[r][0][1]);
-      a[r][1][1] = _mm256_fmadd_ps(x1, k11, a[r][1][1]);
+  int d = 0;
+  do {  // hd >= 2
+    for (int c = 0; c < 2; c++) {
+      const __m256 k0 = load_w<T>(tile, (int64_t)(d + c) * kKTile), k1 = load_w<T>(tile, (int64_t)(d + c) * kKTile + 8);
+      for (int r = 0; r < RR; r++) {
+        const __m256 x = _mm256_broadcast_ss(q + (size_t)r * hd + d + c);
+        a[r][0][c] = _mm256_fmadd_ps(x, k0, a[r][0][c]);
+        a[r][1][c] = _mm256_fmadd_ps(x, k1, a[r][1][c]);
+      }
     }
+  } while ((d += 2) < hd);
+  __m256 o[RR][2];
+  for (int r = 0; r < RR; r++)
+    for (int h = 0; h < 2; h++) o[r][h] = _mm256_add_ps(a[r][h][0], a[r][h][1]);
+  if (n == 16) {
+    for (int r = 0; r < RR; r++) {
+      _mm256_storeu_ps(s + (size_t)r * lds, o[r][0]);
+      _mm256_storeu_ps(s + (size_t)r * lds + 8, o[r][1]);
+    }
+    return;
   }
   for (int r = 0; r < RR; r++) {
     alignas(32) float t[16];
-    _mm256_store_ps(t, _mm256_add_ps(a[r][0][0], a[r][0][1]));
-    _mm256_store_ps(t + 8, _mm256_add_ps(a[r][1][0], a[r][1][1]));
+    _mm256_store_ps(t, o[r][0]);
+    _mm256_store_ps(t + 8, o[r][1]);
     std::memcpy(s + (size_t)r * lds, t, (size_t)n * sizeof(float));
   }
 }
@@ -377,7 +394,10 @@ AVX2 void scores_typed(const float* q, int R, const uint8_t* k, int jb, int kw, 
       continue;
     }
     const uint8_t* tile = k + (size_t)t * hd * es;
+    // Rows 3 at a time (5 loads for 6 FMAs), a remainder of 4 as 2 + 2.
     int r = 0;
+    for (; R - r >= 5 || R - r == 3; r += 3)
+      scores_tile_avx2<T, 3>(q + (size_t)r * hd, hd, tile, s + (size_t)r * jb + t, jb, n);
     for (; r + 2 <= R; r += 2) scores_tile_avx2<T, 2>(q + (size_t)r * hd, hd, tile, s + (size_t)r * jb + t, jb, n);
     if (r < R) scores_tile_avx2<T, 1>(q + (size_t)r * hd, hd, tile, s + (size_t)r * jb + t, jb, n);
   }
@@ -387,7 +407,7 @@ AVX2 void scores_avx2(const float* q, int R, TensorType kt, const void* k, int j
                       const void* pf) {
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
-  if (hd % 2 != 0) return scores_generic<dot_avx2>(q, R, kt, k, jb, kw, hd, s, pf);
+  if (hd <= 0 || hd % 2 != 0) return scores_generic<dot_avx2>(q, R, kt, k, jb, kw, hd, s, pf);
   switch (kt) {
     case TensorType::F16: return scores_typed<(int)TensorType::F16>(q, R, kb, jb, kw, hd, s, pb);
     case TensorType::BF16: return scores_typed<(int)TensorType::BF16>(q, R, kb, jb, kw, hd, s, pb);
@@ -461,50 +481,74 @@ AVX2 void gemm_typed(const uint8_t* w, uint64_t wstride, int rows, const float* 
   }
 }
 
-// Groups of up to 4 rows x 16 columns: 8 accumulators stay in registers
-// while the values stream by (16-bit values widened in registers).
-template <int T, int RR>
-AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, int hd, int d0, const uint8_t* pf) {
-  constexpr size_t es = T == (int)TensorType::F32 ? 4 : 2;
-  const size_t vr = (size_t)hd * es;
-  __m256 a[RR][2];
-  for (int r = 0; r < RR; r++) {
-    a[r][0] = _mm256_loadu_ps(acc + (size_t)r * hd + d0);
-    a[r][1] = _mm256_loadu_ps(acc + (size_t)r * hd + d0 + 8);
-  }
-  for (int j = 0; j < jb; j++) {
-    if (pf) prefetch_bytes<_MM_HINT_T1>(pf + (size_t)j * vr, vr);
-    __m256 v0 = load_w<T>(v + (size_t)j * vr, d0), v1 = load_w<T>(v + (size_t)j * vr, d0 + 8);
+// RR rows (up to 4) x 8*NC columns: RR*NC accumulators stay in registers
+// while the values stream by (16-bit values widened in registers, once per
+// RR rows); 4 rows x 16 columns, or 1 row x 64 (8 chains, where 16 columns
+// left 2 and ran at the FMA latency). NL > 0: fetch pf, the next phase's
+// rows, toward L2, NL lines a row (rows of up to 64 * NL bytes), unrolled.
+// The prefetch is chosen at compile time and the loop runs at least once:
+// with a runtime test and a line loop per key, and a loop that could run
+// zero times, GCC 12 kept the accumulators in memory and stored them every
+// key (28 ticks per key for 4 rows, hd 64, against 12 with AVX-512:
+// bench_kernels on Zen 4). Fetching the kernel's own rows 16 keys ahead
+// toward L1 too (as pv_block512 does) measured 4% slower flat from memory
+// (bench_attention --batch 64 --len 2048 --mode flat, CLADE_NO_AVX512=1).
+template <int T, int RR, int NC, int NL>
+AVX2 void pv_block(float* acc, const float* p, int jb, const uint8_t* v, size_t vr, int hd, int d0,
+                   const uint8_t* pf) {
+  __m256 a[RR][NC];
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < NC; c++) a[r][c] = _mm256_loadu_ps(acc + (size_t)r * hd + d0 + 8 * c);
+  int j = 0;
+  do {  // jb >= 1
+    for (int l = 0; l < NL; l++) _mm_prefetch((const char*)(pf + (size_t)j * vr + 64 * l), _MM_HINT_T1);
+    __m256 vv[NC];
+    for (int c = 0; c < NC; c++) vv[c] = load_w<T>(v + (size_t)j * vr, d0 + 8 * c);
     for (int r = 0; r < RR; r++) {
-      __m256 w = _mm256_broadcast_ss(p + (size_t)r * jb + j);
-      a[r][0] = _mm256_fmadd_ps(w, v0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(w, v1, a[r][1]);
+      const __m256 w = _mm256_broadcast_ss(p + (size_t)r * jb + j);
+      for (int c = 0; c < NC; c++) a[r][c] = _mm256_fmadd_ps(w, vv[c], a[r][c]);
     }
-  }
-  for (int r = 0; r < RR; r++) {
-    _mm256_storeu_ps(acc + (size_t)r * hd + d0, a[r][0]);
-    _mm256_storeu_ps(acc + (size_t)r * hd + d0 + 8, a[r][1]);
-  }
+  } while (++j < jb);
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(acc + (size_t)r * hd + d0 + 8 * c, a[r][c]);
+}
+
+// With pf (the first pass of a call only): prefetches toward L2 as well.
+template <int T, int RR, int NC = 2>
+AVX2 void pv_pass(float* acc, const float* p, int jb, const uint8_t* v, size_t vr, int hd, int d0,
+                  const uint8_t* pf) {
+  if (!pf) return pv_block<T, RR, NC, 0>(acc, p, jb, v, vr, hd, d0, pf);
+  if (vr <= 64) return pv_block<T, RR, NC, 1>(acc, p, jb, v, vr, hd, d0, pf);
+  if (vr <= 128) return pv_block<T, RR, NC, 2>(acc, p, jb, v, vr, hd, d0, pf);
+  if (vr <= 256) return pv_block<T, RR, NC, 4>(acc, p, jb, v, vr, hd, d0, pf);
+  return pv_block<T, RR, NC, 8>(acc, p, jb, v, vr, hd, d0, pf);  // longer rows: their first 512 bytes
 }
 
 template <int T>
 AVX2 void pv_typed(float* acc, int R, const float* p, int jb, const uint8_t* v, int hd, const uint8_t* pf) {
+  const size_t vr = (size_t)hd * (T == (int)TensorType::F32 ? 4 : 2);
   for (int r0 = 0; r0 < R; r0 += 4) {
-    int rr = std::min(4, R - r0);
     float* a = acc + (size_t)r0 * hd;
     const float* pr = p + (size_t)r0 * jb;
+    const int rr = std::min(4, R - r0);
+    if (rr == 1 && hd % 64 == 0) {
+      for (int d0 = 0; d0 < hd; d0 += 64) pv_pass<T, 1, 8>(a, pr, jb, v, vr, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr);
+      continue;
+    }
     for (int d0 = 0; d0 < hd; d0 += 16) {
+      const uint8_t* f = r0 == 0 && d0 == 0 ? pf : nullptr;  // prefetches once per call
       switch (rr) {
-        case 1: pv_block<T, 1>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
-        case 2: pv_block<T, 2>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
-        case 3: pv_block<T, 3>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
-        default: pv_block<T, 4>(a, pr, jb, v, hd, d0, r0 == 0 && d0 == 0 ? pf : nullptr); break;
+        case 1: pv_pass<T, 1>(a, pr, jb, v, vr, hd, d0, f); break;
+        case 2: pv_pass<T, 2>(a, pr, jb, v, vr, hd, d0, f); break;
+        case 3: pv_pass<T, 3>(a, pr, jb, v, vr, hd, d0, f); break;
+        default: pv_pass<T, 4>(a, pr, jb, v, vr, hd, d0, f); break;
       }
     }
   }
 }
 
 AVX2 void pv_avx2(float* acc, int R, const float* p, int jb, TensorType vt, const void* v, int hd, const void* pf) {
+  if (R <= 0 || jb <= 0) return;  // (the blocks loop do-while over keys)
   if (hd % 16 != 0) return pv_plain(acc, R, p, jb, vt, v, hd, pf);
   const uint8_t* vb = static_cast<const uint8_t*>(v);
   const uint8_t* pb = static_cast<const uint8_t*>(pf);
