@@ -72,10 +72,6 @@ clade_status small(size_t need, size_t capacity, const char* what) {
                                                      " to write, room for " + std::to_string(capacity));
 }
 
-clade_status set_error(clade_status st, const std::string& msg) {
-  clade::last_error_text() = msg;
-  return st;
-}
 
 template <typename F>
 clade_status guard(F&& f) {
@@ -83,19 +79,19 @@ clade_status guard(F&& f) {
     clade::last_error_text().clear();
     return f();
   } catch (const clade::Error& e) {
-    return set_error(e.status(), e.what());
+    return clade::with_message(e.status(), e.what());
   } catch (const std::bad_alloc&) {
-    return set_error(CLADE_E_NOMEM, "out of memory");
+    return clade::with_message(CLADE_E_NOMEM, "out of memory");
   } catch (const std::exception& e) {
-    return set_error(CLADE_E_INTERNAL, std::string("internal error: ") + e.what());
+    return clade::with_message(CLADE_E_INTERNAL, std::string("internal error: ") + e.what());
   } catch (...) {
-    return set_error(CLADE_E_INTERNAL, "internal error");
+    return clade::with_message(CLADE_E_INTERNAL, "internal error");
   }
 }
 
 #define CLADE_CHECK_ARG(cond, msg) \
   do {                             \
-    if (!(cond)) return set_error(CLADE_E_INVALID_ARG, msg); \
+    if (!(cond)) return clade::with_message(CLADE_E_INVALID_ARG, msg); \
   } while (0)
 
 // Caller-sized structs: read and written through lib/abi.h (clade::abi),
@@ -196,7 +192,7 @@ clade_status clade_model_load(const char* path, const clade_model_params* params
       } else if (backend == CLADE_BACKEND_CUDA) {
         be = clade::make_cuda_backend();  // the plugin (lib/plugin.h); throws naming what is missing
       } else {
-        return set_error(CLADE_E_INVALID_ARG, "unknown backend");
+        return clade::with_message(CLADE_E_INVALID_ARG, "unknown backend");
       }
     }
     std::unique_ptr<clade_model> m(new clade_model());
@@ -462,7 +458,7 @@ clade_status clade_tree_create(clade_model* model, const clade_tree_params* para
     CLADE_CHECK_ARG(out, "out is NULL");
     *out = nullptr;
     CLADE_CHECK_ARG(model, "model is NULL");
-    if (model->m->vocab_only) return set_error(CLADE_E_STATE, "the model was loaded for its vocabulary only");
+    if (model->m->vocab_only) return clade::with_message(CLADE_E_STATE, "the model was loaded for its vocabulary only");
     clade_tree_params p;
     clade_tree_params_init(&p);
     if (params) {
@@ -521,7 +517,7 @@ clade_status clade_tree_append_batch(clade_tree* tree, clade_append_item* items,
     for (size_t i = 0; i < n_items; i++) {
       clade_append_item* in = item_at(i);
       if (in->size != stride)
-        return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].size is " + std::to_string(in->size) +
+        return clade::with_message(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].size is " + std::to_string(in->size) +
                                                   ", items[0].size is " + std::to_string(stride) +
                                                   ": every item of a call has the same size");
       clade_append_item it;
@@ -531,14 +527,14 @@ clade_status clade_tree_append_batch(clade_tree* tree, clade_append_item* items,
       if (it.parent <= CLADE_ITEM_NODE(0)) {
         const int64_t j = -2 - (int64_t)it.parent;
         if (j >= (int64_t)i)
-          return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].parent names item " +
+          return clade::with_message(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].parent names item " +
                                                     std::to_string(j) + ", which is not an earlier item");
         b.parent_item = (int32_t)j;
       } else {
         try {
           b.parent_node = tree->t->get(it.parent);
         } catch (const clade::Error& e) {
-          return set_error(e.status(), "items[" + std::to_string(i) + "].parent: " + e.what());
+          return clade::with_message(e.status(), "items[" + std::to_string(i) + "].parent: " + e.what());
         }
       }
       CLADE_CHECK_ARG(it.tokens || it.n_tokens == 0, "items[" + std::to_string(i) + "].tokens is NULL");
@@ -546,7 +542,7 @@ clade_status clade_tree_append_batch(clade_tree* tree, clade_append_item* items,
       b.n = it.n_tokens;
       if (it.cache) {
         if (it.cache->tree != tree)
-          return set_error(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].cache is a cache of another tree");
+          return clade::with_message(CLADE_E_INVALID_ARG, "items[" + std::to_string(i) + "].cache is a cache of another tree");
         b.cache = it.cache->c.get();
       }
       b.logits = it.logits;
@@ -978,7 +974,7 @@ static clade_status run_generation(const char* what, clade_tree* tree, const cla
   std::unique_ptr<clade_generation> g(new clade_generation());
   clade_status st = clade::generate(*tree->t, prompts, n_prompts, p, sp, g->g, spec);
   if (st != CLADE_OK && st != CLADE_STOPPED) {
-    if (clade::last_error_text().empty()) set_error(st, std::string(what) + ": a decode step gave " + clade_status_string(st));
+    if (clade::last_error_text().empty()) clade::with_message(st, std::string(what) + ": a decode step gave " + clade_status_string(st));
     return st;
   }
   *out = g.release();
@@ -1081,7 +1077,7 @@ clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* pr
     CLADE_CHECK_ARG(s.tree_width >= 1 && s.tree_width <= 8,
                     "clade_generate_speculative: tree_width must be 1..8 (it is " + std::to_string(s.tree_width) + ")");
     if (s.draft_model && s.draft_model->m->vocab_only)
-      return set_error(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model was loaded vocab_only");
+      return clade::with_message(CLADE_E_INVALID_ARG, "clade_generate_speculative: the draft model was loaded vocab_only");
     clade::SpecConfig c;
     c.draft = s.draft;
     c.user = s.user;
