@@ -88,9 +88,6 @@ Loaded open_plugin() {
   return out;
 }
 
-int64_t host_block_elems(TensorType t) { return tensor_block_elems(t); }
-uint64_t host_row_bytes(TensorType t, int64_t n) { return tensor_row_bytes(t, n); }
-
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend() {
@@ -99,8 +96,8 @@ std::unique_ptr<Backend> make_cuda_backend() {
   std::call_once(once, [] { loaded = open_plugin(); });
   if (!loaded.make) fail(loaded.status, loaded.error);
 
-  static const PluginHost host = {sizeof(PluginHost), kPluginBuildId, &dequantize_row, &host_block_elems,
-                                  &host_row_bytes, &kv_type_size};
+  static const PluginHost host = {sizeof(PluginHost), kPluginBuildId, &dequantize_row, &tensor_block_elems,
+                                  &tensor_row_bytes, &kv_type_size};
   clade_status status = CLADE_E_BACKEND;
   char msg[512] = "";
   Backend* be = loaded.make(&host, &status, msg, sizeof msg);
