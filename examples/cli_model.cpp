@@ -1,7 +1,6 @@
 // `clade model random` and `clade model info`.
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <map>
 #include <memory>
@@ -159,8 +158,7 @@ int cmd_model_info(Args& a) {
     }
   }
   clade_model_info in;
-  std::memset(&in, 0, sizeof in);
-  in.size = sizeof in;
+  clade_model_info_init(&in);
   if (m) check(clade_model_describe(m, &in), "describe");
   const bool full = m && !in.vocab_only;
   const std::string arch = f->get_str("general.architecture", "");
@@ -213,7 +211,7 @@ int cmd_model_info(Args& a) {
                                                                       : "(none)");
   }
   clade_special_tokens sp;
-  sp.size = sizeof sp;
+  clade_special_tokens_init(&sp);
   if (m && clade_model_special_tokens(m, &sp) == CLADE_OK)
     std::printf("special        bos %d eos %d eot %d add_bos %d\n", sp.bos, sp.eos, sp.eot, sp.add_bos);
   if (f->find("tokenizer.chat_template")) {

@@ -335,7 +335,7 @@ void check_family(const std::string& dir, const Family& fm, uint64_t seed) {
   CHECK_MSG(clade_model_load(path.c_str(), &mp, &m) == CLADE_OK, "%s: load: %s", fm.id.c_str(), clade_last_error());
   if (!m) return;
   clade_model_info in;
-  in.size = sizeof in;
+  clade_model_info_init(&in);
   CHECK_OK(clade_model_describe(m, &in));
   CHECK_MSG(std::string(in.architecture) == fm.arch && in.n_heads == fm.heads && in.n_kv_heads == fm.kv_heads &&
                 in.head_dim == fm.dim / fm.heads && in.n_ctx == fm.ctx && in.tied_output == (int)fm.tied &&
@@ -384,7 +384,7 @@ void check_family(const std::string& dir, const Family& fm, uint64_t seed) {
   }
   if (fm.vocab == "spm") CHECK_MSG(pieces.find("hello") != std::string::npos, "%s: %s", fm.id.c_str(), pieces.c_str());
   clade_special_tokens sp;
-  sp.size = sizeof sp;
+  clade_special_tokens_init(&sp);
   CHECK_OK(clade_model_special_tokens(m, &sp));
   const std::vector<int32_t> with = tokenize(m, "hi", CLADE_TOKENIZE_ADD_SPECIAL);
   const bool adds_bos = fm.vocab == "spm" || fm.vocab == "bpe";
@@ -558,7 +558,7 @@ int main() {
     clade_model* m = load_model_checked(path, 1);
     if (m) {
       clade_model_info in;
-      in.size = sizeof in;
+      clade_model_info_init(&in);
       CHECK_OK(clade_model_describe(m, &in));
       CHECK_MSG(in.n_ctx == 16, "sliding window 16: context %d", in.n_ctx);
       clade_tree_params tp;
