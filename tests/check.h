@@ -113,17 +113,10 @@ inline clade_status decode_all_logits(clade_cache* cache, clade_seq_id seq, floa
   return clade_decode(cache, &b);
 }
 
-// The logits of every token of toks [toks.size()][vocab], evaluated in one
-// step of a sequence of a fresh tree (KV type kv, prefill passes of
-// prefill_chunk tokens, 0: the default) and cache.
-inline std::vector<float> logits_of_prompt(clade_model* m, clade_kv_type kv, const std::vector<int32_t>& toks,
-                                           int vocab, int32_t prefill_chunk = 0) {
-  clade_tree_params tp;
-  clade_tree_params_init(&tp);
-  tp.kv_type = kv;
-  if (prefill_chunk > 0) tp.prefill_chunk = prefill_chunk;
-  clade_tree* tree = nullptr;
-  CHECK_OK(clade_tree_create(m, &tp, &tree));
+// The logits of every token of toks [toks.size()][vocab]: toks as the own
+// tokens of one sequence of a new one-sequence cache of tree, evaluated in
+// one step.
+inline std::vector<float> logits_of_sequence(clade_tree* tree, const std::vector<int32_t>& toks, int vocab) {
   clade_cache_params cp;
   clade_cache_params_init(&cp);
   cp.max_seqs = 1;
@@ -135,6 +128,20 @@ inline std::vector<float> logits_of_prompt(clade_model* m, clade_kv_type kv, con
   std::vector<float> out(toks.size() * (size_t)vocab);
   CHECK_OK(decode_all_logits(cache, s, out.data(), toks.size()));
   clade_cache_free(cache);
+  return out;
+}
+
+// The same in a fresh tree (KV type kv, prefill passes of prefill_chunk
+// tokens, 0: the default).
+inline std::vector<float> logits_of_prompt(clade_model* m, clade_kv_type kv, const std::vector<int32_t>& toks,
+                                           int vocab, int32_t prefill_chunk = 0) {
+  clade_tree_params tp;
+  clade_tree_params_init(&tp);
+  tp.kv_type = kv;
+  if (prefill_chunk > 0) tp.prefill_chunk = prefill_chunk;
+  clade_tree* tree = nullptr;
+  CHECK_OK(clade_tree_create(m, &tp, &tree));
+  std::vector<float> out = logits_of_sequence(tree, toks, vocab);
   clade_tree_free(tree);
   return out;
 }

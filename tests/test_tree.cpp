@@ -139,17 +139,7 @@ int main() {
     double worst_flat = 0, worst_ref = 0;
     for (int i = 0; i < S; i++) {
       const std::vector<int32_t>& f = full[(size_t)i];
-      clade_cache_params cp1;
-      clade_cache_params_init(&cp1);
-      cp1.max_seqs = 1;
-      cp1.max_tokens = 256;
-      clade_cache* c1 = nullptr;
-      CHECK_OK(clade_cache_create(tree, &cp1, &c1));
-      clade_seq_id s1;
-      CHECK_OK(clade_cache_add(c1, 0, f.data(), f.size(), 0, &s1));
-      std::vector<float> all(f.size() * (size_t)V);
-      CHECK_OK(decode_all_logits(c1, s1, all.data(), f.size()));
-      clade_cache_free(c1);
+      const std::vector<float> all = logits_of_sequence(tree, f, V);
       std::vector<double> want = ref::forward(*rm, f);
       // the positions where the tree run produced logits: the last token of
       // each step (the final next token is not in f)
