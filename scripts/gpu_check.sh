@@ -4,12 +4,23 @@
 # backend into build-gpu/, run the CUDA tests (also under compute-sanitizer
 # when it is there) and the CLI test, then the GPU decode benchmark of
 # bench/README.md into bench/results/gpu-decode-kv{4,16}.csv.
-# usage: scripts/gpu_check.sh [--no-bench]
+#
+# With --prebuilt, build-gpu/ holds a bundle of scripts/gpu_bundle.sh made
+# on another machine (for a GPU machine that cannot build clade): nothing is
+# built, the meson test suites are skipped, and the bundle's syslib/ is put
+# on LD_LIBRARY_PATH.
+# usage: scripts/gpu_check.sh [--prebuilt] [--no-bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prebuilt=0
+[ "${1:-}" == "--prebuilt" ] && { prebuilt=1; shift; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-[ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
-ninja -C build-gpu > /dev/null
+if [ $prebuilt == 1 ]; then
+  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
+  ninja -C build-gpu > /dev/null
+fi
 # test_cuda links the core statically: it is told where the plugin is (the
 # CLI finds it beside libclade).
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
@@ -26,8 +37,13 @@ if command -v compute-sanitizer > /dev/null; then
   echo "compute-sanitizer racecheck: no hazard in clade's kernels"
 fi
 bash tests/cli.sh build-gpu/examples/clade
-meson test -C build-gpu --suite unit --suite cuda
+[ $prebuilt == 1 ] || meson test -C build-gpu --suite unit --suite cuda
 [ "${1:-}" == "--no-bench" ] && exit 0
+# The GPU's memory bandwidth and tensor-core peak, for the roofline of the
+# attention part (bench/README.md); PyTorch, where the machine has it.
+if python3 -c "import torch" 2> /dev/null; then
+  python3 bench/gpu_peaks.py | tee bench/results/gpu-machine.csv
+fi
 clade=build-gpu/examples/clade
 models=${CLADE_MODELS:-/tmp/clade-bench-models}
 mkdir -p "$models" bench/results
