@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -150,6 +151,9 @@ class CudaBackend final : public Backend {
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
+  void kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) override;
+  void kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
+                    const float* v) override;
   std::unique_ptr<AttnWork> make_attn_work() override;
   void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
   void attention_run(AttnWork& work, int layer, const float* q) override;
@@ -160,7 +164,9 @@ class CudaBackend final : public Backend {
 
   void destroy() noexcept;
   // Make the backend's device current on this thread (callers hold mu_).
-  void enter();
+  // Every operation but matmul may write device memory that the narrowed
+  // activations came from, so it forgets them (narrowed_).
+  void enter(bool keeps_narrowed = false);
   // After a launch: report a bad launch now (the launcher's status), and
   // with CLADE_CUDA_SYNC a fault of the kernel too.
   void launched(cudaError_t launch_status, const char* what);
@@ -187,9 +193,19 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   bool sync_each_op_ = false;
+  bool use_mma_ = true;  // the tensor-core attention kernel (CLADE_CUDA_MMA=0: off)
+  static constexpr int32_t kMmaMinRows = 24;
   std::mutex mu_;
   std::vector<void*> weights_;  // uploaded weights, freed with the backend
   Scratch x16_;                 // activations narrowed for cuBLAS
+  // What x16_ holds: x [count] narrowed (bf16 or f16), until an operation
+  // other than a matmul runs or a matmul writes over x. The products of
+  // one input (q, k and v; gate and up) narrow it once.
+  struct Narrowed {
+    const float* x = nullptr;
+    int64_t count = 0;
+    bool bf16 = false;
+  } narrowed_;
   Scratch w16_;                 // widened quantized weight rows
   int sm_count_ = 1;            // multiprocessors (attention work units)
   AttnCost cost_;
@@ -201,6 +217,8 @@ class CudaBackend final : public Backend {
 CudaBackend::CudaBackend(int device) : device_(device) {
   const char* env = std::getenv("CLADE_CUDA_SYNC");
   sync_each_op_ = env && *env && std::strcmp(env, "0") != 0;
+  const char* mma_env = std::getenv("CLADE_CUDA_MMA");
+  use_mma_ = !(mma_env && std::strcmp(mma_env, "0") == 0);
   try {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
@@ -255,7 +273,10 @@ void CudaBackend::destroy() noexcept {
   (void)cudaGetLastError();
 }
 
-void CudaBackend::enter() { check(cudaSetDevice(device_), "cudaSetDevice"); }
+void CudaBackend::enter(bool keeps_narrowed) {
+  if (!keeps_narrowed) narrowed_.x = nullptr;
+  check(cudaSetDevice(device_), "cudaSetDevice");
+}
 
 void CudaBackend::launched(cudaError_t launch_status, const char* what) {
   check(launch_status, what);
@@ -401,8 +422,11 @@ Weight CudaBackend::upload_weight(const Weight& host) {
 // ---- products ----
 
 const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
+  if (narrowed_.x == x && narrowed_.count == count && narrowed_.bf16 == bf16) return x16_.p;
+  narrowed_.x = nullptr;
   void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
   launched(cuda::launch_narrow(x, count, bf16, x16, stream_), "matmul: narrowing activations");
+  narrowed_ = Narrowed{x, count, bf16};
   return x16;
 }
 
@@ -419,8 +443,11 @@ void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t
 // [N][n] (ldc = N), so y^T = op_T(W) x^T.
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   std::lock_guard<std::mutex> lock(mu_);
-  enter();
+  enter(true);
   const int64_t K = w.n_in, N = w.n_out;
+  // y is written below: narrowed activations that it overlaps are stale.
+  if (narrowed_.x && y < narrowed_.x + narrowed_.count && narrowed_.x < y + std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0))
+    narrowed_.x = nullptr;
   if (n <= 0 || N <= 0) return;
   if (K <= 0) {
     check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
@@ -540,14 +567,14 @@ struct CudaAttnWork final : AttnWork {
   struct Set {
     int type;
     size_t at;  // byte offset of its tables in `tables`
-    int n_units, n_splits;
+    int n_units, n_mma_units, n_splits;
     int64_t split_rows;
-    size_t b_desc, b_unit, b_split;
+    size_t b_desc, b_unit, b_mma, b_split;
     size_t part_o_at, part_lse_at;  // byte offsets in `part`
   };
   explicit CudaAttnWork(CudaBackend& be) : be_(be) {}
   ~CudaAttnWork() override {
-    for (Scratch* s : {&tables, &part})
+    for (Scratch* s : {&tables, &part, &kvw})
       if (s->p) be_.release(s->p);
   }
   CudaBackend& be_;
@@ -555,12 +582,58 @@ struct CudaAttnWork final : AttnWork {
   float scale = 1.0f;
   std::vector<Set> sets;
   Scratch tables, part;
+  Scratch kvw;  // the pass's KV destinations (KvWriteDesc)
+  int n_kvw = 0, kvw_max_n = 0;
   std::vector<uint8_t> staging;
   std::vector<AttnDesc> descs;
-  std::vector<AttnUnit> units;
+  std::vector<AttnUnit> units, mma_units;
+  std::vector<uint8_t> use_mma;  // per descriptor
   std::vector<AttnSplit> splits;
   std::vector<int64_t> split_begin;
 };
+
+static_assert(sizeof(KvDest) == sizeof(cuda::KvWriteDesc) && offsetof(KvDest, kv) == offsetof(cuda::KvWriteDesc, kv) &&
+                  offsetof(KvDest, layer_stride) == offsetof(cuda::KvWriteDesc, layer_stride) &&
+                  offsetof(KvDest, tok0) == offsetof(cuda::KvWriteDesc, tok0) &&
+                  offsetof(KvDest, capacity) == offsetof(cuda::KvWriteDesc, capacity) &&
+                  offsetof(KvDest, start) == offsetof(cuda::KvWriteDesc, start) &&
+                  offsetof(KvDest, n) == offsetof(cuda::KvWriteDesc, n) &&
+                  offsetof(KvDest, type) == offsetof(cuda::KvWriteDesc, type),
+              "KvDest is uploaded as KvWriteDesc");
+
+void CudaBackend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
+  w.n_kvw = 0;
+  w.kvw_max_n = 0;
+  if (n > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: kv_write: too many sequences in one pass");
+  for (size_t i = 0; i < n; i++) {
+    const KvDest& d = dests[i];
+    if (d.n < 0 || d.start < 0 || (int64_t)d.start + d.n > d.capacity)
+      fail(CLADE_E_INTERNAL, "cuda: kv_write: positions " + std::to_string(d.start) + ".." +
+                                 std::to_string((int64_t)d.start + d.n) + " beyond capacity " +
+                                 std::to_string(d.capacity));
+    if (!kv_type_valid((clade_kv_type)d.type)) fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
+    w.kvw_max_n = std::max(w.kvw_max_n, d.n);
+  }
+  if (n == 0 || w.kvw_max_n == 0) return;
+  if (n * sizeof(KvDest) > w.kvw.cap) w.grows++;
+  void* dev = scratch(w.kvw, n * sizeof(KvDest), "kv_write: destinations");
+  upload(dev, dests, n * sizeof(KvDest), "kv_write: copying destinations");
+  w.n_kvw = (int)n;
+}
+
+void CudaBackend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
+                               const float* v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  enter();
+  CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
+  if (w.n_kvw == 0 || kv_heads <= 0 || head_dim <= 0) return;
+  launched(cuda::launch_kv_write_many(static_cast<const cuda::KvWriteDesc*>(w.kvw.p), w.n_kvw, w.kvw_max_n, layer,
+                                      kv_heads, head_dim, k, v, stream_),
+           "kv_write");
+}
 
 std::unique_ptr<AttnWork> CudaBackend::make_attn_work() { return std::unique_ptr<AttnWork>(new CudaAttnWork(*this)); }
 
@@ -580,6 +653,8 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     const AttnSet& set = sets[si];
     if (!kv_type_valid(set.type)) fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
     w.descs.clear();
+    w.use_mma.clear();
+    const bool mma_type = use_mma_ && cuda::attention_mma_supported((int)set.type, head_dim);
     int64_t group_keys = 0;  // keys over all row groups
     for (size_t i = 0; i < set.n_problems; i++) {
       const AttnProblem& p = set.problems[i];
@@ -602,7 +677,13 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       d.len = std::max(p.len, 0);
       if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
       w.descs.push_back(d);
-      group_keys += (d.n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup * (int64_t)d.len;
+      // Many rows go to the tensor cores (a unit of kAttnRowsMma rows costs
+      // about what a unit of kAttnRowGroup does on the FP32 cores); few rows
+      // (a sequence's own span) to the FP32 kernel, where they fill a unit.
+      const bool mma = mma_type && d.n_rows >= kMmaMinRows;
+      w.use_mma.push_back(mma);
+      const int32_t group = mma ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
+      group_keys += (d.n_rows + group - 1) / group * (int64_t)d.len;
     }
     if (w.descs.empty()) continue;
     if (w.descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
@@ -619,6 +700,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
     const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
     w.units.clear();
+    w.mma_units.clear();
     w.splits.clear();
     w.split_begin.assign(1, 0);
     int64_t part_rows = 0;
@@ -637,37 +719,41 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
         w.split_begin.push_back(w.split_begin.back() + d.n_rows);
         part_rows += (int64_t)split * d.n_rows;
       }
-      for (int32_t r0 = 0; r0 < d.n_rows; r0 += cuda::kAttnRowGroup) {
-        const int32_t nr = std::min(cuda::kAttnRowGroup, d.n_rows - r0);
+      const int32_t group = w.use_mma[i] ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
+      std::vector<AttnUnit>& out = w.use_mma[i] ? w.mma_units : w.units;
+      for (int32_t r0 = 0; r0 < d.n_rows; r0 += group) {
+        const int32_t nr = std::min(group, d.n_rows - r0);
         for (int32_t c = 0; c < split; c++) {
           const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
           const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
-          w.units.push_back(
-              AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
+          out.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
         }
       }
     }
-    if (w.units.size() > (size_t)INT_MAX || w.splits.size() > (size_t)INT_MAX)
+    if (w.units.size() > (size_t)INT_MAX || w.mma_units.size() > (size_t)INT_MAX || w.splits.size() > (size_t)INT_MAX)
       fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many work units");
-    // [descs][units][splits][split_begin]; each part's size is a multiple
+    // [descs][units][mma units][splits][split_begin]; each part's size is a multiple
     // of 8 bytes, so every part stays 8-byte aligned.
     static_assert(sizeof(AttnDesc) % 8 == 0 && sizeof(AttnUnit) % 8 == 0 && sizeof(AttnSplit) % 8 == 0, "alignment");
     CudaAttnWork::Set st;
     st.type = (int)set.type;
     st.at = w.staging.size();
     st.n_units = (int)w.units.size();
+    st.n_mma_units = (int)w.mma_units.size();
     st.n_splits = (int)w.splits.size();
     st.split_rows = w.split_begin.back();
     st.b_desc = w.descs.size() * sizeof(AttnDesc);
     st.b_unit = w.units.size() * sizeof(AttnUnit);
+    st.b_mma = w.mma_units.size() * sizeof(AttnUnit);
     st.b_split = w.splits.size() * sizeof(AttnSplit);
     const size_t b_begin = w.split_begin.size() * sizeof(int64_t);
-    w.staging.resize(st.at + st.b_desc + st.b_unit + st.b_split + b_begin);
+    w.staging.resize(st.at + st.b_desc + st.b_unit + st.b_mma + st.b_split + b_begin);
     uint8_t* h = w.staging.data() + st.at;
     std::memcpy(h, w.descs.data(), st.b_desc);
-    std::memcpy(h + st.b_desc, w.units.data(), st.b_unit);
-    if (st.b_split) std::memcpy(h + st.b_desc + st.b_unit, w.splits.data(), st.b_split);
-    std::memcpy(h + st.b_desc + st.b_unit + st.b_split, w.split_begin.data(), b_begin);
+    if (st.b_unit) std::memcpy(h + st.b_desc, w.units.data(), st.b_unit);
+    if (st.b_mma) std::memcpy(h + st.b_desc + st.b_unit, w.mma_units.data(), st.b_mma);
+    if (st.b_split) std::memcpy(h + st.b_desc + st.b_unit + st.b_mma, w.splits.data(), st.b_split);
+    std::memcpy(h + st.b_desc + st.b_unit + st.b_mma + st.b_split, w.split_begin.data(), b_begin);
     // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
     st.part_o_at = part_bytes;
     part_bytes += ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;
@@ -689,10 +775,12 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
   for (const CudaAttnWork::Set& st : w.sets) {
     const uint8_t* dev = static_cast<const uint8_t*>(w.tables.p) + st.at;
     uint8_t* part = static_cast<uint8_t*>(w.part.p);
+    const uint8_t* splits = dev + st.b_desc + st.b_unit + st.b_mma;
     launched(cuda::launch_attention(st.type, q, w.head_dim, w.scale, layer, reinterpret_cast<const AttnDesc*>(dev),
                                     reinterpret_cast<const AttnUnit*>(dev + st.b_desc), st.n_units,
-                                    reinterpret_cast<const AttnSplit*>(dev + st.b_desc + st.b_unit),
-                                    reinterpret_cast<const int64_t*>(dev + st.b_desc + st.b_unit + st.b_split),
+                                    reinterpret_cast<const AttnUnit*>(dev + st.b_desc + st.b_unit), st.n_mma_units,
+                                    reinterpret_cast<const AttnSplit*>(splits),
+                                    reinterpret_cast<const int64_t*>(splits + st.b_split),
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,

@@ -105,15 +105,57 @@ cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_head
   return cudaGetLastError();
 }
 
+cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_n, int layer, int kv_heads,
+                                 int head_dim, const float* k, const float* v, cudaStream_t stream) {
+  if (n_descs <= 0 || max_n <= 0 || kv_heads <= 0 || head_dim <= 0) return cudaSuccess;
+  if (n_descs > 0x7fffffff) return cudaErrorInvalidValue;
+  // Enough blocks per destination to spread a prefill's tokens; decode's
+  // single tokens take one each.
+  const dim3 grid((unsigned)n_descs, (unsigned)std::min(max_n, 64));
+  const int row = kv_heads * head_dim;
+  const int threads = std::min(kThreads, (row + 31) / 32 * 32);
+  kv_write_many_kernel<<<grid, threads, 0, stream>>>(descs, layer, kv_heads, head_dim, k, v);
+  return cudaGetLastError();
+}
+
+namespace {
+
+// One instantiation of the tensor-core kernel: its shared memory is above
+// the default 48 KiB, which each kernel must opt into once.
+template <int KV, int HD>
+cudaError_t launch_mma(const float* q, float scale, int layer, const AttnDesc* probs, const AttnUnit* units,
+                       int n_units, float* part_o, double* part_lse, cudaStream_t stream) {
+  constexpr int bytes = MmaSmem<HD>::bytes;
+  static const cudaError_t opt_in = cudaFuncSetAttribute(attention_mma_kernel<KV, HD>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (opt_in != cudaSuccess) return opt_in;
+  attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, bytes, stream>>>(q, scale, layer, probs, units,
+                                                                                  n_units, part_o, part_lse);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
-                             const AttnUnit* units, int n_units, const AttnSplit* splits,
-                             const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, cudaStream_t stream) {
-  if (n_units <= 0) return cudaSuccess;
+                             const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
+                             const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
+                             int64_t split_rows, float* part_o, double* part_lse, cudaStream_t stream) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  const unsigned grid = rows_grid(n_units);
+  if (n_mma_units > 0) {
+    if (!attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
+    cudaError_t e;
+    if (kv_type == kKvF16)
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
+                         : launch_mma<kKvF16, 128>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream);
+    else
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
+                         : launch_mma<kKvBF16, 128>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream);
+    if (e != cudaSuccess) return e;
+  }
+  if (n_units + n_mma_units <= 0) return cudaSuccess;
+  const unsigned grid = rows_grid(std::max(n_units, 1));
   const size_t smem = (size_t)attn_smem_floats(head_dim) * sizeof(float);  // <= 34 KiB: no opt-in needed
-  switch (kv_type) {
+  if (n_units > 0) switch (kv_type) {
     case kKvF32:
       attention_kernel<kKvF32><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
                                                                      part_o, part_lse);

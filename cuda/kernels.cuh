@@ -12,8 +12,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "launch.h"
 #include "kv_layout.h"
@@ -217,6 +219,37 @@ __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int he
   }
 }
 
+// Every destination of a pass in one launch: block (x, y) stores the tokens
+// y, y + gridDim.y, ... of destination x (all heads and elements of a token
+// across its threads).
+__global__ void kv_write_many_kernel(const KvWriteDesc* descs, int layer, int kv_heads, int head_dim, const float* k,
+                                     const float* v) {
+  const KvWriteDesc D = descs[blockIdx.x];
+  const int64_t row = (int64_t)kv_heads * head_dim;
+  char* span = static_cast<char*>(D.kv) + (int64_t)layer * D.layer_stride;
+  for (int t = blockIdx.y; t < D.n; t += gridDim.y) {
+    const float* kr = k + (D.tok0 + t) * row;
+    const float* vr = v + (D.tok0 + t) * row;
+    const int64_t kro = kv_k_row(D.start + t, D.capacity) * head_dim;
+    const int64_t vro = kv_v_row(D.start + t, D.capacity) * head_dim;
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+      const int h = i / head_dim, d = i - h * head_dim;
+      const int64_t head = (int64_t)h * 2 * D.capacity * head_dim;
+      const int64_t ko = head + kro + d, vo = head + vro + d;
+      if (D.type == kKvF32) {
+        reinterpret_cast<float*>(span)[ko] = kr[i];
+        reinterpret_cast<float*>(span)[vo] = vr[i];
+      } else if (D.type == kKvF16) {
+        reinterpret_cast<__half*>(span)[ko] = __float2half_rn(kr[i]);
+        reinterpret_cast<__half*>(span)[vo] = __float2half_rn(vr[i]);
+      } else {
+        reinterpret_cast<__nv_bfloat16*>(span)[ko] = __float2bfloat16_rn(kr[i]);
+        reinterpret_cast<__nv_bfloat16*>(span)[vo] = __float2bfloat16_rn(vr[i]);
+      }
+    }
+  }
+}
+
 // ---- attention ----
 
 // One block per work unit (grid-stride over units): rows [r0, r0 + nr) of a
@@ -246,6 +279,20 @@ static_assert(attn_smem_floats(kMaxHeadDim) * 4 <= 48 * 1024 && attn_smem_floats
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// After the unit's rows' visible key counts lim [nr] are in shared memory
+// (every thread calls this): the end of the unit's keys, min(c1, the
+// largest count); slot: one int of shared memory.
+__device__ __forceinline__ int unit_key_end(const int* lim, int nr, int c1, int* slot) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int e = 0;
+    for (int r = 0; r < nr; r++) e = max(e, lim[r]);
+    *slot = min(c1, e);
+  }
+  __syncthreads();
+  return *slot;
 }
 
 template <int KV>
@@ -279,17 +326,10 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       m[tid] = -INFINITY;
       l[tid] = 0.0f;
     }
-    __syncthreads();
-    if (tid == 0) {
-      int e = 0;
-      for (int r = 0; r < nr; r++) e = max(e, lim[r]);
-      *end_key = min(U.c1, e);
-    }
+    const int end = unit_key_end(lim, nr, U.c1, end_key);
     float acc[kAttnSlots];
 #pragma unroll
     for (int a = 0; a < kAttnSlots; a++) acc[a] = 0.0f;
-    __syncthreads();
-    const int end = *end_key;
 
     for (int j0 = U.c0; j0 < end; j0 += tk) {
       const int jb = min(tk, end - j0);
@@ -372,6 +412,227 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
       const double v = l[tid] > 0.0f ? (double)m[tid] + log((double)l[tid]) : -(double)INFINITY;
       if (U.part < 0) P.lse[U.r0 + tid] = v;
       else part_lse[U.part + tid] = v;
+    }
+    __syncthreads();  // shared state is rewritten by the next unit
+  }
+}
+
+// ---- attention on tensor cores ----
+//
+// The same work units as attention_kernel, with up to kMmaRows rows each,
+// for F16 and BF16 KV and head dimensions 64 and 128 (launch.h). A block
+// has kMmaWarps warps, warp w owning rows 16w .. 16w + 15 of the unit. Keys
+// come in tiles of kMmaKeys: the tile's K and V rows are copied into shared
+// memory as they are stored (16-byte loads, no widening), then per warp:
+//   scores S [16][64] = Q K^T on the tensor cores (wmma 16x16x16, fp32
+//     accumulation); the scaled queries are split into two numbers of the
+//     KV type, hi = round(q) and lo = round(q - hi), and both products are
+//     summed, so the scores carry the error of fp32 queries, not of
+//     16-bit ones (the keys are exact: they are stored in that type);
+//   the online softmax of attention_kernel in fp32, two lanes per row;
+//   O += P V, with P split the same way into hi + lo, into a temporary
+//     that the lanes add to their rows' outputs (held in registers, rescaled
+//     by the row's exp(m - m') first).
+// Masks, limits, partial rows and the outputs are attention_kernel's.
+constexpr int kMmaWarps = kAttnRowsMma / 16;
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaKeys = 64;
+
+template <int HD>
+struct MmaSmem {
+  static constexpr int ldq = HD + 8;                        // 16-bit elements per Q, K, V row
+  static constexpr int ldp = kMmaKeys + 8;                  // per P row
+  static constexpr int lds = (HD > kMmaKeys ? HD : kMmaKeys) + 4;  // floats per score / PV row
+  static constexpr int q_hi = 0;                            // byte offsets
+  static constexpr int q_lo = q_hi + kAttnRowsMma * ldq * 2;
+  static constexpr int k = q_lo + kAttnRowsMma * ldq * 2;
+  static constexpr int v = k + kMmaKeys * ldq * 2;
+  static constexpr int sc = v + kMmaKeys * ldq * 2;
+  static constexpr int p_hi = sc + kAttnRowsMma * lds * 4;
+  static constexpr int p_lo = p_hi + kAttnRowsMma * ldp * 2;
+  static constexpr int m = p_lo + kAttnRowsMma * ldp * 2;   // floats: m, l
+  static constexpr int l = m + kAttnRowsMma * 4;
+  static constexpr int lim = l + kAttnRowsMma * 4;          // ints
+  static constexpr int mask = lim + kAttnRowsMma * 4;       // uint64
+  static constexpr int end_key = mask + kAttnRowsMma * 8;
+  static constexpr int bytes = end_key + 16;
+  static_assert(q_lo % 128 == 0 && k % 128 == 0 && v % 128 == 0 && sc % 128 == 0 && p_hi % 128 == 0 &&
+                    p_lo % 128 == 0 && mask % 8 == 0,
+                "wmma tiles need 32-byte aligned rows of 16");
+};
+
+template <typename T>
+__device__ __forceinline__ T to_kv(float x);
+template <>
+__device__ __forceinline__ __half to_kv<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <typename T>
+__device__ __forceinline__ float from_kv(T x);
+template <>
+__device__ __forceinline__ float from_kv<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float from_kv<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// acc += (a_hi + a_lo) b for one 16x16x16 step: a 16-row slice of A split
+// in two numbers of the KV type (row-major, lda), b a 16x16 block of B in
+// layout BL (ldb).
+template <typename T, typename BL>
+__device__ __forceinline__ void mma_hi_lo(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
+                                          const T* a_hi, const T* a_lo, int lda, const T* b, int ldb) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BL> bf;
+  wmma::load_matrix_sync(bf, b, ldb);
+  wmma::load_matrix_sync(a, a_hi, lda);
+  wmma::mma_sync(acc, a, bf, acc);
+  wmma::load_matrix_sync(a, a_lo, lda);
+  wmma::mma_sync(acc, a, bf, acc);
+}
+
+template <int KV, int HD>
+__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float* q, float scale, int layer,
+                                                                    const AttnDesc* probs, const AttnUnit* units,
+                                                                    int n_units, float* part_o, double* part_lse) {
+  namespace wmma = nvcuda::wmma;
+  using T = typename std::conditional<KV == kKvF16, __half, __nv_bfloat16>::type;
+  using L = MmaSmem<HD>;
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  T* qh = reinterpret_cast<T*>(mma_smem + L::q_hi);
+  T* ql = reinterpret_cast<T*>(mma_smem + L::q_lo);
+  T* ks = reinterpret_cast<T*>(mma_smem + L::k);
+  T* vs = reinterpret_cast<T*>(mma_smem + L::v);
+  float* sc = reinterpret_cast<float*>(mma_smem + L::sc);
+  T* ph = reinterpret_cast<T*>(mma_smem + L::p_hi);
+  T* pl = reinterpret_cast<T*>(mma_smem + L::p_lo);
+  float* m = reinterpret_cast<float*>(mma_smem + L::m);
+  float* l = reinterpret_cast<float*>(mma_smem + L::l);
+  int* lim = reinterpret_cast<int*>(mma_smem + L::lim);
+  uint64_t* msk = reinterpret_cast<uint64_t*>(mma_smem + L::mask);
+  int* end_key = reinterpret_cast<int*>(mma_smem + L::end_key);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int row0 = warp * 16;       // the warp's first row in the unit
+  const int my_row = row0 + lane / 2, my_half = lane & 1;  // softmax and output: two lanes per row
+  constexpr int kOut = HD / 2;      // output elements per lane
+  constexpr int kVec = 8;           // 16-bit elements per 16-byte load
+
+  for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
+    const AttnUnit U = units[u];
+    const AttnDesc P = probs[U.p];
+    const T* kv = reinterpret_cast<const T*>(static_cast<const char*>(P.kv) + (int64_t)layer * P.layer_stride);
+    const int nr = U.nr;
+    for (int i = tid; i < kAttnRowsMma * HD; i += kMmaThreads) {
+      const int r = i / HD, d = i - r * HD;
+      const float x = r < nr ? q[(int64_t)P.rows[U.r0 + r] * HD + d] * scale : 0.0f;
+      const T hi = to_kv<T>(x);
+      qh[r * L::ldq + d] = hi;
+      ql[r * L::ldq + d] = to_kv<T>(x - from_kv<T>(hi));
+    }
+    if (tid < kAttnRowsMma) {
+      const int lm = tid < nr ? (P.limit ? P.limit[U.r0 + tid] : P.len) : 0;
+      lim[tid] = max(0, min(lm, P.len));
+      msk[tid] = (P.mask && tid < nr) ? P.mask[U.r0 + tid] : ~0ull;
+      m[tid] = -INFINITY;
+      l[tid] = 0.0f;
+    }
+    const int end = unit_key_end(lim, nr, U.c1, end_key);
+    float acc[kOut];
+#pragma unroll
+    for (int a = 0; a < kOut; a++) acc[a] = 0.0f;
+    const bool active = row0 < nr;  // the warp has rows in this unit
+
+    for (int j0 = U.c0; j0 < end; j0 += kMmaKeys) {
+      const int jb = min(kMmaKeys, end - j0);
+      // K and V rows of the tile, 16 bytes at a time; keys past the tile's
+      // end are zeros (their weights are 0, and 0 * garbage could be NaN).
+      for (int i = tid; i < kMmaKeys * (HD / kVec); i += kMmaThreads) {
+        const int j = i / (HD / kVec), c = (i - j * (HD / kVec)) * kVec;
+        uint4 kval = make_uint4(0, 0, 0, 0), vval = make_uint4(0, 0, 0, 0);
+        if (j < jb) {
+          kval = *reinterpret_cast<const uint4*>(kv + kv_k_row(j0 + j, P.cap) * HD + c);
+          vval = *reinterpret_cast<const uint4*>(kv + kv_v_row(j0 + j, P.cap) * HD + c);
+        }
+        *reinterpret_cast<uint4*>(ks + j * L::ldq + c) = kval;
+        *reinterpret_cast<uint4*>(vs + j * L::ldq + c) = vval;
+      }
+      __syncthreads();
+      if (active) {
+        // S = Qhi K^T + Qlo K^T for the warp's 16 rows, 16 keys at a time.
+        for (int nt = 0; nt < kMmaKeys / 16; nt++) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> s_acc;
+          wmma::fill_fragment(s_acc, 0.0f);
+#pragma unroll
+          for (int kt = 0; kt < HD / 16; kt++)
+            mma_hi_lo<T, wmma::col_major>(s_acc, qh + row0 * L::ldq + kt * 16, ql + row0 * L::ldq + kt * 16, L::ldq,
+                                          ks + nt * 16 * L::ldq + kt * 16, L::ldq);
+          wmma::store_matrix_sync(sc + row0 * L::lds + nt * 16, s_acc, L::lds, wmma::mem_row_major);
+        }
+        __syncwarp();
+        // Online softmax: lanes 2r and 2r+1 take the row's keys [0, 32) and
+        // [32, 64) of the tile.
+        const int r = my_row;
+        const int rlim = lim[r];
+        const uint64_t rmask = msk[r];
+        float mx = -INFINITY;
+        float s_loc[kMmaKeys / 2];
+#pragma unroll
+        for (int t = 0; t < kMmaKeys / 2; t++) {
+          const int j = my_half * (kMmaKeys / 2) + t, key = j0 + j;
+          const bool hidden = P.mask && key >= P.mask_base && !((rmask >> (unsigned)(key - P.mask_base)) & 1ull);
+          const float sv = (j < jb && key < rlim && !hidden) ? sc[r * L::lds + j] : -INFINITY;
+          s_loc[t] = sv;
+          mx = fmaxf(mx, sv);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float mo = m[r];
+        const float nm = fmaxf(mo, mx);
+        float c = 1.0f, sum = 0.0f;
+        if (nm != -INFINITY) c = expf(mo - nm);  // 0 when nothing was seen before
+#pragma unroll
+        for (int t = 0; t < kMmaKeys / 2; t++) {
+          const int j = my_half * (kMmaKeys / 2) + t;
+          const float p = nm != -INFINITY ? expf(s_loc[t] - nm) : 0.0f;  // 0 for a hidden key
+          sum += p;
+          const T hi = to_kv<T>(p);
+          ph[r * L::ldp + j] = hi;
+          pl[r * L::ldp + j] = to_kv<T>(p - from_kv<T>(hi));
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        __syncwarp();  // both lanes of the row have read m[r]
+        if (my_half == 0) {
+          l[r] = l[r] * c + sum;
+          m[r] = nm;
+        }
+        __syncwarp();
+        // PV = Phi V + Plo V into the score rows (read above, free now).
+        for (int nt = 0; nt < HD / 16; nt++) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> o_acc;
+          wmma::fill_fragment(o_acc, 0.0f);
+#pragma unroll
+          for (int kt = 0; kt < kMmaKeys / 16; kt++)
+            mma_hi_lo<T, wmma::row_major>(o_acc, ph + row0 * L::ldp + kt * 16, pl + row0 * L::ldp + kt * 16, L::ldp,
+                                          vs + kt * 16 * L::ldq + nt * 16, L::ldq);
+          wmma::store_matrix_sync(sc + row0 * L::lds + nt * 16, o_acc, L::lds, wmma::mem_row_major);
+        }
+        __syncwarp();
+        const float* pv = sc + r * L::lds + my_half * kOut;
+#pragma unroll
+        for (int a = 0; a < kOut; a++) acc[a] = acc[a] * c + pv[a];
+      }
+      __syncthreads();  // ks and vs are rewritten by the next tile
+    }
+
+    if (my_row < nr) {
+      const int r = my_row;
+      const float lr = l[r];
+      float* orow = (U.part < 0 ? P.o + (int64_t)(U.r0 + r) * HD : part_o + (U.part + r) * HD) + my_half * kOut;
+#pragma unroll
+      for (int a = 0; a < kOut; a++) orow[a] = lr > 0.0f ? acc[a] / lr : 0.0f;
+      if (my_half == 0) {
+        const double v = lr > 0.0f ? (double)m[r] + log((double)lr) : -(double)INFINITY;
+        if (U.part < 0) P.lse[U.r0 + r] = v;
+        else part_lse[U.part + r] = v;
+      }
     }
     __syncthreads();  // shared state is rewritten by the next unit
   }

@@ -79,8 +79,31 @@ cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neo
 cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
                             const float* k, const float* v, int64_t n, cudaStream_t stream);
 
+// One sequence's destination in a batched KV write (lib/backend.h's
+// KvDest, the same layout; cuda_backend.cpp checks it).
+struct KvWriteDesc {
+  void* kv;              // head 0 of the span in layer 0
+  int64_t layer_stride;  // bytes from one layer's span to the next's
+  int64_t tok0;          // first row of k and v
+  int32_t capacity, start, n, type;  // type: a KV type code
+};
+
+// Every destination's kv_write of one layer in one launch: descriptor d
+// stores rows [tok0, tok0 + n) of k, v [.][kv_heads][head_dim] f32 at
+// positions start.. of its span (kv + layer * layer_stride). max_n: the
+// largest n (the grid's second dimension covers it).
+cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_n, int layer, int kv_heads,
+                                 int head_dim, const float* k, const float* v, cudaStream_t stream);
+
 // Query rows per attention work unit (at most).
 constexpr int kAttnRowGroup = 16;
+// ... of the tensor-core kernel, which takes F16 and BF16 KV at head
+// dimensions 64 and 128 (attention_mma_supported): many rows against one
+// span, the shared node's problem.
+constexpr int kAttnRowsMma = 64;
+inline bool attention_mma_supported(int kv_type, int head_dim) {
+  return (kv_type == kKvF16 || kv_type == kKvBF16) && (head_dim == 64 || head_dim == 128);
+}
 
 // A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
 // against keys [c0, c1) (the host starts chunks at KV block boundaries).
@@ -98,7 +121,9 @@ struct AttnSplit {
 };
 
 // Attention of every row of the problems probs [n_probs] (device memory)
-// through the work units [n_units], then the combination of the split
+// through the work units [n_units] (up to kAttnRowGroup rows each) and
+// mma_units [n_mma_units] (up to kAttnRowsMma rows each, on the tensor
+// cores; only where attention_mma_supported), then the combination of the split
 // problems [n_splits] (split_row_begin [n_splits + 1]: prefix sum of their
 // n_rows, split_rows its last entry) from part_o [.][head_dim] and
 // part_lse. Each problem's KV is its layer's: kv + layer * layer_stride.
@@ -106,7 +131,8 @@ struct AttnSplit {
 // `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
 // sees no key). head_dim in 1 .. kMaxHeadDim.
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
-                             const AttnUnit* units, int n_units, const AttnSplit* splits,
+                             const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
+                             const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
                              double* part_lse, cudaStream_t stream);
 

@@ -21,6 +21,18 @@ void Backend::kv_copy(void* dst, int32_t dst_cap, int32_t dst_at, const void* sr
   }
 }
 
+void Backend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
+  work.kv_dests.assign(dests, dests + n);
+}
+
+void Backend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
+                           const float* v) {
+  const int64_t row = (int64_t)kv_heads * head_dim;
+  for (const KvDest& d : work.kv_dests)
+    kv_write(static_cast<uint8_t*>(d.kv) + (int64_t)layer * d.layer_stride, (clade_kv_type)d.type, d.capacity,
+             kv_heads, head_dim, d.start, k + d.tok0 * row, v + d.tok0 * row, d.n);
+}
+
 void Backend::attention(const float* q, int32_t head_dim, float scale, clade_kv_type type,
                         const AttnProblem* problems, size_t n_problems) {
   std::unique_ptr<AttnWork> work = make_attn_work();

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "clade/clade.h"
 #include "gguf.h"
@@ -106,6 +107,20 @@ struct AttnSet {
   size_t n_problems = 0;
 };
 
+// Where one sequence's new K and V go in a pass: the pass's tokens
+// [tok0, tok0 + n) to positions [start, start + n) of the span kv (head 0
+// of layer 0; layer l's is kv + l * layer_stride bytes), of the given type
+// and capacity.
+struct KvDest {
+  void* kv = nullptr;
+  int64_t layer_stride = 0;
+  int64_t tok0 = 0;
+  int32_t capacity = 0;
+  int32_t start = 0;
+  int32_t n = 0;
+  int32_t type = CLADE_KV_F16;  // clade_kv_type
+};
+
 // A backend's attention of one pass, prepared: its work items, partial
 // buffers and (CUDA) device copies of the problems, made once per pass by
 // attention_prepare and run per layer by attention_run. Owned by whoever
@@ -115,7 +130,11 @@ class AttnWork {
  public:
   virtual ~AttnWork() = default;
   uint64_t grows = 0;  // times its buffers had to grow (workspace counters)
+  // The pass's KV destinations, as kv_write_prepare keeps them for the
+  // default kv_write_run (a backend with its own keeps its own copy).
+  std::vector<KvDest> kv_dests;
 };
+
 
 // Merge list: output row i combines the partial rows
 // part_rows[part_begin[i] .. part_begin[i+1]) of (part_o [.][head_dim],
@@ -163,6 +182,15 @@ class Backend {
   // one layer (kv_dst: head 0) at positions start .. start+n-1.
   virtual void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,
                         int32_t head_dim, int32_t start, const float* k, const float* v, int64_t n) = 0;
+  // Every sequence's kv_write of a pass in one call per layer: once per
+  // pass, the destinations (host memory, checked against their spans'
+  // capacities by the caller); per layer, k and v [tokens][kv_heads]
+  // [head_dim] f32 of that layer stored to each destination's layer. The
+  // defaults keep the list in the work and call kv_write per destination;
+  // the CUDA backend stores every destination in one launch.
+  virtual void kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n);
+  virtual void kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
+                            const float* v);
   // Copy keys [src_at, src_at + n) of one head of a span (src, capacity src_cap) to
   // positions [dst_at, dst_at + n) of one head of another (dst, dst_cap),
   // K and V. This default serves the row layout above with copy(); a

@@ -92,6 +92,21 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   ml.part_o = part_o;
   ml.part_lse = part_lse;
 
+  kv_dests_.clear();
+  for (const PassSeq& s : plan.seqs)
+    if (s.n_tokens) {
+      KvDest d;
+      d.kv = s.own->kv(0);
+      d.layer_stride = s.own->layer_stride();
+      d.tok0 = s.tok0;
+      d.capacity = s.own->capacity();
+      d.start = s.own_before;
+      d.n = s.n_tokens;
+      d.type = (int32_t)s.own->type();
+      kv_dests_.push_back(d);
+    }
+  be_.kv_write_prepare(*work_, kv_dests_.data(), kv_dests_.size());
+
   float* x = get<float>(x_, (size_t)(T * dim));
   float* xn = get<float>(xn_, (size_t)(T * dim));
   float* q = get<float>(q_, (size_t)(T * q_dim));
@@ -120,10 +135,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     }
     be_.rope(q, T, nh, pos, rope_);
     be_.rope(k, T, kvh, pos, rope_);
-    for (const PassSeq& s : plan.seqs)
-      if (s.n_tokens)
-        be_.kv_write(s.own->kv(l), s.own->type(), s.own->capacity(), kvh, hd, s.own_before,
-                     k + s.tok0 * kv_dim, v + s.tok0 * kv_dim, s.n_tokens);
+    be_.kv_write_run(*work_, l, kvh, hd, k, v);
     if (mode != CLADE_ATTENTION_NONE) {
       be_.attention_run(*work_, l, q);
       be_.merge(ml, hd, attn);
@@ -141,8 +153,16 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   work_->grows = 0;
   if (!out || n_logits == 0) return;
   const int64_t nl = (int64_t)n_logits;
-  float* sel = get<float>(sel_, (size_t)(nl * dim));
-  for (int64_t i = 0; i < nl; i++) be_.copy(sel + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
+  // A decode step asks for every token's logits in order: the rows are
+  // read where they are; else they are gathered first.
+  bool in_order = nl <= T;
+  for (int64_t i = 0; in_order && i < nl; i++) in_order = logit_tokens[i] == i;
+  const float* sel = x;
+  if (!in_order) {
+    float* g = get<float>(sel_, (size_t)(nl * dim));
+    for (int64_t i = 0; i < nl; i++) be_.copy(g + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
+    sel = g;
+  }
   be_.rmsnorm(sel, m_.output_norm, nl, dim, c.norm_eps, xn);
   float* logits = get<float>(logits_, (size_t)(nl * c.n_vocab));
   be_.matmul(m_.output, xn, nl, logits);

@@ -62,6 +62,7 @@ class Forward {
   Buf pos_, tok_, rows_, limits_, masks_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
   std::unique_ptr<AttnWork> work_;
   std::vector<float> zero_;  // host zeros (attention NONE)
+  std::vector<KvDest> kv_dests_;  // the pass's KV destinations
   RopeParams rope_;          // inv_freq in backend memory
 };
 

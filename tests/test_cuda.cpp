@@ -484,6 +484,57 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   for (int d = 0; d < 2 * hd; d++) CHECK(out[1].merged[(size_t)nr * hd + d] == 0.0f);
 }
 
+// A shared node's problem: many rows (several of the tensor-core kernel's
+// 64-row units, the last one partly filled) against a long span whose keys
+// are split into chunks, with causal limits, rows that see nothing, rows
+// that see all, and a tree mask on a second problem.
+void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
+  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
+                          " hd " + std::to_string(hd);
+  const int cap = 1500, len = 1400, nr = 150, n_q = 200, mask_base = 1350;
+  std::vector<float> kin = randn((size_t)len * hd), vin = randn((size_t)len * hd), q = randn((size_t)n_q * hd, 2.0f);
+  std::vector<int32_t> rows(nr), lim(nr), lim_mask(nr);
+  std::vector<uint64_t> masks(nr);
+  for (int r = 0; r < nr; r++) {
+    rows[(size_t)r] = (r * 13) % n_q;
+    lim[(size_t)r] = r % 7 == 3 ? 0 : r % 5 == 1 ? len : (r * 97) % (len + 1);
+    lim_mask[(size_t)r] = mask_base + (r * 11) % 51;
+    masks[(size_t)r] = (0x9e3779b97f4a7c15ull * (uint64_t)(r + 3)) ^ ((uint64_t)r << 29);
+  }
+  const float scale = 1.0f / std::sqrt((float)hd);
+  std::vector<float> o[2];
+  std::vector<double> lse[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int b = 0; b < 2; b++) {
+    Backend& be = *bes[b];
+    Arena a(be);
+    const size_t es = clade::kv_type_size(type), span_bytes = (size_t)2 * cap * hd * es;
+    void* KV = a.raw(span_bytes);
+    be.kv_write(KV, type, cap, 1, hd, 0, a.put(kin), a.put(vin), len);
+    float* dq = a.put(q);
+    float* dout = static_cast<float*>(a.raw((size_t)2 * nr * hd * 4));
+    double* dlse = static_cast<double*>(a.raw((size_t)2 * nr * sizeof(double)));
+    clade::AttnProblem p[2];
+    for (int i = 0; i < 2; i++) {
+      p[i].rows = a.put(rows);
+      p[i].n_rows = nr;
+      p[i].kv = KV;
+      p[i].cap = cap;
+      p[i].len = len;
+      p[i].limit = a.put(i ? lim_mask : lim);
+      p[i].o = dout + (size_t)i * nr * hd;
+      p[i].lse = dlse + (size_t)i * nr;
+    }
+    p[1].mask = a.put(masks);
+    p[1].mask_base = mask_base;
+    be.attention(dq, hd, scale, type, p, 2);
+    o[b] = a.get(dout, (size_t)2 * nr * hd);
+    lse[b] = a.get(dlse, (size_t)2 * nr);
+  }
+  expect_rel("attention many rows o " + tag, o[1], o[0], 0, 1e-4);
+  expect_rel("attention many rows lse " + tag, lse[1], lse[0], 0, 1e-4);
+}
+
 // Problems with tails (AttnTail): after the node's keys, ranges of rows go
 // on over the keys of their own spans in the same softmax. Tails that cut
 // across the kernel's 16-row groups, a problem split into key chunks (the
@@ -652,6 +703,7 @@ int main(int argc, char** argv) {
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
       for (int hd : {64, 65, 80, 128, 256}) {
         test_attention(*cpu, *gpu, kt, hd);
+        test_attention_many_rows(*cpu, *gpu, kt, hd);
         test_attention_tails(*cpu, *gpu, kt, hd);
       }
   } catch (const clade::Error& e) {
