@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int row0 = warp * 16;       // the warp's first row in the unit
   const int my_row = row0 + lane / 2, my_half = lane & 1;  // softmax and output: two lanes per row
-  constexpr int kOut = HD / 2;      // output elements per lane
+  constexpr int kOut = HD / 2;      // output elements per lane: 2a + my_half
   constexpr int kVec = 8;           // 16-bit elements per 16-byte load
 
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
@@ -568,8 +568,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
           wmma::store_matrix_sync(sc + row0 * L::lds + nt * 16, s_acc, L::lds, wmma::mem_row_major);
         }
         __syncwarp();
-        // Online softmax: lanes 2r and 2r+1 take the row's keys [0, 32) and
-        // [32, 64) of the tile.
+        // Online softmax: lanes 2r and 2r+1 take the row's even and odd keys
+        // of the tile (and later its even and odd output elements): with the
+        // rows 4 banks apart, two lanes per bank, not eight.
         const int r = my_row;
         const int rlim = lim[r];
         const uint64_t rmask = msk[r];
@@ -577,7 +578,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
         float s_loc[kMmaKeys / 2];
 #pragma unroll
         for (int t = 0; t < kMmaKeys / 2; t++) {
-          const int j = my_half * (kMmaKeys / 2) + t, key = j0 + j;
+          const int j = 2 * t + my_half, key = j0 + j;
           const bool hidden = P.mask && key >= P.mask_base && !((rmask >> (unsigned)(key - P.mask_base)) & 1ull);
           const float sv = (j < jb && key < rlim && !hidden) ? sc[r * L::lds + j] : -INFINITY;
           s_loc[t] = sv;
@@ -590,7 +591,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
         if (nm != -INFINITY) c = expf(mo - nm);  // 0 when nothing was seen before
 #pragma unroll
         for (int t = 0; t < kMmaKeys / 2; t++) {
-          const int j = my_half * (kMmaKeys / 2) + t;
+          const int j = 2 * t + my_half;
           const float p = nm != -INFINITY ? expf(s_loc[t] - nm) : 0.0f;  // 0 for a hidden key
           sum += p;
           const T hi = to_kv<T>(p);
@@ -615,9 +616,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
           wmma::store_matrix_sync(sc + row0 * L::lds + nt * 16, o_acc, L::lds, wmma::mem_row_major);
         }
         __syncwarp();
-        const float* pv = sc + r * L::lds + my_half * kOut;
+        const float* pv = sc + r * L::lds + my_half;
 #pragma unroll
-        for (int a = 0; a < kOut; a++) acc[a] = acc[a] * c + pv[a];
+        for (int a = 0; a < kOut; a++) acc[a] = acc[a] * c + pv[2 * a];
       }
       __syncthreads();  // ks and vs are rewritten by the next tile
     }
@@ -625,9 +626,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
     if (my_row < nr) {
       const int r = my_row;
       const float lr = l[r];
-      float* orow = (U.part < 0 ? P.o + (int64_t)(U.r0 + r) * HD : part_o + (U.part + r) * HD) + my_half * kOut;
+      float* orow = (U.part < 0 ? P.o + (int64_t)(U.r0 + r) * HD : part_o + (U.part + r) * HD) + my_half;
 #pragma unroll
-      for (int a = 0; a < kOut; a++) orow[a] = lr > 0.0f ? acc[a] / lr : 0.0f;
+      for (int a = 0; a < kOut; a++) orow[2 * a] = lr > 0.0f ? acc[a] / lr : 0.0f;
       if (my_half == 0) {
         const double v = lr > 0.0f ? (double)m[r] + log((double)lr) : -(double)INFINITY;
         if (U.part < 0) P.lse[U.r0 + r] = v;
