@@ -30,10 +30,13 @@
 #include <algorithm>
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,9 @@ using cuda::AttnUnit;
 
 // Scratch for widened quantized weight rows (f16).
 constexpr size_t kDequantTileBytes = size_t(64) << 20;
+// The largest 16-bit copy an elementwise kernel fills for the next product
+// where the scratch is smaller (narrowed_copy).
+constexpr size_t kNarrowedCopyMax = size_t(256) << 20;
 
 [[noreturn]] void cuda_fail(cudaError_t e, const std::string& what) {
   (void)cudaGetLastError();  // clear a non-sticky error, so later checks do not report it again
@@ -158,11 +164,24 @@ class CudaBackend final : public Backend {
   void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
   void attention_run(AttnWork& work, int layer, const float* q) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
+  bool pass_begin(const AttnWork& work, uint64_t key) override;
+  bool pass_end(bool ok) override;
 
  private:
   friend struct CudaAttnWork;
 
   void destroy() noexcept;
+  // The backend's lock, taken by every operation. While one thread
+  // captures a pass, the others' operations wait here, so that none of
+  // them is recorded into its graph.
+  std::unique_lock<std::mutex> gate();
+  // Before an operation that cannot be captured (it waits for the stream,
+  // allocates or frees, or has the stream read host memory later): a
+  // capture in progress is given up (its pass_end returns false and the
+  // pass runs again as plain operations).
+  void no_capture();
+  // The work's launch parameters and the scratch buffers, for the key.
+  uint64_t state_key(const AttnWork& work) const;
   // Make the backend's device current on this thread (callers hold mu_).
   // Every operation but matmul may write device memory that the narrowed
   // activations came from, so it forgets them (narrowed_).
@@ -188,13 +207,20 @@ class CudaBackend final : public Backend {
               int64_t ldy);
   // x [count] f32 narrowed into the x16_ scratch as f16 or bf16.
   const void* narrow_x(const float* x, int64_t count, bool bf16);
+  // For rmsnorm, swiglu and merge, whose output y [count] is the next
+  // product's input: the x16_ scratch their kernel also fills with y
+  // narrowed to the type the last product took (narrow_bf16_), recorded
+  // as narrowed_; null where y is too large for the scratch to grow to.
+  void* narrowed_copy(const float* y, int64_t count, const char* what);
 
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   bool sync_each_op_ = false;
   bool use_mma_ = true;  // the tensor-core attention kernel (CLADE_CUDA_MMA=0: off)
-  static constexpr int32_t kMmaMinRows = 24;
+  // Problems of at least this many rows go to it (CLADE_CUDA_MMA_MIN_ROWS,
+  // 1..64, to measure where it starts to pay).
+  int32_t mma_min_rows_ = 24;
   std::mutex mu_;
   std::vector<void*> weights_;  // uploaded weights, freed with the backend
   Scratch x16_;                 // activations narrowed for cuBLAS
@@ -206,9 +232,29 @@ class CudaBackend final : public Backend {
     int64_t count = 0;
     bool bf16 = false;
   } narrowed_;
+  bool narrow_bf16_ = false;  // the 16-bit type the last product's input took
   Scratch w16_;                 // widened quantized weight rows
   int sm_count_ = 1;            // multiprocessors (attention work units)
   AttnCost cost_;
+  // Graphs (pass_begin): a pass is captured the second time its key is
+  // seen (among the last kSeenKeys keys) and replayed whenever it comes
+  // again; the kMaxGraphs most recently used are kept.
+  struct Graph {
+    uint64_t key = 0;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t used = 0;
+  };
+  static constexpr size_t kMaxGraphs = 8, kSeenKeys = 16;
+  bool use_graphs_ = true;  // CLADE_CUDA_GRAPHS=0: off; off with CLADE_CUDA_SYNC
+  std::vector<Graph> graphs_;
+  std::vector<std::pair<uint64_t, uint64_t>> seen_;  // (key, when)
+  uint64_t graph_clock_ = 0;
+  bool capturing_ = false, capture_broken_ = false;
+  uint64_t capture_key_ = 0;
+  std::thread::id capture_owner_;
+  std::condition_variable capture_cv_;
+  void* blas_ws_ = nullptr;  // cuBLAS's workspace, fixed so that a graph can hold it
+  static constexpr size_t kBlasWorkspace = (size_t)32 << 20;
   static constexpr size_t kRingBytes = (size_t)4 << 20;
   uint8_t* ring_ = nullptr;       // pinned host memory (cudaMallocHost), or null
   size_t ring_at_ = 0;
@@ -219,6 +265,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sync_each_op_ = env && *env && std::strcmp(env, "0") != 0;
   const char* mma_env = std::getenv("CLADE_CUDA_MMA");
   use_mma_ = !(mma_env && std::strcmp(mma_env, "0") == 0);
+  if (const char* rows_env = std::getenv("CLADE_CUDA_MMA_MIN_ROWS")) {
+    const long r = std::strtol(rows_env, nullptr, 10);
+    if (r >= 1 && r <= cuda::kAttnRowsMma) mma_min_rows_ = (int32_t)r;
+  }
+  const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
+  use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
   try {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
@@ -239,6 +291,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
+    blas_ws_ = device_alloc(kBlasWorkspace, "cuBLAS workspace");
+    check_blas(cublasSetWorkspace(blas_, blas_ws_, kBlasWorkspace), "cublasSetWorkspace");
     // Full fp32 products for F32 weights (no TF32).
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     // Pinned staging for the small per-op tables; without it (pinned
@@ -257,6 +311,8 @@ void CudaBackend::destroy() noexcept {
   // Errors are ignored here: there is no one to report them to.
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
   for (Scratch* s : {&x16_, &w16_}) {
@@ -268,9 +324,28 @@ void CudaBackend::destroy() noexcept {
   ring_ = nullptr;
   if (blas_) cublasDestroy(blas_);
   blas_ = nullptr;
+  if (blas_ws_) cudaFree(blas_ws_);
+  blas_ws_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
   (void)cudaGetLastError();
+}
+
+std::unique_lock<std::mutex> CudaBackend::gate() {
+  std::unique_lock<std::mutex> lock(mu_);
+  capture_cv_.wait(lock, [this] { return !capturing_ || capture_owner_ == std::this_thread::get_id(); });
+  return lock;
+}
+
+void CudaBackend::no_capture() {
+  if (!capturing_) return;  // (gate: only the capturing thread gets here while capturing_)
+  cudaGraph_t g = nullptr;
+  (void)cudaStreamEndCapture(stream_, &g);
+  if (g) cudaGraphDestroy(g);
+  (void)cudaGetLastError();
+  capturing_ = false;
+  capture_broken_ = true;
+  capture_cv_.notify_all();
 }
 
 void CudaBackend::enter(bool keeps_narrowed) {
@@ -296,6 +371,7 @@ void* CudaBackend::device_alloc(size_t bytes, const char* what) {
 
 void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   if (bytes <= s.cap) return s.p;
+  no_capture();
   size_t cap = std::max(bytes, s.cap + s.cap / 2);
   if (s.p) {
     check(cudaStreamSynchronize(stream_), what);  // nothing queued may still use the old buffer
@@ -310,12 +386,14 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
 
 void CudaBackend::upload_wait(void* dst, const void* host, size_t bytes, const char* what) {
   if (!bytes) return;
+  no_capture();
   check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), what);
   check(cudaStreamSynchronize(stream_), what);
 }
 
 void CudaBackend::upload(void* dst, const void* host, size_t bytes, const char* what) {
   if (!bytes) return;
+  no_capture();
   if (!ring_ || bytes > kRingBytes) return upload_wait(dst, host, bytes, what);
   if (ring_at_ + bytes > kRingBytes) {
     check(cudaStreamSynchronize(stream_), what);  // every copy out of the ring is done
@@ -330,18 +408,20 @@ void CudaBackend::upload(void* dst, const void* host, size_t bytes, const char* 
 // ---- memory ----
 
 void* CudaBackend::alloc(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
+  no_capture();
   enter();
   return device_alloc(bytes, "alloc");
 }
 
 void CudaBackend::release(void* p) {
   if (!p) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   // Never throws: release runs from destructors (a model's, a store's), and
   // after a device fault every later call fails; the queued work is waited
   // for where the device still answers, the memory is freed either way, and
   // the fault stays to be reported by the next checked call.
+  no_capture();
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   cudaFree(p);
@@ -349,7 +429,8 @@ void CudaBackend::release(void* p) {
 
 void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
   if (!bytes) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
+  no_capture();
   enter();
   check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy_to: cudaMemcpyAsync");
   check(cudaStreamSynchronize(stream_), "copy_to: cudaStreamSynchronize");
@@ -357,7 +438,8 @@ void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
 
 void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
   if (!bytes) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
+  no_capture();
   enter();
   check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_from: cudaMemcpyAsync");
   check(cudaStreamSynchronize(stream_), "copy_from: cudaStreamSynchronize");
@@ -365,14 +447,15 @@ void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy: cudaMemcpyAsync");
   if (sync_each_op_) check(cudaStreamSynchronize(stream_), "copy");
 }
 
 Weight CudaBackend::upload_weight(const Weight& host) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
+  no_capture();
   enter();
   if (widened_at_upload(host.type)) {
     if (host.n_in <= 0 || host.n_out <= 0 || host.n_in % tensor_block_elems(host.type) != 0)
@@ -422,12 +505,22 @@ Weight CudaBackend::upload_weight(const Weight& host) {
 // ---- products ----
 
 const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
+  narrow_bf16_ = bf16;
   if (narrowed_.x == x && narrowed_.count == count && narrowed_.bf16 == bf16) return x16_.p;
   narrowed_.x = nullptr;
   void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
   launched(cuda::launch_narrow(x, count, bf16, x16, stream_), "matmul: narrowing activations");
   narrowed_ = Narrowed{x, count, bf16};
   return x16;
+}
+
+void* CudaBackend::narrowed_copy(const float* y, int64_t count, const char* what) {
+  // (enter() has forgotten the last copy.) The scratch only grows here as
+  // far as the products it serves would grow it themselves.
+  if (count <= 0 || (size_t)count * 2 > std::max(x16_.cap, kNarrowedCopyMax)) return nullptr;
+  void* y16 = scratch(x16_, (size_t)count * 2, what);
+  narrowed_ = Narrowed{y, count, narrow_bf16_};
+  return y16;
 }
 
 void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16,
@@ -442,7 +535,7 @@ void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t
 // column-major: it sees W as [K][N] (lda = K), x as [K][n] (ldb = K) and y as
 // [N][n] (ldc = N), so y^T = op_T(W) x^T.
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter(true);
   const int64_t K = w.n_in, N = w.n_out;
   // y is written below: narrowed activations that it overlaps are stale.
@@ -495,7 +588,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
 // ---- elementwise ----
 
 void CudaBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (n <= 0 || table.n_in <= 0) return;
   if (!weight_type_supported(table.type)) fail(CLADE_E_UNSUPPORTED, "cuda: embed: weight type not supported");
@@ -505,35 +598,37 @@ void CudaBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, f
 }
 
 void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (n <= 0 || dim <= 0) return;
-  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, stream_), "rmsnorm");
+  void* y16 = narrowed_copy(y, n * dim, "rmsnorm");
+  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, narrow_bf16_, stream_), "rmsnorm");
 }
 
 void CudaBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (n <= 0 || dim <= 0) return;
   launched(cuda::launch_add_bias(y, bias, n, dim, stream_), "add_bias");
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (n <= 0) return;
   launched(cuda::launch_add(y, x, n, stream_), "add");
 }
 
-void CudaBackend::swiglu(float* gate, const float* up, int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
+  auto lock = gate();
   enter();
   if (n <= 0) return;
-  launched(cuda::launch_swiglu(gate, up, n, stream_), "swiglu");
+  void* g16 = narrowed_copy(g, n, "swiglu");
+  launched(cuda::launch_swiglu(g, up, n, g16, narrow_bf16_, stream_), "swiglu");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || p.head_dim % 2 != 0)
     fail(CLADE_E_UNSUPPORTED, "cuda: rope: head dimension " + std::to_string(p.head_dim));
@@ -546,7 +641,7 @@ void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos,
 
 void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,
                            int32_t start, const float* k, const float* v, int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (n <= 0 || kv_heads <= 0 || head_dim <= 0) return;
   if (start < 0 || (int64_t)start + n > capacity)
@@ -602,7 +697,7 @@ static_assert(sizeof(KvDest) == sizeof(cuda::KvWriteDesc) && offsetof(KvDest, kv
               "KvDest is uploaded as KvWriteDesc");
 
 void CudaBackend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   w.n_kvw = 0;
@@ -626,7 +721,7 @@ void CudaBackend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n
 
 void CudaBackend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                                const float* v) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   if (w.n_kvw == 0 || kv_heads <= 0 || head_dim <= 0) return;
@@ -639,7 +734,7 @@ std::unique_ptr<AttnWork> CudaBackend::make_attn_work() { return std::unique_ptr
 
 void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets,
                                     size_t n_sets) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   if (head_dim <= 0 || head_dim > cuda::kMaxHeadDim)
@@ -680,7 +775,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       // Many rows go to the tensor cores (a unit of kAttnRowsMma rows costs
       // about what a unit of kAttnRowGroup does on the FP32 cores); few rows
       // (a sequence's own span) to the FP32 kernel, where they fill a unit.
-      const bool mma = mma_type && d.n_rows >= kMmaMinRows;
+      const bool mma = mma_type && d.n_rows >= mma_min_rows_;
       w.use_mma.push_back(mma);
       const int32_t group = mma ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
       group_keys += (d.n_rows + group - 1) / group * (int64_t)d.len;
@@ -769,7 +864,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
 }
 
 void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   for (const CudaAttnWork::Set& st : w.sets) {
@@ -790,12 +885,109 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
 }
 
 void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  auto lock = gate();
   enter();
   if (list.n_out_rows <= 0 || head_dim <= 0) return;
+  void* o16 = narrowed_copy(out, list.n_out_rows * head_dim, "merge");
   launched(cuda::launch_merge(list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim,
-                              out, stream_),
+                              out, o16, narrow_bf16_, stream_),
            "merge");
+}
+
+// ---- whole passes as graphs ----
+
+uint64_t CudaBackend::state_key(const AttnWork& work) const {
+  const CudaAttnWork& w = static_cast<const CudaAttnWork&>(work);
+  uint64_t k = 0x84222325cbf29ce4ull;
+  auto mix = [&k](uint64_t v) { k = (k ^ v) * 0x100000001b3ull + (k >> 31); };
+  for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
+                        (const void*)x16_.p, (const void*)w16_.p})
+    mix((uint64_t)(uintptr_t)p);
+  for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.head_dim, (uint64_t)narrow_bf16_,
+                     (uint64_t)x16_.cap, (uint64_t)w.sets.size()})
+    mix(v);
+  uint32_t scale_bits;
+  std::memcpy(&scale_bits, &w.scale, 4);
+  mix(scale_bits);
+  for (const CudaAttnWork::Set& st : w.sets)
+    for (uint64_t v : {(uint64_t)st.type, (uint64_t)st.at, (uint64_t)st.n_units, (uint64_t)st.n_mma_units,
+                       (uint64_t)st.n_splits, (uint64_t)st.split_rows, (uint64_t)st.b_desc, (uint64_t)st.b_unit,
+                       (uint64_t)st.b_mma, (uint64_t)st.b_split, (uint64_t)st.part_o_at, (uint64_t)st.part_lse_at})
+      mix(v);
+  return k;
+}
+
+bool CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
+  auto lock = gate();
+  enter();
+  if (!use_graphs_ || capturing_) return false;
+  const uint64_t k = key ^ state_key(work);
+  const uint64_t now = ++graph_clock_;
+  for (Graph& g : graphs_)
+    if (g.key == k) {
+      check(cudaGraphLaunch(g.exec, stream_), "replaying a pass");
+      g.used = now;
+      return true;
+    }
+  auto seen = std::find_if(seen_.begin(), seen_.end(), [k](const std::pair<uint64_t, uint64_t>& e) { return e.first == k; });
+  if (seen == seen_.end()) {  // the first time: plain operations
+    if (seen_.size() >= kSeenKeys)
+      seen_.erase(std::min_element(seen_.begin(), seen_.end(),
+                                   [](const std::pair<uint64_t, uint64_t>& a, const std::pair<uint64_t, uint64_t>& b) {
+                                     return a.second < b.second;
+                                   }));
+    seen_.emplace_back(k, now);
+    return false;
+  }
+  seen_.erase(seen);
+  // The second time: record the operations (not run until pass_end).
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    (void)cudaGetLastError();
+    use_graphs_ = false;  // the stream does not capture: plain operations from now on
+    return false;
+  }
+  capturing_ = true;
+  capture_broken_ = false;
+  capture_owner_ = std::this_thread::get_id();
+  capture_key_ = k;
+  return false;
+}
+
+bool CudaBackend::pass_end(bool ok) {
+  auto lock = gate();
+  if (capture_broken_) {  // given up on the way (no_capture): nothing of it ran
+    capture_broken_ = false;
+    return !ok;
+  }
+  if (!capturing_) return true;  // plain operations: they ran
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  capturing_ = false;
+  capture_cv_.notify_all();
+  if (!ok || e != cudaSuccess || !graph) {
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    if (ok) use_graphs_ = false;  // the capture itself failed: do not try again
+    return !ok;
+  }
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    use_graphs_ = false;
+    return false;
+  }
+  if (graphs_.size() >= kMaxGraphs) {  // the least recently used goes (freed once it has run)
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                [](const Graph& a, const Graph& b) { return a.used < b.used; });
+    cudaGraphExecDestroy(lru->exec);
+    graphs_.erase(lru);
+  }
+  graphs_.push_back(Graph{capture_key_, exec, ++graph_clock_});
+  enter();
+  check(cudaGraphLaunch(exec, stream_), "running a captured pass");
+  return true;
 }
 
 }  // namespace

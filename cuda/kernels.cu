@@ -51,9 +51,9 @@ cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cud
 }
 
 cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
-                           cudaStream_t stream) {
+                           void* y16, bool bf16, cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
-  rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream>>>(x, weight, n, dim, eps, y);
+  rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream>>>(x, weight, n, dim, eps, y, y16, bf16);
   return cudaGetLastError();
 }
 
@@ -69,9 +69,9 @@ cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n);
+  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n, gate16, bf16);
   return cudaGetLastError();
 }
 
@@ -179,11 +179,12 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
 }
 
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
-                         const float* part_o, const double* part_lse, int head_dim, float* out, cudaStream_t stream) {
+                         const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
+                         bool bf16, cudaStream_t stream) {
   if (n_out_rows <= 0 || head_dim <= 0) return cudaSuccess;
   if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   merge_kernel<<<rows_grid(n_out_rows), kMergeThreads, 0, stream>>>(n_out_rows, part_begin, part_rows, part_o,
-                                                                     part_lse, head_dim, out);
+                                                                     part_lse, head_dim, out, out16, bf16);
   return cudaGetLastError();
 }
 

@@ -97,6 +97,14 @@ __device__ __forceinline__ float kv_load(const void* p, int64_t i) {
 
 // ---- elementwise ----
 
+// Element i of the 16-bit copy of an output that the next product takes
+// (out16 null: none): f16, or bf16 when bf16.
+__device__ __forceinline__ void store16(void* out16, bool bf16, int64_t i, float v) {
+  if (!out16) return;
+  if (bf16) static_cast<__nv_bfloat16*>(out16)[i] = __float2bfloat16_rn(v);
+  else static_cast<__half*>(out16)[i] = __float2half_rn(v);
+}
+
 // out[i] = row tokens[i] of the table, widened to f32; out [n][width].
 // A token outside [0, n_rows) gives a zero row rather than a wild read.
 __global__ void embed_kernel(int type, const uint8_t* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
@@ -131,7 +139,8 @@ __global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) 
 }
 
 // y [n][dim] = x / sqrt(mean(x^2) + eps) * weight; one block per row.
-__global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+__global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
+                               void* y16, bool bf16) {
   __shared__ float shared[33];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const float* xr = x + r * dim;
@@ -140,7 +149,11 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, i
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, shared);
     float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      const float v = xr[i] * inv * weight[i];
+      yr[i] = v;
+      store16(y16, bf16, r * dim + i, v);
+    }
   }
 }
 
@@ -159,10 +172,12 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 // gate = silu(gate) * up; gates below -88 give 0, as the CPU backend's
 // (lib/cpu/kernels.cpp, kSiluLow: -inf would give -inf / inf = NaN, and
 // the few gates just above -88.7 a denormal instead of 0).
-__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+__global__ void swiglu_kernel(float* gate, const float* up, int64_t n, void* gate16, bool bf16) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     float g = gate[i];
-    gate[i] = (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * up[i];
+    const float v = (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * up[i];
+    gate[i] = v;
+    store16(gate16, bf16, i, v);
   }
 }
 
@@ -717,7 +732,8 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
 // One block per output row, blockDim.x == kMergeThreads.
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows, const int32_t* part_begin,
                                                              const int32_t* part_rows, const float* part_o,
-                                                             const double* part_lse, int head_dim, float* out) {
+                                                             const double* part_lse, int head_dim, float* out,
+                                                             void* out16, bool bf16) {
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < n_out_rows; r += gridDim.x) {
     const int32_t j0 = part_begin[r], j1 = part_begin[r + 1];
@@ -727,7 +743,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows
 #pragma unroll
     for (int a = 0; a < kMergeSlots; a++) {
       const int d = tid + a * kMergeThreads;
-      if (d < head_dim) orow[d] = acc[a];
+      if (d < head_dim) {
+        orow[d] = acc[a];
+        store16(out16, bf16, r * head_dim + d, acc[a]);
+      }
     }
   }
 }

@@ -54,9 +54,13 @@ cudaError_t launch_dequant_rows_f16(int type, const void* w, uint64_t row_bytes,
 // out16 [n] = x [n] narrowed to bf16 (bf16) or f16, round to nearest even.
 cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cudaStream_t stream);
 
-// y [n][dim] = x / sqrt(mean(x^2) + eps) * weight [dim]
+// Three kernels whose output is the next product's input also store a
+// 16-bit copy of it for cuBLAS (out16 [same count], f16 or, with bf16,
+// bf16; null: none), sparing the narrowing launch.
+
+// y [n][dim] = x / sqrt(mean(x^2) + eps) * weight [dim]; y16: the copy
 cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
-                           cudaStream_t stream);
+                           void* y16, bool bf16, cudaStream_t stream);
 
 // y [n][dim] += bias [dim]
 cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
@@ -64,8 +68,8 @@ cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim,
 // y [n] += x [n]
 cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
 
-// gate [n] = silu(gate) * up
-cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream);
+// gate [n] = silu(gate) * up; gate16: the copy
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, cudaStream_t stream);
 
 // Rotate x [n][n_heads][head_dim] in place by pos [n] * pos_scale *
 // inv_freq [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
@@ -140,8 +144,10 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
 // w_j = exp(lse_j - L) computed in fp64 (L their logsumexp) and rounded to
 // f32, as the CPU backend; 0 when there is none or all lse are -inf.
+// out16: the copy.
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
-                         const float* part_o, const double* part_lse, int head_dim, float* out, cudaStream_t stream);
+                         const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
+                         bool bf16, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace clade

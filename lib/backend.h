@@ -218,6 +218,32 @@ class Backend {
                  size_t n_problems);
   // out [n_out_rows][head_dim]
   virtual void merge(const MergeList& list, int32_t head_dim, float* out) = 0;
+
+  // A pass's operations as one unit (the CUDA backend's graphs: a step's
+  // hundreds of launches replayed as one). Between pass_begin and pass_end
+  // the caller (Forward::run) calls the same operations with the same
+  // arguments whenever `key` is the same: key hashes every pointer, size and
+  // count it passes them; what changes from pass to pass (tokens,
+  // positions, KV destinations, attention tables) is read from backend
+  // memory, filled before pass_begin (kv_write_prepare, attention_prepare,
+  // copy_to). The backend adds its own state to the key (the work's tables
+  // and counts, its scratch buffers).
+  //   pass_begin true: the backend enqueued the whole pass itself (a
+  //     replay); the caller skips the operations and does not call pass_end.
+  //   pass_begin false: the caller calls the operations, then pass_end(true)
+  //     or, if one of them threw, pass_end(false). pass_end returns false
+  //     when the operations were recorded but not run (a capture given up
+  //     on the way): the caller then calls them again, without pass_begin.
+  // The defaults run every pass as its operations.
+  virtual bool pass_begin(const AttnWork& work, uint64_t key) {
+    (void)work;
+    (void)key;
+    return false;
+  }
+  virtual bool pass_end(bool ok) {
+    (void)ok;
+    return true;
+  }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);

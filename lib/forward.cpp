@@ -1,6 +1,7 @@
 #include "forward.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "error.h"
@@ -120,52 +121,83 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     be_.copy_to(attn, zero_.data(), (size_t)(T * q_dim) * 4);
   }
 
-  be_.embed(m_.tok_embd, tok, T, x);
-  for (int l = 0; l < c.n_layers; l++) {
-    if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
-    const LayerWeights& L = m_.layers[(size_t)l];
-    be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
-    be_.matmul(L.wq, xn, T, q);
-    be_.matmul(L.wk, xn, T, k);
-    be_.matmul(L.wv, xn, T, v);
-    if (L.bq) {
-      be_.add_bias(q, L.bq, T, q_dim);
-      be_.add_bias(k, L.bk, T, kv_dim);
-      be_.add_bias(v, L.bv, T, kv_dim);
+  // The logits' rows: a decode step asks for every token's in order, read
+  // where they are; else they are gathered first.
+  const int64_t nl = out ? (int64_t)n_logits : 0;
+  bool in_order = nl <= T;
+  for (int64_t i = 0; in_order && i < nl; i++) in_order = logit_tokens[i] == i;
+  float* gathered = nl && !in_order ? get<float>(sel_, (size_t)(nl * dim)) : nullptr;
+  float* logits = nl ? get<float>(logits_, (size_t)(nl * c.n_vocab)) : nullptr;
+
+  // Everything the operations below are called with but what is in backend
+  // memory already, for the backend's replay of a whole pass
+  // (Backend::pass_begin).
+  uint64_t key = 0xcbf29ce484222325ull;
+  auto mix = [&key](uint64_t h) { key = (key ^ h) * 0x100000001b3ull + (key >> 29); };
+  for (const void* p : {(const void*)&m_, (const void*)x, (const void*)xn, (const void*)q, (const void*)k,
+                        (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
+                        (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
+                        (const void*)pbegin, (const void*)prows, (const void*)part_o, (const void*)part_lse})
+    mix((uint64_t)(uintptr_t)p);
+  for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) mix((uint64_t)h);
+  if (gathered)
+    for (int64_t i = 0; i < nl; i++) mix((uint64_t)logit_tokens[i]);
+
+  auto ops = [&]() {
+    be_.embed(m_.tok_embd, tok, T, x);
+    for (int l = 0; l < c.n_layers; l++) {
+      // (before layer 0: below, once for a replayed pass too)
+      if (l > 0 && abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
+      const LayerWeights& L = m_.layers[(size_t)l];
+      be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
+      be_.matmul(L.wq, xn, T, q);
+      be_.matmul(L.wk, xn, T, k);
+      be_.matmul(L.wv, xn, T, v);
+      if (L.bq) {
+        be_.add_bias(q, L.bq, T, q_dim);
+        be_.add_bias(k, L.bk, T, kv_dim);
+        be_.add_bias(v, L.bv, T, kv_dim);
+      }
+      be_.rope(q, T, nh, pos, rope_);
+      be_.rope(k, T, kvh, pos, rope_);
+      be_.kv_write_run(*work_, l, kvh, hd, k, v);
+      if (mode != CLADE_ATTENTION_NONE) {
+        be_.attention_run(*work_, l, q);
+        be_.merge(ml, hd, attn);
+      }
+      be_.matmul(L.wo, attn, T, xn);
+      be_.add(x, xn, T * dim);
+      be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);
+      be_.matmul(L.w_gate, xn, T, gate);
+      be_.matmul(L.w_up, xn, T, up);
+      be_.swiglu(gate, up, T * ff);
+      be_.matmul(L.w_down, gate, T, xn);
+      be_.add(x, xn, T * dim);
     }
-    be_.rope(q, T, nh, pos, rope_);
-    be_.rope(k, T, kvh, pos, rope_);
-    be_.kv_write_run(*work_, l, kvh, hd, k, v);
-    if (mode != CLADE_ATTENTION_NONE) {
-      be_.attention_run(*work_, l, q);
-      be_.merge(ml, hd, attn);
+    if (!nl) return;
+    const float* sel = x;
+    if (gathered) {
+      for (int64_t i = 0; i < nl; i++) be_.copy(gathered + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
+      sel = gathered;
     }
-    be_.matmul(L.wo, attn, T, xn);
-    be_.add(x, xn, T * dim);
-    be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);
-    be_.matmul(L.w_gate, xn, T, gate);
-    be_.matmul(L.w_up, xn, T, up);
-    be_.swiglu(gate, up, T * ff);
-    be_.matmul(L.w_down, gate, T, xn);
-    be_.add(x, xn, T * dim);
+    be_.rmsnorm(sel, m_.output_norm, nl, dim, c.norm_eps, xn);
+    be_.matmul(m_.output, xn, nl, logits);
+  };
+  if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
+  if (!be_.pass_begin(*work_, key)) {
+    bool ran;
+    try {
+      ops();
+      ran = be_.pass_end(true);
+    } catch (...) {
+      be_.pass_end(false);
+      throw;
+    }
+    if (!ran) ops();
   }
   grows += work_->grows;
   work_->grows = 0;
-  if (!out || n_logits == 0) return;
-  const int64_t nl = (int64_t)n_logits;
-  // A decode step asks for every token's logits in order: the rows are
-  // read where they are; else they are gathered first.
-  bool in_order = nl <= T;
-  for (int64_t i = 0; in_order && i < nl; i++) in_order = logit_tokens[i] == i;
-  const float* sel = x;
-  if (!in_order) {
-    float* g = get<float>(sel_, (size_t)(nl * dim));
-    for (int64_t i = 0; i < nl; i++) be_.copy(g + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
-    sel = g;
-  }
-  be_.rmsnorm(sel, m_.output_norm, nl, dim, c.norm_eps, xn);
-  float* logits = get<float>(logits_, (size_t)(nl * c.n_vocab));
-  be_.matmul(m_.output, xn, nl, logits);
+  if (!nl) return;
   be_.copy_from(out, logits, (size_t)(nl * c.n_vocab) * 4);
 }
 

@@ -260,6 +260,63 @@ void test_elementwise(Backend& cpu, Backend& gpu) {
   expect_rel("swiglu", sw[1], sw[0], 1e-5, 1e-6);
 }
 
+// The copies the second backend's kernels keep of their outputs for the next
+// product (the CUDA backend: rmsnorm, swiglu and merge also store their
+// output as f16 or bf16 for cuBLAS, and the products of one input narrow
+// it once): a product right after each of them, and after the copy went
+// stale (its input rewritten by add, by a product's output, and by
+// copy_to), gives exactly what the same product gives on the same values
+// uploaded afresh. One backend against itself: the plain path is its own.
+void test_fused_copies(Backend& be, clade::TensorType t) {
+  const int64_t n = 4, dim = 256, n_out = 96;
+  HostWeight hw = make_weight(t, dim, n_out), hw2 = make_weight(t, n_out, dim);
+  std::vector<float> x = randn((size_t)(n * dim)), w = randn((size_t)dim), up = randn((size_t)(n * dim));
+  Arena a(be);
+  clade::Weight W = be.upload_weight(hw.view()), W2 = be.upload_weight(hw2.view());
+  float* dx = a.put(x);
+  float* dw = a.put(w);
+  float* dup = a.put(up);
+  float* dy = static_cast<float*>(a.raw(x.size() * 4));
+  float* dfresh = static_cast<float*>(a.raw(x.size() * 4));
+  float* dout = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+  // The product of dy as it stands, then of its values uploaded afresh.
+  auto check_product = [&](const std::string& what) {
+    be.matmul(W, dy, n, dout);
+    std::vector<float> got = a.get(dout, (size_t)(n * n_out));
+    std::vector<float> y = a.get(dy, x.size());
+    be.copy_to(dfresh, y.data(), y.size() * 4);
+    be.matmul(W, dfresh, n, dout);
+    expect_equal(std::string("product after ") + what + " " + type_name(t), got, a.get(dout, (size_t)(n * n_out)));
+  };
+  be.rmsnorm(dx, dw, n, dim, 1e-5f, dy);
+  check_product("rmsnorm");
+  be.rmsnorm(dx, dw, n, dim, 1e-5f, dy);
+  be.add(dy, dx, n * dim);
+  check_product("rmsnorm then add");
+  be.rmsnorm(dx, dw, n, dim, 1e-5f, dy);
+  be.matmul(W, dy, n, dout);
+  be.matmul(W2, dout, n, dy);  // a product's output over the copied input
+  check_product("a product writing its input");
+  be.rmsnorm(dx, dw, n, dim, 1e-5f, dy);
+  be.copy_to(dy, up.data(), up.size() * 4);
+  check_product("copy_to");
+  be.copy_to(dy, x.data(), x.size() * 4);
+  be.swiglu(dy, dup, n * dim);
+  check_product("swiglu");
+  // merge: 64 rows of head_dim 4 from one partial each (weight 1).
+  std::vector<int32_t> begin((size_t)(n * dim / 4) + 1), prow((size_t)(n * dim / 4));
+  for (size_t i = 0; i < prow.size(); i++) begin[i + 1] = (int32_t)i + 1, prow[i] = (int32_t)i;
+  std::vector<double> lse(prow.size(), 0.5);
+  clade::MergeList ml;
+  ml.n_out_rows = (int64_t)prow.size();
+  ml.part_begin = a.put(begin);
+  ml.part_rows = a.put(prow);
+  ml.part_o = dup;
+  ml.part_lse = a.put(lse);
+  be.merge(ml, 4, dy);
+  check_product("merge");
+}
+
 void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
   const int64_t n = 6;
   const int n_heads = 3, hd = 64;
@@ -698,6 +755,7 @@ int main(int argc, char** argv) {
     // More output rows than one dequantization tile (64 MiB of f16).
     test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
     test_elementwise(*cpu, *gpu);
+    for (T t : {T::F16, T::BF16, T::Q8_0}) test_fused_copies(*gpu, t);
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
