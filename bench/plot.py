@@ -12,12 +12,14 @@ run with /usr/bin/python3).
                            (bench/run_sweep.sh's decode-kv4.csv)
   decode-attention.png     attention time per step (step minus noattn)
                            against prefix, per batch, shared and flat
+  gpu-decode-modes.png,    the same two from a scripts/gpu_check.sh CSV
+  gpu-decode-attention.png (--gpu; --gpu-name names the GPU in the titles)
   decode-kv.png            KV memory against batch, per prefix: one shared
                            copy of the prefix (clade's tree) against a copy
                            per sequence (B x (P + G)), from the model's
                            shape
 
-usage: /usr/bin/python3 bench/plot.py [--side-by-side CSV] [--sweep CSV]
+usage: /usr/bin/python3 bench/plot.py [--side-by-side CSV] [--sweep CSV] [--gpu CSV]
            [--layers 8 --kv-heads 4 --head-dim 64 --kv-bytes 2 --gen 32]
            [--out DIR (bench/plots)]"""
 import argparse
@@ -70,11 +72,11 @@ def side_by_side(rows, out):
     plt.close(fig)
 
 
-def sweep(rows, out):
+def sweep(rows, out, name="decode", title="clade batch decode by attention mode"):
     tps = {(r["mode"], int(r["prefix"]), int(r["batch"])): float(r["tokens_per_s"]) for r in rows}
     ms = {(r["mode"], int(r["prefix"]), int(r["batch"])): float(r["ms_per_step"]) for r in rows}
     prefixes = sorted({k[1] for k in tps})
-    fig, axes = panels(prefixes, "clade batch decode by attention mode")
+    fig, axes = panels(prefixes, title)
     for ax, p in zip(axes, prefixes):
         for mode, style in (("shared", "o-"), ("flat", "s--"), ("noattn", "k:")):
             pts = sorted((b, t) for (m, pp, b), t in tps.items() if m == mode and pp == p)
@@ -82,7 +84,7 @@ def sweep(rows, out):
                 ax.plot([b for b, _ in pts], [t for _, t in pts], style, label=mode)
         batch_axis(ax, p)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "decode-modes.png"), dpi=110)
+    fig.savefig(os.path.join(out, name + "-modes.png"), dpi=110)
     plt.close(fig)
     # attention time per step: the step minus the step without attention
     batches = sorted({k[2] for k in ms})
@@ -101,11 +103,11 @@ def sweep(rows, out):
     ax.set_yscale("log")
     ax.set_xlabel("shared prefix (tokens)")
     ax.set_ylabel("attention ms per step (step - noattn)")
-    ax.set_title("Attention time per decode step")
+    ax.set_title(title.replace("batch decode by attention mode", "attention time per decode step"))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "decode-attention.png"), dpi=110)
+    fig.savefig(os.path.join(out, name + "-attention.png"), dpi=110)
     plt.close(fig)
 
 
@@ -134,6 +136,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--side-by-side")
     ap.add_argument("--sweep")
+    ap.add_argument("--gpu", help="a scripts/gpu_check.sh decode CSV: gpu-decode-modes.png, gpu-decode-attention.png")
+    ap.add_argument("--gpu-name", default="GPU")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=64)
@@ -141,9 +145,14 @@ def main():
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots"))
     a = ap.parse_args()
-    if not a.side_by_side and not a.sweep:
-        ap.error("give --side-by-side CSV and/or --sweep CSV")
+    if not a.side_by_side and not a.sweep and not a.gpu:
+        ap.error("give --side-by-side CSV, --sweep CSV and/or --gpu CSV")
     os.makedirs(a.out, exist_ok=True)
+    if a.gpu:
+        sweep(read(a.gpu), a.out, "gpu-decode", "clade batch decode by attention mode, CUDA on an %s" % a.gpu_name)
+        if not a.side_by_side and not a.sweep:
+            print("plots in %s" % a.out)
+            return
     prefixes, batches = set(), set()
     for path, fn in ((a.side_by_side, side_by_side), (a.sweep, sweep)):
         if path:
