@@ -164,7 +164,7 @@ class CudaBackend final : public Backend {
   void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
   void attention_run(AttnWork& work, int layer, const float* q) override;
   void merge(const MergeList& list, int32_t head_dim, float* out) override;
-  bool pass_begin(const AttnWork& work, uint64_t key) override;
+  PassMode pass_begin(const AttnWork& work, uint64_t key) override;
   bool pass_end(bool ok) override;
 
  private:
@@ -209,9 +209,13 @@ class CudaBackend final : public Backend {
   const void* narrow_x(const float* x, int64_t count, bool bf16);
   // For rmsnorm, swiglu and merge, whose output y [count] is the next
   // product's input: the x16_ scratch their kernel also fills with y
-  // narrowed to the type the last product took (narrow_bf16_), recorded
-  // as narrowed_; null where y is too large for the scratch to grow to.
-  void* narrowed_copy(const float* y, int64_t count, const char* what);
+  // narrowed to the type the last product took (copy_type_); null when
+  // that product took f32 (or none ran yet), or y is larger than the
+  // scratch may grow. After the launch, keep_copy records it as narrowed_.
+  void* narrowed_copy(int64_t count, const char* what);
+  void keep_copy(const void* y16, const float* y, int64_t count) {
+    if (y16) narrowed_ = Narrowed{y, count, copy_type_ == 1};
+  }
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -221,6 +225,11 @@ class CudaBackend final : public Backend {
   // Problems of at least this many rows go to it (CLADE_CUDA_MMA_MIN_ROWS,
   // 1..64, to measure where it starts to pay).
   int32_t mma_min_rows_ = 24;
+  // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
+  // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
+  // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
+  // and was opted into it; else their problems take the FP32 kernel.
+  bool mma_hd_[2] = {false, false};
   std::mutex mu_;
   std::vector<void*> weights_;  // uploaded weights, freed with the backend
   Scratch x16_;                 // activations narrowed for cuBLAS
@@ -232,7 +241,7 @@ class CudaBackend final : public Backend {
     int64_t count = 0;
     bool bf16 = false;
   } narrowed_;
-  bool narrow_bf16_ = false;  // the 16-bit type the last product's input took
+  int copy_type_ = -1;  // the last product's input: -1 f32 (or none yet), 0 f16, 1 bf16
   Scratch w16_;                 // widened quantized weight rows
   int sm_count_ = 1;            // multiprocessors (attention work units)
   AttnCost cost_;
@@ -285,6 +294,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (fp32 > 0) {
       cost_.gemm_flops = 0.3 * fp32;
       cost_.small_flops = 0.1 * fp32;
+    }
+    int smem_optin = 0;
+    check(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
+          "cudaDeviceGetAttribute");
+    for (int i = 0; i < 2; i++) {
+      const int hd = i ? 128 : 64;
+      mma_hd_[i] = cuda::attention_mma_smem(hd) <= (size_t)smem_optin && cuda::attention_mma_setup(hd) == cudaSuccess;
+      (void)cudaGetLastError();
     }
     cost_.item_overhead = 1e-6;
     cost_.merge_per_row = 1e-9;
@@ -345,6 +362,7 @@ void CudaBackend::no_capture() {
   (void)cudaGetLastError();
   capturing_ = false;
   capture_broken_ = true;
+  narrowed_.x = nullptr;  // its copy was only recorded
   capture_cv_.notify_all();
 }
 
@@ -505,7 +523,7 @@ Weight CudaBackend::upload_weight(const Weight& host) {
 // ---- products ----
 
 const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
-  narrow_bf16_ = bf16;
+  copy_type_ = bf16 ? 1 : 0;
   if (narrowed_.x == x && narrowed_.count == count && narrowed_.bf16 == bf16) return x16_.p;
   narrowed_.x = nullptr;
   void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
@@ -514,13 +532,11 @@ const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
   return x16;
 }
 
-void* CudaBackend::narrowed_copy(const float* y, int64_t count, const char* what) {
+void* CudaBackend::narrowed_copy(int64_t count, const char* what) {
   // (enter() has forgotten the last copy.) The scratch only grows here as
   // far as the products it serves would grow it themselves.
-  if (count <= 0 || (size_t)count * 2 > std::max(x16_.cap, kNarrowedCopyMax)) return nullptr;
-  void* y16 = scratch(x16_, (size_t)count * 2, what);
-  narrowed_ = Narrowed{y, count, narrow_bf16_};
-  return y16;
+  if (copy_type_ < 0 || count <= 0 || (size_t)count * 2 > std::max(x16_.cap, kNarrowedCopyMax)) return nullptr;
+  return scratch(x16_, (size_t)count * 2, what);
 }
 
 void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16,
@@ -538,9 +554,16 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   auto lock = gate();
   enter(true);
   const int64_t K = w.n_in, N = w.n_out;
-  // y is written below: narrowed activations that it overlaps are stale.
-  if (narrowed_.x && y < narrowed_.x + narrowed_.count && narrowed_.x < y + std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0))
-    narrowed_.x = nullptr;
+  // y is written: a narrowed copy of activations it overlaps is stale after
+  // this product (checked on the way out, after its own narrowing).
+  struct Forget {
+    Narrowed& nw;
+    const float* y;
+    int64_t count;
+    ~Forget() {
+      if (nw.x && y < nw.x + nw.count && nw.x < y + count) nw.x = nullptr;
+    }
+  } forget{narrowed_, y, std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0)};
   if (n <= 0 || N <= 0) return;
   if (K <= 0) {
     check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
@@ -550,6 +573,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     fail(CLADE_E_UNSUPPORTED, "cuda: matmul dimensions beyond cuBLAS's 32-bit sizes");
   switch (w.type) {
     case TensorType::F32: {
+      copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
       const float one = 1.0f, zero = 0.0f;
       check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)n, (int)K, &one,
                              static_cast<const float*>(w.data), (int)K, x, (int)K, &zero, y, (int)N),
@@ -601,8 +625,9 @@ void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_
   auto lock = gate();
   enter();
   if (n <= 0 || dim <= 0) return;
-  void* y16 = narrowed_copy(y, n * dim, "rmsnorm");
-  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, narrow_bf16_, stream_), "rmsnorm");
+  void* y16 = narrowed_copy(n * dim, "rmsnorm");
+  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, copy_type_ == 1, stream_), "rmsnorm");
+  keep_copy(y16, y, n * dim);
 }
 
 void CudaBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) {
@@ -623,8 +648,9 @@ void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
   auto lock = gate();
   enter();
   if (n <= 0) return;
-  void* g16 = narrowed_copy(g, n, "swiglu");
-  launched(cuda::launch_swiglu(g, up, n, g16, narrow_bf16_, stream_), "swiglu");
+  void* g16 = narrowed_copy(n, "swiglu");
+  launched(cuda::launch_swiglu(g, up, n, g16, copy_type_ == 1, stream_), "swiglu");
+  keep_copy(g16, g, n);
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
@@ -749,7 +775,8 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     if (!kv_type_valid(set.type)) fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
     w.descs.clear();
     w.use_mma.clear();
-    const bool mma_type = use_mma_ && cuda::attention_mma_supported((int)set.type, head_dim);
+    const bool mma_type = use_mma_ && cuda::attention_mma_supported((int)set.type, head_dim) &&
+                          mma_hd_[head_dim == 128 ? 1 : 0];
     int64_t group_keys = 0;  // keys over all row groups
     for (size_t i = 0; i < set.n_problems; i++) {
       const AttnProblem& p = set.problems[i];
@@ -888,10 +915,11 @@ void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
   auto lock = gate();
   enter();
   if (list.n_out_rows <= 0 || head_dim <= 0) return;
-  void* o16 = narrowed_copy(out, list.n_out_rows * head_dim, "merge");
+  void* o16 = narrowed_copy(list.n_out_rows * head_dim, "merge");
   launched(cuda::launch_merge(list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim,
-                              out, o16, narrow_bf16_, stream_),
+                              out, o16, copy_type_ == 1, stream_),
            "merge");
+  keep_copy(o16, out, list.n_out_rows * head_dim);
 }
 
 // ---- whole passes as graphs ----
@@ -903,7 +931,7 @@ uint64_t CudaBackend::state_key(const AttnWork& work) const {
   for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
                         (const void*)x16_.p, (const void*)w16_.p})
     mix((uint64_t)(uintptr_t)p);
-  for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.head_dim, (uint64_t)narrow_bf16_,
+  for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.head_dim, (uint64_t)(copy_type_ + 1),
                      (uint64_t)x16_.cap, (uint64_t)w.sets.size()})
     mix(v);
   uint32_t scale_bits;
@@ -917,17 +945,17 @@ uint64_t CudaBackend::state_key(const AttnWork& work) const {
   return k;
 }
 
-bool CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
+Backend::PassMode CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
   auto lock = gate();
   enter();
-  if (!use_graphs_ || capturing_) return false;
+  if (!use_graphs_ || capturing_) return PassMode::plain;
   const uint64_t k = key ^ state_key(work);
   const uint64_t now = ++graph_clock_;
   for (Graph& g : graphs_)
     if (g.key == k) {
       check(cudaGraphLaunch(g.exec, stream_), "replaying a pass");
       g.used = now;
-      return true;
+      return PassMode::replayed;
     }
   auto seen = std::find_if(seen_.begin(), seen_.end(), [k](const std::pair<uint64_t, uint64_t>& e) { return e.first == k; });
   if (seen == seen_.end()) {  // the first time: plain operations
@@ -937,38 +965,40 @@ bool CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
                                      return a.second < b.second;
                                    }));
     seen_.emplace_back(k, now);
-    return false;
+    return PassMode::plain;
   }
   seen_.erase(seen);
   // The second time: record the operations (not run until pass_end).
   if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
     (void)cudaGetLastError();
     use_graphs_ = false;  // the stream does not capture: plain operations from now on
-    return false;
+    return PassMode::plain;
   }
   capturing_ = true;
   capture_broken_ = false;
   capture_owner_ = std::this_thread::get_id();
   capture_key_ = k;
-  return false;
+  return PassMode::recording;
 }
 
 bool CudaBackend::pass_end(bool ok) {
   auto lock = gate();
   if (capture_broken_) {  // given up on the way (no_capture): nothing of it ran
     capture_broken_ = false;
-    return !ok;
+    return false;
   }
-  if (!capturing_) return true;  // plain operations: they ran
+  if (!capturing_) return true;  // a plain pass: it ran (or threw: the caller rethrows)
   cudaGraph_t graph = nullptr;
   cudaError_t e = cudaStreamEndCapture(stream_, &graph);
   capturing_ = false;
   capture_cv_.notify_all();
   if (!ok || e != cudaSuccess || !graph) {
+    // A recording that failed or threw (perhaps for being a recording):
+    // nothing ran, the caller runs the pass plainly, and no more recordings.
     if (graph) cudaGraphDestroy(graph);
     (void)cudaGetLastError();
-    if (ok) use_graphs_ = false;  // the capture itself failed: do not try again
-    return !ok;
+    use_graphs_ = false;
+    return false;
   }
   cudaGraphExec_t exec = nullptr;
   e = cudaGraphInstantiate(&exec, graph, 0);

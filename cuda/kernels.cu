@@ -120,21 +120,37 @@ cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_
 
 namespace {
 
-// One instantiation of the tensor-core kernel: its shared memory is above
-// the default 48 KiB, which each kernel must opt into once.
+// One instantiation of the tensor-core kernel (its shared memory, above
+// the default 48 KiB, opted into by attention_mma_setup).
 template <int KV, int HD>
 cudaError_t launch_mma(const float* q, float scale, int layer, const AttnDesc* probs, const AttnUnit* units,
                        int n_units, float* part_o, double* part_lse, cudaStream_t stream) {
-  constexpr int bytes = MmaSmem<HD>::bytes;
-  static const cudaError_t opt_in = cudaFuncSetAttribute(attention_mma_kernel<KV, HD>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (opt_in != cudaSuccess) return opt_in;
-  attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, bytes, stream>>>(q, scale, layer, probs, units,
-                                                                                  n_units, part_o, part_lse);
+  attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, stream>>>(
+      q, scale, layer, probs, units, n_units, part_o, part_lse);
   return cudaGetLastError();
 }
 
+template <int HD>
+cudaError_t opt_in_mma() {
+  cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<kKvF16, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       MmaSmem<HD>::bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(attention_mma_kernel<kKvBF16, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             MmaSmem<HD>::bytes);
+  return e;
+}
+
 }  // namespace
+
+size_t attention_mma_smem(int head_dim) {
+  return head_dim == 64 ? (size_t)MmaSmem<64>::bytes : head_dim == 128 ? (size_t)MmaSmem<128>::bytes : 0;
+}
+
+cudaError_t attention_mma_setup(int head_dim) {
+  if (head_dim == 64) return opt_in_mma<64>();
+  if (head_dim == 128) return opt_in_mma<128>();
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,

@@ -296,6 +296,13 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Whether a key below the row's limit passes its tree mask (mask null: no
+// mask; below mask_base every key is seen, from it on bit key - mask_base,
+// under 64 below the limit: lib/backend.h).
+__device__ __forceinline__ bool tree_visible(const uint64_t* mask, int mask_base, uint64_t row_mask, int key) {
+  return !mask || key < mask_base || ((row_mask >> (unsigned)(key - mask_base)) & 1ull);
+}
+
 // After the unit's rows' visible key counts lim [nr] are in shared memory
 // (every thread calls this): the end of the unit's keys, min(c1, the
 // largest count); slot: one int of shared memory.
@@ -358,9 +365,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
         const int r = i / tk, j = i - r * tk;
         float s = -INFINITY;
         const int key = j0 + j;
-        const bool hidden =
-            P.mask && key >= P.mask_base && !((P.mask[U.r0 + r] >> (unsigned)(key - P.mask_base)) & 1ull);  // tree mask
-        if (j < jb && key < lim[r] && !hidden) {
+        // (the tree mask's bit is read only below the row's limit, where
+        // key - mask_base < 64)
+        if (j < jb && key < lim[r] && tree_visible(P.mask, P.mask_base, P.mask ? P.mask[U.r0 + r] : 0, key)) {
           const float* qr = qs + r * hd;
           const float* kr = kvs + j * ld;
           float s0 = 0.0f, s1 = 0.0f;
@@ -442,8 +449,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q,
 //   scores S [16][64] = Q K^T on the tensor cores (wmma 16x16x16, fp32
 //     accumulation); the scaled queries are split into two numbers of the
 //     KV type, hi = round(q) and lo = round(q - hi), and both products are
-//     summed, so the scores carry the error of fp32 queries, not of
-//     16-bit ones (the keys are exact: they are stored in that type);
+//     summed, so the queries carry about 22 significant bits with F16 KV
+//     (close to fp32's 24) and 16 with BF16, not 11 or 8 (the keys are
+//     exact: they are stored in that type);
 //   the online softmax of attention_kernel in fp32, two lanes per row;
 //   O += P V, with P split the same way into hi + lo, into a temporary
 //     that the lanes add to their rows' outputs (held in registers, rescaled
@@ -594,8 +602,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 #pragma unroll
         for (int t = 0; t < kMmaKeys / 2; t++) {
           const int j = 2 * t + my_half, key = j0 + j;
-          const bool hidden = P.mask && key >= P.mask_base && !((rmask >> (unsigned)(key - P.mask_base)) & 1ull);
-          const float sv = (j < jb && key < rlim && !hidden) ? sc[r * L::lds + j] : -INFINITY;
+          const bool seen = j < jb && key < rlim && tree_visible(P.mask, P.mask_base, rmask, key);
+          const float sv = seen ? sc[r * L::lds + j] : -INFINITY;
           s_loc[t] = sv;
           mx = fmaxf(mx, sv);
         }

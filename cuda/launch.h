@@ -108,6 +108,12 @@ constexpr int kAttnRowsMma = 64;
 inline bool attention_mma_supported(int kv_type, int head_dim) {
   return (kv_type == kKvF16 || kv_type == kKvBF16) && (head_dim == 64 || head_dim == 128);
 }
+// Its dynamic shared memory per block at a head dimension (0: not taken),
+// and the opt-in above the default 48 KiB for the current device (once per
+// device and head dimension, before the first launch; it fails where the
+// device's per-block limit is below attention_mma_smem).
+size_t attention_mma_smem(int head_dim);
+cudaError_t attention_mma_setup(int head_dim);
 
 // A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
 // against keys [c0, c1) (the host starts chunks at KV block boundaries).

@@ -228,17 +228,22 @@ class Backend {
   // memory, filled before pass_begin (kv_write_prepare, attention_prepare,
   // copy_to). The backend adds its own state to the key (the work's tables
   // and counts, its scratch buffers).
-  //   pass_begin true: the backend enqueued the whole pass itself (a
-  //     replay); the caller skips the operations and does not call pass_end.
-  //   pass_begin false: the caller calls the operations, then pass_end(true)
-  //     or, if one of them threw, pass_end(false). pass_end returns false
-  //     when the operations were recorded but not run (a capture given up
-  //     on the way): the caller then calls them again, without pass_begin.
-  // The defaults run every pass as its operations.
-  virtual bool pass_begin(const AttnWork& work, uint64_t key) {
+  //   replayed: the backend enqueued the whole pass itself; the caller
+  //     skips the operations and does not call pass_end.
+  //   plain, recording: the caller calls the operations (while recording
+  //     they are kept, not run: the caller calls nothing else of the
+  //     library meanwhile, so no user callback), then pass_end(true) or,
+  //     if one of them threw, pass_end(false). pass_end returns false when
+  //     the operations did not run (a recording given up on the way, or one
+  //     that threw, which may have been the recording's doing): the caller
+  //     then calls them again as a plain pass, and an exception of that
+  //     run is the pass's. After a plain pass that threw it returns true.
+  // The defaults run every pass plainly.
+  enum class PassMode { plain, recording, replayed };
+  virtual PassMode pass_begin(const AttnWork& work, uint64_t key) {
     (void)work;
     (void)key;
-    return false;
+    return PassMode::plain;
   }
   virtual bool pass_end(bool ok) {
     (void)ok;

@@ -143,11 +143,13 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   if (gathered)
     for (int64_t i = 0; i < nl; i++) mix((uint64_t)logit_tokens[i]);
 
-  auto ops = [&]() {
+  auto ops = [&](bool recording) {
     be_.embed(m_.tok_embd, tok, T, x);
     for (int l = 0; l < c.n_layers; l++) {
-      // (before layer 0: below, once for a replayed pass too)
-      if (l > 0 && abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
+      // (before layer 0: below, once for a replayed or recorded pass; the
+      // callback may call the library, which a recording must not see)
+      if (l > 0 && !recording && abort.fn && abort.fn(abort.user))
+        fail(CLADE_STOPPED, "stopped by the abort callback");
       const LayerWeights& L = m_.layers[(size_t)l];
       be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
       be_.matmul(L.wq, xn, T, q);
@@ -184,16 +186,17 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     be_.matmul(m_.output, xn, nl, logits);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
-  if (!be_.pass_begin(*work_, key)) {
+  const Backend::PassMode pm = be_.pass_begin(*work_, key);
+  if (pm != Backend::PassMode::replayed) {
     bool ran;
     try {
-      ops();
+      ops(pm == Backend::PassMode::recording);
       ran = be_.pass_end(true);
     } catch (...) {
-      be_.pass_end(false);
-      throw;
+      if (be_.pass_end(false)) throw;
+      ran = false;
     }
-    if (!ran) ops();
+    if (!ran) ops(false);
   }
   grows += work_->grows;
   work_->grows = 0;

@@ -112,14 +112,14 @@ class GraphEmu final : public Backend {
     op([=] { in_->kv_copy(dst, dst_cap, dst_at, src, src_cap, src_at, n, hd, type); });
   }
 
-  bool pass_begin(const AttnWork& work, uint64_t key) override {
+  PassMode pass_begin(const AttnWork& work, uint64_t key) override {
     (void)work;  // the CPU backend keeps nothing of a prepared pass in an operation's arguments
     for (Graph& g : graphs_)
       if (g.key == key) {
         for (auto& f : g.ops) f();
         g.used = ++clock_;
         replays++;
-        return true;
+        return PassMode::replayed;
       }
     for (size_t i = 0; i < seen_.size(); i++)
       if (seen_[i] == key) {
@@ -128,20 +128,20 @@ class GraphEmu final : public Backend {
         rec_.clear();
         rec_key_ = key;
         break_at_ = ++recordings % 3 == 0 ? 5 : -1;
-        return false;
+        return PassMode::recording;
       }
     if (seen_.size() >= 16) seen_.erase(seen_.begin());
     seen_.push_back(key);
-    return false;
+    return PassMode::plain;
   }
   bool pass_end(bool ok) override {
-    if (broken_) {
+    if (broken_) {  // given up: nothing of it ran
       broken_ = false;
-      return !ok;
+      return false;
     }
     if (!recording_) return true;
     recording_ = false;
-    if (!ok) return true;
+    if (!ok) return false;  // (run it plainly)
     if (graphs_.size() >= 4) {  // least recently used out, as the CUDA backend (with fewer kept)
       size_t lru = 0;
       for (size_t i = 1; i < graphs_.size(); i++)
