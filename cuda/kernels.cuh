@@ -209,6 +209,21 @@ using ::clade::kKVBlock;
 using ::clade::kv_k_row;
 using ::clade::kv_v_row;
 
+// One element of K and one of V, at element offsets ko and vo of a span of
+// KV type `type`, rounded to nearest even where it is 16-bit.
+__device__ __forceinline__ void store_kv(int type, void* span, int64_t ko, int64_t vo, float kx, float vx) {
+  if (type == kKvF32) {
+    static_cast<float*>(span)[ko] = kx;
+    static_cast<float*>(span)[vo] = vx;
+  } else if (type == kKvF16) {
+    static_cast<__half*>(span)[ko] = __float2half_rn(kx);
+    static_cast<__half*>(span)[vo] = __float2half_rn(vx);
+  } else {
+    static_cast<__nv_bfloat16*>(span)[ko] = __float2bfloat16_rn(kx);
+    static_cast<__nv_bfloat16*>(span)[vo] = __float2bfloat16_rn(vx);
+  }
+}
+
 // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span
 // [kv_heads][2 * capacity][head_dim] of type KV at positions start.. .
 template <int KV>
@@ -221,16 +236,7 @@ __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int he
     const int64_t head = h * 2 * (int64_t)capacity * head_dim;
     const int64_t ko = head + kv_k_row(start + t, capacity) * head_dim + d;
     const int64_t vo = head + kv_v_row(start + t, capacity) * head_dim + d;
-    if (KV == kKvF32) {
-      static_cast<float*>(kv_dst)[ko] = k[i];
-      static_cast<float*>(kv_dst)[vo] = v[i];
-    } else if (KV == kKvF16) {
-      static_cast<__half*>(kv_dst)[ko] = __float2half_rn(k[i]);
-      static_cast<__half*>(kv_dst)[vo] = __float2half_rn(v[i]);
-    } else {
-      static_cast<__nv_bfloat16*>(kv_dst)[ko] = __float2bfloat16_rn(k[i]);
-      static_cast<__nv_bfloat16*>(kv_dst)[vo] = __float2bfloat16_rn(v[i]);
-    }
+    store_kv(KV, kv_dst, ko, vo, k[i], v[i]);
   }
 }
 
@@ -250,17 +256,7 @@ __global__ void kv_write_many_kernel(const KvWriteDesc* descs, int layer, int kv
     for (int i = threadIdx.x; i < row; i += blockDim.x) {
       const int h = i / head_dim, d = i - h * head_dim;
       const int64_t head = (int64_t)h * 2 * D.capacity * head_dim;
-      const int64_t ko = head + kro + d, vo = head + vro + d;
-      if (D.type == kKvF32) {
-        reinterpret_cast<float*>(span)[ko] = kr[i];
-        reinterpret_cast<float*>(span)[vo] = vr[i];
-      } else if (D.type == kKvF16) {
-        reinterpret_cast<__half*>(span)[ko] = __float2half_rn(kr[i]);
-        reinterpret_cast<__half*>(span)[vo] = __float2half_rn(vr[i]);
-      } else {
-        reinterpret_cast<__nv_bfloat16*>(span)[ko] = __float2bfloat16_rn(kr[i]);
-        reinterpret_cast<__nv_bfloat16*>(span)[vo] = __float2bfloat16_rn(vr[i]);
-      }
+      store_kv(D.type, span, head + kro + d, head + vro + d, kr[i], vr[i]);
     }
   }
 }

@@ -135,7 +135,6 @@ class AttnWork {
   std::vector<KvDest> kv_dests;
 };
 
-
 // Merge list: output row i combines the partial rows
 // part_rows[part_begin[i] .. part_begin[i+1]) of (part_o [.][head_dim],
 // part_lse [.]): out[i] = sum_j exp(lse_j - L) * o_j with
