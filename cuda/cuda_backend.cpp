@@ -180,8 +180,9 @@ class CudaBackend final : public Backend {
   // capture in progress is given up (its pass_end returns false and the
   // pass runs again as plain operations).
   void no_capture();
-  // The work's launch parameters and the scratch buffers, for the key.
-  uint64_t state_key(const AttnWork& work) const;
+  // The pass's key with the work's launch parameters and the scratch
+  // buffers added.
+  uint64_t state_key(const AttnWork& work, uint64_t key) const;
   // Make the backend's device current on this thread (callers hold mu_).
   // Every operation but matmul may write device memory that the narrowed
   // activations came from, so it forgets them (narrowed_).
@@ -924,32 +925,31 @@ void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
 
 // ---- whole passes as graphs ----
 
-uint64_t CudaBackend::state_key(const AttnWork& work) const {
+uint64_t CudaBackend::state_key(const AttnWork& work, uint64_t key) const {
   const CudaAttnWork& w = static_cast<const CudaAttnWork&>(work);
-  uint64_t k = 0x84222325cbf29ce4ull;
-  auto mix = [&k](uint64_t v) { k = (k ^ v) * 0x100000001b3ull + (k >> 31); };
+  PassKey k{key};
   for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
                         (const void*)x16_.p, (const void*)w16_.p})
-    mix((uint64_t)(uintptr_t)p);
+    k.add(p);
   for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.head_dim, (uint64_t)(copy_type_ + 1),
                      (uint64_t)x16_.cap, (uint64_t)w.sets.size()})
-    mix(v);
+    k.add(v);
   uint32_t scale_bits;
   std::memcpy(&scale_bits, &w.scale, 4);
-  mix(scale_bits);
+  k.add(scale_bits);
   for (const CudaAttnWork::Set& st : w.sets)
     for (uint64_t v : {(uint64_t)st.type, (uint64_t)st.at, (uint64_t)st.n_units, (uint64_t)st.n_mma_units,
                        (uint64_t)st.n_splits, (uint64_t)st.split_rows, (uint64_t)st.b_desc, (uint64_t)st.b_unit,
                        (uint64_t)st.b_mma, (uint64_t)st.b_split, (uint64_t)st.part_o_at, (uint64_t)st.part_lse_at})
-      mix(v);
-  return k;
+      k.add(v);
+  return k.h;
 }
 
 Backend::PassMode CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
   auto lock = gate();
   enter();
   if (!use_graphs_ || capturing_) return PassMode::plain;
-  const uint64_t k = key ^ state_key(work);
+  const uint64_t k = state_key(work, key);
   const uint64_t now = ++graph_clock_;
   for (Graph& g : graphs_)
     if (g.key == k) {

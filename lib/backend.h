@@ -239,6 +239,13 @@ class Backend {
   //     run is the pass's. After a plain pass that threw it returns true.
   // The defaults run every pass plainly.
   enum class PassMode { plain, recording, replayed };
+  // The running hash that builds a pass's key (Forward::run's part, then
+  // the backend's own state on top).
+  struct PassKey {
+    uint64_t h = 0xcbf29ce484222325ull;
+    void add(uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); }
+    void add(const void* p) { add((uint64_t)(uintptr_t)p); }
+  };
   virtual PassMode pass_begin(const AttnWork& work, uint64_t key) {
     (void)work;
     (void)key;

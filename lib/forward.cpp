@@ -132,16 +132,15 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   // Everything the operations below are called with but what is in backend
   // memory already, for the backend's replay of a whole pass
   // (Backend::pass_begin).
-  uint64_t key = 0xcbf29ce484222325ull;
-  auto mix = [&key](uint64_t h) { key = (key ^ h) * 0x100000001b3ull + (key >> 29); };
+  Backend::PassKey key;
   for (const void* p : {(const void*)&m_, (const void*)x, (const void*)xn, (const void*)q, (const void*)k,
                         (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
                         (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
                         (const void*)pbegin, (const void*)prows, (const void*)part_o, (const void*)part_lse})
-    mix((uint64_t)(uintptr_t)p);
-  for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) mix((uint64_t)h);
+    key.add(p);
+  for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) key.add((uint64_t)h);
   if (gathered)
-    for (int64_t i = 0; i < nl; i++) mix((uint64_t)logit_tokens[i]);
+    for (int64_t i = 0; i < nl; i++) key.add((uint64_t)logit_tokens[i]);
 
   auto ops = [&](bool recording) {
     be_.embed(m_.tok_embd, tok, T, x);
@@ -186,7 +185,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     be_.matmul(m_.output, xn, nl, logits);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
-  const Backend::PassMode pm = be_.pass_begin(*work_, key);
+  const Backend::PassMode pm = be_.pass_begin(*work_, key.h);
   if (pm != Backend::PassMode::replayed) {
     bool ran;
     try {
