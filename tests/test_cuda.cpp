@@ -11,6 +11,7 @@
 //     both rounded to f16), plus, for the quantized types, the CPU's own
 //     rounding of the activations to 8 bits per block where it does that;
 //   embed, kv_write: exact (both widen or narrow with round-to-nearest-even);
+//     kv_write_run exactly kv_write per destination on the same backend;
 //   rmsnorm, add_bias, add, swiglu, rope, merge: 1e-5 relative (+1e-6);
 //   attention: 1e-4 absolute on o and lse (fp64; values and scores are O(1)),
 //     -inf lse and zero o exactly where a row sees no key.
@@ -260,6 +261,68 @@ void test_elementwise(Backend& cpu, Backend& gpu) {
   expect_rel("swiglu", sw[1], sw[0], 1e-5, 1e-6);
 }
 
+// A KV type and head dimension, as the checks' messages name them.
+std::string kv_tag(clade_kv_type type, int hd) {
+  return std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") + " hd " +
+         std::to_string(hd);
+}
+
+// kv_write_prepare / kv_write_run (the CUDA backend: every destination of a
+// pass in one launch) against kv_write per destination on the same backend,
+// byte for byte: destinations of other capacities and starts, one across
+// a KV block boundary, one of no tokens, into layer 1 of two (layer 0
+// stays untouched).
+void test_kv_write_many(Backend& be, clade_kv_type type, int hd) {
+  const std::string tag = kv_tag(type, hd);
+  const int kvh = 2;
+  struct D {
+    int cap, start, n;
+  };
+  const std::vector<D> ds = {{300, 0, 130}, {5, 2, 3}, {200, 127, 1}, {64, 10, 0}, {140, 120, 20}};
+  int tokens = 0;
+  for (const D& d : ds) tokens += d.n;
+  const size_t es = clade::kv_type_size(type), row = (size_t)kvh * hd;
+  std::vector<float> k = randn((size_t)tokens * row), v = randn((size_t)tokens * row);
+  Arena a(be);
+  float* dk = a.put(k);
+  float* dv = a.put(v);
+  std::vector<clade::KvDest> dests;
+  std::vector<uint8_t*> stores, plain;
+  int tok0 = 0;
+  for (const D& d : ds) {
+    const size_t layer = (size_t)kvh * 2 * d.cap * hd * es;
+    const std::vector<uint8_t> zero(2 * layer, 0);
+    uint8_t* st = static_cast<uint8_t*>(a.raw(2 * layer));
+    uint8_t* pl = static_cast<uint8_t*>(a.raw(layer));
+    be.copy_to(st, zero.data(), zero.size());
+    be.copy_to(pl, zero.data(), layer);
+    be.kv_write(pl, type, d.cap, kvh, hd, d.start, dk + (size_t)tok0 * row, dv + (size_t)tok0 * row, d.n);
+    clade::KvDest kd;
+    kd.kv = st;
+    kd.layer_stride = (int64_t)layer;
+    kd.tok0 = tok0;
+    kd.capacity = d.cap;
+    kd.start = d.start;
+    kd.n = d.n;
+    kd.type = (int32_t)type;
+    dests.push_back(kd);
+    stores.push_back(st);
+    plain.push_back(pl);
+    tok0 += d.n;
+  }
+  std::unique_ptr<clade::AttnWork> work = be.make_attn_work();
+  be.kv_write_prepare(*work, dests.data(), dests.size());
+  be.kv_write_run(*work, 1, kvh, hd, dk, dv);
+  for (size_t i = 0; i < ds.size(); i++) {
+    const size_t layer = (size_t)kvh * 2 * ds[i].cap * hd * es;
+    const std::vector<uint8_t> got = a.get(stores[i], 2 * layer), want = a.get(plain[i], layer);
+    expect_equal("kv_write_run layer 1, destination " + std::to_string(i) + " " + tag,
+                 std::vector<uint8_t>(got.begin() + (long)layer, got.end()), want);
+    expect_equal("kv_write_run layer 0 untouched, destination " + std::to_string(i) + " " + tag,
+                 std::vector<uint8_t>(got.begin(), got.begin() + (long)layer), std::vector<uint8_t>(layer, 0));
+  }
+}
+
 // The copies the second backend's kernels keep of their outputs for the next
 // product (the CUDA backend: rmsnorm, swiglu and merge also store their
 // output as f16 or bf16 for cuBLAS, and the products of one input narrow
@@ -352,8 +415,7 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
 // split in two key ranges and merged, and the causal rows split over two
 // problems.
 void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
-  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
-                          " hd " + std::to_string(hd);
+  const std::string tag = kv_tag(type, hd);
   const int kvh = 2, cap = 350, len = 300, n_q = 12;  // cap: a narrower last block
   const size_t es = clade::kv_type_size(type);
   std::vector<float> kin = randn((size_t)len * kvh * hd), vin = randn((size_t)len * kvh * hd);
@@ -546,8 +608,7 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 // are split into chunks, with causal limits, rows that see nothing, rows
 // that see all, and a tree mask on a second problem.
 void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
-  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
-                          " hd " + std::to_string(hd);
+  const std::string tag = kv_tag(type, hd);
   const int cap = 1500, len = 1400, nr = 150, n_q = 200, mask_base = 1350;
   std::vector<float> kin = randn((size_t)len * hd), vin = randn((size_t)len * hd), q = randn((size_t)n_q * hd, 2.0f);
   std::vector<int32_t> rows(nr), lim(nr), lim_mask(nr);
@@ -602,8 +663,7 @@ void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, in
 // (attention_tails() false: the CUDA backend, see cuda_backend.cpp) must
 // refuse them.
 void test_attention_tails(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
-  const std::string tag = std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") +
-                          " hd " + std::to_string(hd);
+  const std::string tag = kv_tag(type, hd);
   const int cap = 300, len = 260, n_q = 40, nr = 40;
   const int tcap[4] = {37, 130, 5, 64}, tlen[4] = {37, 129, 5, 40};
   const int trow0[4] = {0, 4, 25, 33}, trow1[4] = {4, 22, 33, 40};
@@ -762,6 +822,7 @@ int main(int argc, char** argv) {
       for (int hd : {64, 65, 80, 128, 256}) {
         test_attention(*cpu, *gpu, kt, hd);
         test_attention_many_rows(*cpu, *gpu, kt, hd);
+        test_kv_write_many(*gpu, kt, hd);
         test_attention_tails(*cpu, *gpu, kt, hd);
       }
   } catch (const clade::Error& e) {
