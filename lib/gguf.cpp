@@ -250,8 +250,8 @@ std::unique_ptr<GGUFFile> GGUFFile::open(const std::string& path, bool map_file)
   }
   const size_t size = (size_t)st.st_size;
   if (size > 0 && map_file) {
-    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
+    void* map = map_streamed(fd, size);
+    if (!map) {
       int e = errno;
       ::close(fd);
       fail(CLADE_E_IO, "cannot map '" + path + "': " + std::strerror(e));

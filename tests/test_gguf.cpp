@@ -6,6 +6,8 @@
 //    with 1 to 4 dimensions; values, shapes, aligned offsets and data bytes
 //    come back identical. A v2 file (the v3 bytes with the version patched)
 //    parses the same; a file on disk (GGUFFile::open, mmap) too.
+//    A file of over 8 MiB (the streamed mapping of lib/pages.cpp: placed on
+//    a 2 MiB boundary) maps and reads to the same bytes.
 // 2. Corrupt files: every strict prefix of valid files, and a table of
 //    hand-built malformed files, each throw clade::Error with the documented
 //    status (CLADE_E_FORMAT, CLADE_E_UNSUPPORTED for an unknown tensor type,
@@ -467,6 +469,35 @@ void test_round_trip(const std::string& dir) {
   }
 }
 
+// A file of 9 MiB and some: GGUFFile::open maps it on a 2 MiB boundary
+// (map_streamed) and reads it (alloc_streamed); both give the file's bytes,
+// up to its last one, and release cleanly (the sanitizer builds check).
+void test_large_file(const std::string& dir) {
+  const uint64_t n = ((uint64_t)9 << 20) / 4 + 13;  // f32 elements: not a whole number of pages
+  std::vector<float> d(n);
+  std::mt19937 rng(5);
+  for (float& v : d) v = (float)(rng() % 100000) - 50000.0f;
+  GGUFWriter w;
+  w.set_str("general.architecture", "llama");
+  w.add_tensor("big", TensorType::F32, {n}, d.data(), n * 4);
+  const std::string path = dir + "/large.gguf";
+  w.write(path);
+  const uint64_t file_size = (uint64_t)w.to_bytes().size();
+  for (bool map : {true, false}) {
+    try {
+      auto f = GGUFFile::open(path, map);
+      const clade::GGUFTensor& t = f->tensors()[0];
+      const uint8_t* base = t.data - t.offset - (file_size - f->data_bytes());
+      CHECK_MSG(((uintptr_t)base & (((uintptr_t)2 << 20) - 1)) == 0, "map=%d: file at %p, not on 2 MiB", (int)map,
+                (const void*)base);
+      CHECK_MSG(t.nbytes == n * 4 && std::memcmp(t.data, d.data(), n * 4) == 0, "map=%d: tensor bytes differ",
+                (int)map);
+    } catch (const clade::Error& e) {
+      CHECK_MSG(false, "large file, map=%d: %s", (int)map, e.what());
+    }
+  }
+}
+
 // ---- 2. truncation ----------------------------------------------------------
 
 // Every strict prefix of a valid file fails cleanly (CLADE_E_FORMAT, message
@@ -841,6 +872,7 @@ void test_public_api(const std::string& dir) {
 int main() {
   std::string dir = temp_dir();
   test_round_trip(dir);
+  test_large_file(dir);
   test_truncation();
   test_corrupt();
   test_big_count(dir);
