@@ -239,7 +239,9 @@ typedef struct clade_model_params {
   clade_backend backend; /* default CPU */
   int32_t n_threads;     /* 0: all cores */
   int32_t vocab_only;    /* load the tokenizer only (no tensors needed) */
-  int32_t use_mmap;      /* default 1: map the file; 0: read it into memory
+  int32_t use_mmap;      /* default 1: map the file (on a 2 MiB boundary,
+                            huge pages advised: the kernel uses them where
+                            its page cache allows); 0: read it into memory
                             the model owns (huge pages where allowed; the
                             whole file stays resident while the model lives;
                             vocab_only models always map) */
