@@ -107,7 +107,7 @@ while IFS=, read -r mode batch prefix suffix g threads tps ms med rounds attn at
   # one attention part per round; the median is one of them
   n=$(tr ';' '\n' <<< "$attn_rounds" | wc -l)
   [ "$n" -eq "$rounds" ] || fail "bench decode: $n per-round parts for $rounds rounds: $attn_rounds"
-  tr ';' '\n' <<< "$attn_rounds" | grep -qx -- "$attn" || fail "bench decode: median $attn not among $attn_rounds"
+  tr ';' '\n' <<< "$attn_rounds" | grep -x -- "$attn" >/dev/null || fail "bench decode: median $attn not among $attn_rounds"
   if [ "$mode" == noattn ]; then [ "$attn_rounds" == "0.000;0.000" ] || fail "noattn attention parts $attn_rounds"; fi
 done < <(tail -n +2 <<< "$csv")
 

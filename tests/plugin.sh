@@ -40,7 +40,7 @@ gen=("$clade" generate -m "$tmp/m.gguf" --tokens "1 2 3" -n 2 --backend cuda)
 # which part is missing (the runtime or a device).
 if [ -n "$plugin" ]; then
   [ -f "$(dirname "$lib")/libclade-cuda.so" ] || fail "the plugin is not beside libclade in the build"
-  ldd "$plugin" | grep -q libcudart || fail "the plugin does not link the CUDA runtime"
+  ldd "$plugin" | grep libcudart >/dev/null || fail "the plugin does not link the CUDA runtime"
   out=$("${gen[@]}" 2>&1 >/dev/null); rc=$?
   if [ $rc -eq 0 ]; then
     echo "ok: a CUDA device ran through the plugin"
