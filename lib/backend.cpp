@@ -25,6 +25,10 @@ void Backend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
   work.kv_dests.assign(dests, dests + n);
 }
 
+void Backend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
+  for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
+}
+
 void Backend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                            const float* v) {
   const int64_t row = (int64_t)kv_heads * head_dim;

@@ -151,9 +151,11 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
         fail(CLADE_STOPPED, "stopped by the abort callback");
       const LayerWeights& L = m_.layers[(size_t)l];
       be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
-      be_.matmul(L.wq, xn, T, q);
-      be_.matmul(L.wk, xn, T, k);
-      be_.matmul(L.wv, xn, T, v);
+      {
+        const Weight* w[3] = {&L.wq, &L.wk, &L.wv};
+        float* y[3] = {q, k, v};
+        be_.matmul_many(w, 3, xn, T, y);
+      }
       if (L.bq) {
         be_.add_bias(q, L.bq, T, q_dim);
         be_.add_bias(k, L.bk, T, kv_dim);
@@ -169,8 +171,11 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       be_.matmul(L.wo, attn, T, xn);
       be_.add(x, xn, T * dim);
       be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);
-      be_.matmul(L.w_gate, xn, T, gate);
-      be_.matmul(L.w_up, xn, T, up);
+      {
+        const Weight* w[2] = {&L.w_gate, &L.w_up};
+        float* y[2] = {gate, up};
+        be_.matmul_many(w, 2, xn, T, y);
+      }
       be_.swiglu(gate, up, T * ff);
       be_.matmul(L.w_down, gate, T, xn);
       be_.add(x, xn, T * dim);

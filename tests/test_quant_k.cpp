@@ -294,6 +294,61 @@ void test_backend() {
   }
 }
 
+// 4b. matmul_many: several weights of mixed types (two quantized input
+// formats, a direct type, an empty weight) against one matmul each, bit for
+// bit (the same kernels on the same quantized input), at few rows (one
+// parallel region) and many (a matmul per weight), with 1 and 2 threads;
+// nothing written past each output.
+void test_backend_many() {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t k = 512;
+  const TT types[] = {TT::Q4_K, TT::Q6_K, TT::Q8_0, TT::F16, TT::Q5_0, TT::Q4_K, TT::Q4_K};
+  const int64_t outs[] = {200, 70, 130, 90, 50, 0, 64};
+  constexpr int kW = 7;
+  std::vector<std::vector<uint8_t>> data(kW);
+  std::vector<Weight> ws(kW);
+  std::vector<float> row((size_t)k);
+  for (int i = 0; i < kW; i++) {
+    data[(size_t)i].resize(tensor_row_bytes(types[i], k) * (size_t)std::max<int64_t>(outs[i], 1));
+    for (int64_t o = 0; o < outs[i]; o++) {
+      for (auto& v : row) v = nd(rng);
+      quantize_row(types[i], row.data(), data[(size_t)i].data() + tensor_row_bytes(types[i], k) * o, k);
+    }
+    ws[(size_t)i] = Weight{types[i], data[(size_t)i].data(), k, outs[i]};
+  }
+  for (int threads : {1, 2}) {
+    std::unique_ptr<Backend> be = make_cpu_backend(threads);
+    for (int n : {1, 3, 4, 5}) {
+      std::vector<float> x((size_t)(n * k));
+      for (auto& v : x) v = nd(rng);
+      // counts: all seven, the first two (q/k-like), one
+      for (int count : {kW, 2, 1}) {
+        std::vector<std::vector<float>> one(kW), many(kW);
+        std::vector<const Weight*> wp;
+        std::vector<float*> yp;
+        for (int i = 0; i < count; i++) {
+          const size_t sz = (size_t)(n * outs[i]);
+          one[(size_t)i].assign(sz, 0.0f);
+          many[(size_t)i].assign(sz + 16, -7.0f);  // 16 guards past the end
+          be->matmul(ws[(size_t)i], x.data(), n, one[(size_t)i].data());
+          wp.push_back(&ws[(size_t)i]);
+          yp.push_back(many[(size_t)i].data());
+        }
+        be->matmul_many(wp.data(), count, x.data(), n, yp.data());
+        for (int i = 0; i < count; i++) {
+          const size_t sz = (size_t)(n * outs[i]);
+          int bad = 0;
+          for (size_t e = 0; e < sz; e++) bad += std::memcmp(&one[(size_t)i][e], &many[(size_t)i][e], 4) != 0;
+          CHECK_MSG(bad == 0, "matmul_many threads=%d n=%d count=%d weight %d (%s): %d of %zu outputs differ", threads,
+                    n, count, i, tensor_type_name(types[i]), bad, sz);
+          for (size_t e = sz; e < sz + 16; e++)
+            CHECK_MSG(many[(size_t)i][e] == -7.0f, "matmul_many n=%d weight %d wrote past its output", n, i);
+        }
+      }
+    }
+  }
+}
+
 // 5. Loading: the types' block sizes as GGUF declares them.
 void test_sizes() {
   const struct {
@@ -318,5 +373,6 @@ int main() {
   test_roundtrip();
   test_qdot();
   test_backend();
+  test_backend_many();
   return check_exit();
 }

@@ -115,6 +115,7 @@ class CpuBackend final : public Backend {
   Weight upload_weight(const Weight& host) override { return host; }
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) override;
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
@@ -175,13 +176,105 @@ class CpuBackend final : public Backend {
   std::vector<ThreadScratch> scratch_;
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
   const AttnCost cost_{};
-  std::vector<int64_t> chunk_at_;  // matmul's runs of weight rows
+  // Whether matmul takes w at n input rows by few_rows (the weights read
+  // once, each row by a dot product: decode at small batches).
+  static bool few_rows(const Weight& w, int64_t n);
+  // Those products for count weights in one parallel region (mu_ held).
+  void matmul_few(const Weight* const* w, int count, const float* x, int64_t n, float* const* y);
+  std::vector<int64_t> chunk_at_;  // matmul_few's runs of weight rows
+  std::vector<int> chunk_w_;       // and the weight of each
+  std::vector<size_t> mm_xq_at_;   // each weight's quantized input in mm_x_ (SIZE_MAX: none)
   std::vector<uint8_t> mm_x_;      // matmul's input rows as bf16 or int8 (dot-product path)
   std::vector<float> mm_xd_;       // and the int8 rows' block scales
 };
 
 TensorType kv_tensor_type(clade_kv_type t) {
   return t == CLADE_KV_F16 ? TensorType::F16 : t == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F32;
+}
+
+bool CpuBackend::few_rows(const Weight& w, int64_t n) {
+  // Quantized weights at few rows: the input rows quantized once per block
+  // (kernels_q.h), each weight row read once by the integer dot products.
+  // CLADE_NO_QDOT=1 widens tiles to f32 instead (to compare the two).
+  static const bool no_qdot = std::getenv("CLADE_NO_QDOT") != nullptr;
+  const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  return n >= 1 && n <= kDirectRows && (direct || (!no_qdot && qdot_type(w.type)));
+}
+
+void CpuBackend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
+  bool few = count > 0;
+  for (int i = 0; i < count; i++) few = few && few_rows(*w[i], n) && w[i]->n_in == w[0]->n_in;
+  if (!few) {
+    for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  matmul_few(w, count, x, n, y);
+}
+
+void CpuBackend::matmul_few(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
+  const int64_t K = ws[0]->n_in;
+  auto is_direct = [](TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16; };
+  // The input quantized once per format (the K types share one, the
+  // 32-element types another): a weight reuses an earlier one's.
+  mm_xq_at_.assign((size_t)count, SIZE_MAX);
+  size_t xbytes = 0;
+  for (int i = 0; i < count; i++) {
+    const TensorType t = ws[i]->type;
+    if (is_direct(t)) continue;
+    for (int j = 0; j < i && mm_xq_at_[(size_t)i] == SIZE_MAX; j++)
+      if (!is_direct(ws[j]->type) && tensor_block_elems(ws[j]->type) == tensor_block_elems(t))
+        mm_xq_at_[(size_t)i] = mm_xq_at_[(size_t)j];
+    if (mm_xq_at_[(size_t)i] == SIZE_MAX) {
+      mm_xq_at_[(size_t)i] = xbytes;
+      xbytes += xq_row_bytes(t, K) * (size_t)n;
+    }
+  }
+  if (mm_x_.size() < xbytes) mm_x_.resize(xbytes);
+  for (int i = 0; i < count; i++) {  // each format by the first weight that has it
+    const TensorType t = ws[i]->type;
+    bool first = !is_direct(t);
+    for (int j = 0; j < i && first; j++) first = is_direct(ws[j]->type) || mm_xq_at_[(size_t)j] != mm_xq_at_[(size_t)i];
+    const size_t xs = first ? xq_row_bytes(t, K) : 0;
+    for (int64_t r = 0; first && r < n; r++)
+      k_.x_quant(t, x + r * K, K, mm_x_.data() + mm_xq_at_[(size_t)i] + (size_t)r * xs);
+  }
+  // Bandwidth-bound (decode at small batches): each item a contiguous run
+  // of one weight's rows, long ones first (guided: a quarter of what is
+  // left of all the weights per thread), down to kTile rows, so that each
+  // thread streams long runs and the end still balances. When the
+  // machine's memory is quick, two threads reading interleaved 128 KiB
+  // pieces got about 48 GB/s and two long runs 58-61; in decode steps at
+  // batch 1 this took the step from 7.36 to 6.80 ms (best of 8 interleaved
+  // runs, 8% in the mean). Several weights in one region save the start
+  // and the uneven end of a region per weight.
+  chunk_at_.clear();
+  chunk_w_.clear();
+  const int64_t T = pool_.size();
+  int64_t left = 0;
+  for (int i = 0; i < count; i++) left += std::max<int64_t>(0, ws[i]->n_out);
+  for (int i = 0; i < count; i++) {
+    const int64_t N = ws[i]->n_out;
+    for (int64_t o = 0; o < N;) {
+      chunk_at_.push_back(o);
+      chunk_w_.push_back(i);
+      int64_t c = std::min<int64_t>(std::max<int64_t>(kTile, left / (4 * T) / kTile * kTile), 1 << 24);
+      c = std::min(c, N - o);
+      o += c;
+      left -= c;
+    }
+  }
+  pool_.run((int64_t)chunk_at_.size(), [&](int64_t it, int) {
+    const int i = chunk_w_[(size_t)it];
+    const Weight& w = *ws[i];
+    const int64_t N = w.n_out, o0 = chunk_at_[(size_t)it];
+    const bool more = (size_t)it + 1 < chunk_w_.size() && chunk_w_[(size_t)it + 1] == i;  // of this weight
+    const int64_t rows = (more ? chunk_at_[(size_t)it + 1] : N) - o0;
+    const uint64_t row_bytes = tensor_row_bytes(w.type, K);
+    const uint8_t* base = static_cast<const uint8_t*>(w.data) + (uint64_t)o0 * row_bytes;
+    if (is_direct(w.type)) k_.gemm(w.type, base, row_bytes, (int)rows, x, K, (int)n, K, ys[i] + o0, N);
+    else k_.qdot(w.type, base, row_bytes, (int)rows, mm_x_.data() + mm_xq_at_[(size_t)i], (int)n, K, ys[i] + o0, N);
+  });
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
@@ -191,40 +284,10 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
   if (n <= 0 || N <= 0) return;  // (the kernels take n >= 1)
-  // Quantized weights at few rows: the input rows quantized once per block
-  // (kernels_q.h), each weight row read once by the integer dot products.
-  // CLADE_NO_QDOT=1 widens tiles to f32 instead (to compare the two).
-  static const bool no_qdot = std::getenv("CLADE_NO_QDOT") != nullptr;
-  const bool qdot = !direct && !no_qdot && qdot_type(w.type) && n <= kDirectRows;
-  const uint8_t* xq = nullptr;
-  if (qdot) {
-    const size_t xs = xq_row_bytes(w.type, K);
-    if (mm_x_.size() < xs * (size_t)n) mm_x_.resize(xs * (size_t)n);
-    for (int64_t j = 0; j < n; j++) k_.x_quant(w.type, x + j * K, K, mm_x_.data() + (size_t)j * xs);
-    xq = mm_x_.data();
-  }
-  if ((direct || qdot) && n <= kDirectRows) {
-    // Bandwidth-bound (decode at small batches): each item a contiguous run
-    // of weight rows, long ones first (guided: a quarter of what is left
-    // per thread), down to kTile rows, so that each thread streams long
-    // runs and the end still balances. When the machine's memory is quick,
-    // two threads reading interleaved 128 KiB pieces got about 48 GB/s and
-    // two long runs 58-61; in decode steps at batch 1 this took the step
-    // from 7.36 to 6.80 ms (best of 8 interleaved runs, 8% in the mean).
-    chunk_at_.clear();
-    const int64_t T = pool_.size();
-    for (int64_t o = 0; o < N;) {
-      chunk_at_.push_back(o);
-      int64_t c = std::min<int64_t>(std::max<int64_t>(kTile, (N - o) / (4 * T) / kTile * kTile), 1 << 24);
-      o = std::min(N, o + c);
-    }
-    chunk_at_.push_back(N);
-    pool_.run((int64_t)chunk_at_.size() - 1, [&](int64_t it, int) {
-      const int64_t o0 = chunk_at_[(size_t)it], rows = chunk_at_[(size_t)it + 1] - o0;
-      if (qdot) k_.qdot(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, xq, (int)n, K, y + o0, N);
-      else k_.gemm(w.type, base + (uint64_t)o0 * row_bytes, row_bytes, (int)rows, x, K, (int)n, K, y + o0, N);
-    });
-    return;
+  if (few_rows(w, n)) {
+    const Weight* ws[1] = {&w};
+    float* ys[1] = {y};
+    return matmul_few(ws, 1, x, n, ys);
   }
   // Items: tiles of output rows x groups of input rows, so that both small
   // and large batches give every thread work.
