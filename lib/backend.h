@@ -164,9 +164,11 @@ class Backend {
   // y[n][n_out] = x[n][n_in] * W^T
   virtual void matmul(const Weight& w, const float* x, int64_t n, float* y) = 0;
   // Products of one input by several weights of the same n_in: y[i] =
-  // x * w[i]^T for i < count, each exactly as matmul gives it. The default
-  // calls matmul per weight; the CPU backend runs few-row products (decode)
-  // as one parallel region, with the input quantized once per format.
+  // x * w[i]^T for i < count, each exactly as matmul gives it. The arrays
+  // w and y are the caller's for the call only (a backend that keeps the
+  // call, as a recording does, copies them). The default calls matmul per
+  // weight; the CPU backend runs few-row products (decode) as one parallel
+  // region, with the input quantized once per format.
   virtual void matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y);
   // out[i] = table row tokens[i], as f32
   virtual void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) = 0;

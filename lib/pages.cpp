@@ -28,7 +28,7 @@ void* alloc_streamed(size_t bytes, size_t align) {
 }
 
 void* map_streamed(int fd, size_t bytes) {
-  if (bytes < kHugeFrom) {
+  if (bytes < kHugeFrom || bytes > SIZE_MAX - kHugePage) {
     void* p = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     return p == MAP_FAILED ? nullptr : p;
   }

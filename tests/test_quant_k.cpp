@@ -297,8 +297,9 @@ void test_backend() {
 // 4b. matmul_many: several weights of mixed types (two quantized input
 // formats, a direct type, an empty weight) against one matmul each, bit for
 // bit (the same kernels on the same quantized input), at few rows (one
-// parallel region) and many (a matmul per weight), with 1 and 2 threads;
-// nothing written past each output.
+// parallel region for all of them) with 1 and 2 threads; nothing written
+// past each output. At 5 rows it falls back to a matmul per weight (the
+// same call on both sides: there it checks only the guards).
 void test_backend_many() {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t k = 512;

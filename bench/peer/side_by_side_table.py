@@ -40,8 +40,10 @@ def main():
 
 def quant_table(rows):
     pts = defaultdict(lambda: defaultdict(dict))  # (file, what, load) -> engine -> round -> tokens/s
-    for row in rows:
-        pts[(row["file"], row["what"], row["load"])][row["engine"]][int(row["round"])] = float(row["tokens_per_s"])
+    for row in rows:  # (CSVs before the load modes: mapped)
+        v = float(row["tokens_per_s"] or 0)
+        if v > 0:  # a failed run prints nothing
+            pts[(row["file"], row["what"], row.get("load", "mmap"))][row["engine"]][int(row["round"])] = v
     print("| file | measure | load | clade tokens/s | llama.cpp tokens/s | ratio (median) | ratio per round |")
     print("|---|---|---|---:|---:|---:|---|")
     for k in pts:  # in the CSV's order

@@ -176,15 +176,15 @@ class CpuBackend final : public Backend {
   std::vector<ThreadScratch> scratch_;
   std::mutex mu_;  // one op at a time (trees of one model may step from several threads)
   const AttnCost cost_{};
-  // Whether matmul takes w at n input rows by few_rows (the weights read
-  // once, each row by a dot product: decode at small batches).
+  // Whether matmul takes w at n input rows through matmul_few (the weights
+  // read once, each row by a dot product: decode at small batches).
   static bool few_rows(const Weight& w, int64_t n);
   // Those products for count weights in one parallel region (mu_ held).
   void matmul_few(const Weight* const* w, int count, const float* x, int64_t n, float* const* y);
   std::vector<int64_t> chunk_at_;  // matmul_few's runs of weight rows
   std::vector<int> chunk_w_;       // and the weight of each
   std::vector<size_t> mm_xq_at_;   // each weight's quantized input in mm_x_ (SIZE_MAX: none)
-  std::vector<uint8_t> mm_x_;      // matmul's input rows as bf16 or int8 (dot-product path)
+  std::vector<uint8_t> mm_x_;      // the input rows as bf16 or int8 (matmul_few, dot-product path)
   std::vector<float> mm_xd_;       // and the int8 rows' block scales
 };
 
