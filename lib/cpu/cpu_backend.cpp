@@ -188,6 +188,10 @@ class CpuBackend final : public Backend {
   std::vector<float> mm_xd_;       // and the int8 rows' block scales
 };
 
+// The types whose products take the f32 input directly (the others
+// quantize it or widen their own tiles).
+bool direct_type(TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16; }
+
 TensorType kv_tensor_type(clade_kv_type t) {
   return t == CLADE_KV_F16 ? TensorType::F16 : t == CLADE_KV_BF16 ? TensorType::BF16 : TensorType::F32;
 }
@@ -197,8 +201,7 @@ bool CpuBackend::few_rows(const Weight& w, int64_t n) {
   // (kernels_q.h), each weight row read once by the integer dot products.
   // CLADE_NO_QDOT=1 widens tiles to f32 instead (to compare the two).
   static const bool no_qdot = std::getenv("CLADE_NO_QDOT") != nullptr;
-  const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
-  return n >= 1 && n <= kDirectRows && (direct || (!no_qdot && qdot_type(w.type)));
+  return n >= 1 && n <= kDirectRows && (direct_type(w.type) || (!no_qdot && qdot_type(w.type)));
 }
 
 void CpuBackend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
@@ -214,16 +217,16 @@ void CpuBackend::matmul_many(const Weight* const* w, int count, const float* x, 
 
 void CpuBackend::matmul_few(const Weight* const* ws, int count, const float* x, int64_t n, float* const* ys) {
   const int64_t K = ws[0]->n_in;
-  auto is_direct = [](TensorType t) { return t == TensorType::F32 || t == TensorType::F16 || t == TensorType::BF16; };
   // The input quantized once per format (the K types share one, the
-  // 32-element types another): a weight reuses an earlier one's.
+  // 32-element types another): a weight reuses an earlier one's. The
+  // formats lie in mm_x_ in the order of their first weights.
   mm_xq_at_.assign((size_t)count, SIZE_MAX);
   size_t xbytes = 0;
   for (int i = 0; i < count; i++) {
     const TensorType t = ws[i]->type;
-    if (is_direct(t)) continue;
+    if (direct_type(t)) continue;
     for (int j = 0; j < i && mm_xq_at_[(size_t)i] == SIZE_MAX; j++)
-      if (!is_direct(ws[j]->type) && tensor_block_elems(ws[j]->type) == tensor_block_elems(t))
+      if (!direct_type(ws[j]->type) && tensor_block_elems(ws[j]->type) == tensor_block_elems(t))
         mm_xq_at_[(size_t)i] = mm_xq_at_[(size_t)j];
     if (mm_xq_at_[(size_t)i] == SIZE_MAX) {
       mm_xq_at_[(size_t)i] = xbytes;
@@ -231,13 +234,12 @@ void CpuBackend::matmul_few(const Weight* const* ws, int count, const float* x, 
     }
   }
   if (mm_x_.size() < xbytes) mm_x_.resize(xbytes);
-  for (int i = 0; i < count; i++) {  // each format by the first weight that has it
+  for (size_t i = 0, next = 0; i < (size_t)count; i++) {  // each format at its first weight
     const TensorType t = ws[i]->type;
-    bool first = !is_direct(t);
-    for (int j = 0; j < i && first; j++) first = is_direct(ws[j]->type) || mm_xq_at_[(size_t)j] != mm_xq_at_[(size_t)i];
-    const size_t xs = first ? xq_row_bytes(t, K) : 0;
-    for (int64_t r = 0; first && r < n; r++)
-      k_.x_quant(t, x + r * K, K, mm_x_.data() + mm_xq_at_[(size_t)i] + (size_t)r * xs);
+    if (direct_type(t) || mm_xq_at_[i] < next) continue;
+    const size_t xs = xq_row_bytes(t, K);
+    for (int64_t r = 0; r < n; r++) k_.x_quant(t, x + r * K, K, mm_x_.data() + next + (size_t)r * xs);
+    next += xs * (size_t)n;
   }
   // Bandwidth-bound (decode at small batches): each item a contiguous run
   // of one weight's rows, long ones first (guided: a quarter of what is
@@ -272,7 +274,7 @@ void CpuBackend::matmul_few(const Weight* const* ws, int count, const float* x, 
     const int64_t rows = (more ? chunk_at_[(size_t)it + 1] : N) - o0;
     const uint64_t row_bytes = tensor_row_bytes(w.type, K);
     const uint8_t* base = static_cast<const uint8_t*>(w.data) + (uint64_t)o0 * row_bytes;
-    if (is_direct(w.type)) k_.gemm(w.type, base, row_bytes, (int)rows, x, K, (int)n, K, ys[i] + o0, N);
+    if (direct_type(w.type)) k_.gemm(w.type, base, row_bytes, (int)rows, x, K, (int)n, K, ys[i] + o0, N);
     else k_.qdot(w.type, base, row_bytes, (int)rows, mm_x_.data() + mm_xq_at_[(size_t)i], (int)n, K, ys[i] + o0, N);
   });
 }
@@ -282,7 +284,7 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   const int64_t K = w.n_in, N = w.n_out;
   const uint64_t row_bytes = tensor_row_bytes(w.type, K);
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
-  const bool direct = w.type == TensorType::F32 || w.type == TensorType::F16 || w.type == TensorType::BF16;
+  const bool direct = direct_type(w.type);
   if (n <= 0 || N <= 0) return;  // (the kernels take n >= 1)
   if (few_rows(w, n)) {
     const Weight* ws[1] = {&w};
