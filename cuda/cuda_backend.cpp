@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
+  void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
@@ -652,6 +653,14 @@ void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
   void* g16 = narrowed_copy(n, "swiglu");
   launched(cuda::launch_swiglu(g, up, n, g16, copy_type_ == 1, stream_), "swiglu");
   keep_copy(g16, g, n);
+}
+
+void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
+  auto lock = gate();
+  enter();
+  if (n <= 0) return;
+  if (n > INT32_MAX || dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: argmax: too many rows or columns");
+  launched(cuda::launch_argmax(x, n, dim, out, stream_), "argmax");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {

@@ -75,6 +75,12 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
   return cudaGetLastError();
 }
 
+cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  argmax_kernel<<<(unsigned)n, kArgmaxThreads, 0, stream>>>(x, dim, out);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
                         float pos_scale, const float* inv_freq, cudaStream_t stream) {
   const int64_t pairs = n * n_heads * (int64_t)(head_dim / 2);

@@ -181,6 +181,36 @@ __global__ void swiglu_kernel(float* gate, const float* up, int64_t n, void* gat
   }
 }
 
+// Row r's argmax (Backend::argmax): each thread the first maximum of its
+// strided elements, then the block's pairs (value, index) reduced, the
+// larger value winning and the lower index among equal values. A thread or
+// row with no element above -inf holds (-inf, -1), which any other pair
+// beats and which ties only with itself.
+constexpr int kArgmaxThreads = 256;
+
+__device__ inline void argmax_pick(float& v, int32_t& i, float ov, int32_t oi) {
+  if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
+}
+
+__global__ void argmax_kernel(const float* x, int64_t dim, int32_t* out) {
+  const float* xr = x + (int64_t)blockIdx.x * dim;
+  float v = -INFINITY;
+  int32_t at = -1;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    if (xr[j] > v) v = xr[j], at = (int32_t)j;
+  for (int off = 16; off > 0; off /= 2)
+    argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+  __shared__ float wv[kArgmaxThreads / 32];
+  __shared__ int32_t wi[kArgmaxThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) wv[warp] = v, wi[warp] = at;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < (int)(blockDim.x / 32); w++) argmax_pick(v, at, wv[w], wi[w]);
+    out[blockIdx.x] = at;
+  }
+}
+
 // Rotate x [n][n_heads][head_dim] in place. pos [n] and inv_freq
 // [head_dim/2] in device memory. One thread per rotated pair.
 __global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,

@@ -71,6 +71,11 @@ cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream)
 // gate [n] = silu(gate) * up; gate16: the copy
 cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, cudaStream_t stream);
 
+// out [n] = the index of each row's largest element of x [n][dim] (the
+// lowest among equal ones; NaN passed over; -1 when no element is above
+// -inf): one block per row.
+cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream);
+
 // Rotate x [n][n_heads][head_dim] in place by pos [n] * pos_scale *
 // inv_freq [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
 cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,

@@ -181,6 +181,11 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up, n elements
   virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+  // out[r] = the index of row r's largest element of x [n][dim], the
+  // lowest index among equal ones; NaN elements are passed over, and a row
+  // with no element above -inf gives -1. The greedy token of each logits
+  // row, found where the logits are, so that only the indices come back.
+  virtual void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) = 0;
   // rotate x [n][n_heads][head_dim] in place; pos [n] and p.inv_freq in
   // backend memory (uploaded once per pass and once per model)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;

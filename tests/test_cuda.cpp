@@ -261,6 +261,54 @@ void test_elementwise(Backend& cpu, Backend& gpu) {
   expect_rel("swiglu", sw[1], sw[0], 1e-5, 1e-6);
 }
 
+// argmax on rows built to catch the edge cases, against the plain
+// definition (Backend::argmax) and across the two backends: ties spread
+// over several threads' elements (the lowest index wins), NaN passed over,
+// rows of only -inf or NaN (-1), +inf, signed zeros, the maximum first or
+// last, and widths below and above one block's threads.
+void test_argmax(Backend& cpu, Backend& gpu) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t dim : {1, 31, 256, 773, 32000, 32001}) {
+    const int64_t n = 12;
+    std::vector<float> x = randn((size_t)(n * dim));
+    auto row = [&](int64_t r) { return x.data() + r * dim; };
+    const int64_t last = dim - 1;
+    for (int64_t i : {(int64_t)7, dim / 3, dim / 2 + 1, last})  // row 1: ties at 4 places
+      if (i < dim) row(1)[i] = 9.0f;
+    for (int64_t i = 0; i < dim; i += 3) row(2)[i] = nan;  // row 2: NaN among values
+    row(2)[last] = 50.0f;
+    for (int64_t i = 0; i < dim; i++) row(3)[i] = -inf;  // row 3: nothing above -inf
+    for (int64_t i = 0; i < dim; i++) row(4)[i] = nan;   // row 4: NaN only
+    for (int64_t i = 0; i < dim; i++) row(5)[i] = i % 2 ? nan : -inf;  // row 5: both, one value at the end
+    row(5)[last] = -1e30f;
+    row(6)[dim / 2] = inf;  // row 6: +inf twice
+    row(6)[last] = inf;
+    for (int64_t i = 0; i < dim; i++) row(7)[i] = i == last ? 0.0f : -0.0f;  // row 7: zeros equal
+    row(8)[0] = 100.0f;                                                        // row 8: first
+    row(9)[last] = 100.0f;                                                     // row 9: last
+    row(10)[0] = nan;                                                          // row 10: NaN first
+    for (int64_t i = 0; i < dim; i++) row(11)[i] = -3.0f;  // row 11: every element equal
+    std::vector<int32_t> want((size_t)n);
+    for (int64_t r = 0; r < n; r++) {
+      int32_t at = -1;
+      for (int64_t i = 0; i < dim; i++)
+        if (!std::isnan(row(r)[i]) && row(r)[i] > -inf && (at < 0 || row(r)[i] > row(r)[at])) at = (int32_t)i;
+      want[(size_t)r] = at;
+    }
+    CHECK(want[3] == -1 && want[4] == -1 && want[5] == last && want[7] == 0 && want[11] == 0);
+    CHECK(want[1] == (dim > 7 ? 7 : 0) || dim <= 7);
+    Backend* bes[2] = {&cpu, &gpu};
+    for (int b = 0; b < 2; b++) {
+      Arena a(*bes[b]);
+      const float* dx = a.put(x);
+      int32_t* dout = static_cast<int32_t*>(a.raw((size_t)n * 4));
+      bes[b]->argmax(dx, n, dim, dout);
+      expect_equal(std::string("argmax ") + bes[b]->name() + " dim " + std::to_string(dim), a.get(dout, (size_t)n),
+                   want);
+    }
+  }
+}
+
 // A KV type and head dimension, as the checks' messages name them.
 std::string kv_tag(clade_kv_type type, int hd) {
   return std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") + " hd " +
@@ -815,6 +863,7 @@ int main(int argc, char** argv) {
     // More output rows than one dequantization tile (64 MiB of f16).
     test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
     test_elementwise(*cpu, *gpu);
+    test_argmax(*cpu, *gpu);
     for (T t : {T::F16, T::BF16, T::Q8_0}) test_fused_copies(*gpu, t);
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);

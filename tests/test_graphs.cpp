@@ -89,6 +89,9 @@ class GraphEmu final : public Backend {
   void swiglu(float* gate, const float* up, int64_t n) override {
     op([=] { in_->swiglu(gate, up, n); });
   }
+  void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override {
+    op([=] { in_->argmax(x, n, dim, out); });
+  }
   void rope(float* x, int64_t n, int32_t heads, const int32_t* pos, const clade::RopeParams& p) override {
     op([=] { in_->rope(x, n, heads, pos, p); });
   }

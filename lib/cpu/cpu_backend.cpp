@@ -121,6 +121,7 @@ class CpuBackend final : public Backend {
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
   void add(float* y, const float* x, int64_t n) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
+  void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
@@ -413,6 +414,20 @@ void CpuBackend::add(float* y, const float* x, int64_t n) { k_.axpy(y, x, 1.0f, 
 void CpuBackend::swiglu(float* gate, const float* up, int64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   parallel_rows(n, 4096, [&](int64_t a, int64_t b) { k_.silu_mul(gate + a, up + a, b - a); });
+}
+
+void CpuBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  parallel_rows(n, 1, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; r++) {
+      const float* xr = x + r * dim;
+      float best = -INFINITY;
+      int32_t at = -1;
+      for (int64_t i = 0; i < dim; i++)
+        if (xr[i] > best) best = xr[i], at = (int32_t)i;
+      out[r] = at;
+    }
+  });
 }
 
 void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
