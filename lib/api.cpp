@@ -727,11 +727,36 @@ clade_status clade_cache_seq_length(const clade_cache* cache, clade_seq_id seq, 
 
 size_t clade_cache_kv_bytes(const clade_cache* cache) { return cache ? cache->c->kv_bytes() : 0; }
 
-void clade_batch_init(clade_batch* b) {
+// A grown struct has its *_init twice (lib/abi.h): binaries built against
+// an older header are bound to T_init@old_node, which fills exactly the
+// struct's size of that release (Abi<T>::first_size); the default,
+// T_init@@new_node (the release that grew it), fills the whole struct.
+// Built with CLADE_NO_SYMBOL_VERSIONS it is the plain function: in the ABI
+// test's "future" library, which versions every *_init itself
+// (tests/abi/future_compat.cpp), and in the fuzz harnesses, linked
+// statically without the version script (tests/fuzz).
+#ifndef CLADE_NO_SYMBOL_VERSIONS
+#define CLADE_GROWN_INIT(T, defaults, old_node, new_node)                  \
+  extern "C" CLADE_API void T##_init_old(T* p) {                           \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &defaults); \
+  }                                                                        \
+  extern "C" CLADE_API void T##_init_new(T* p) { defaults(p); }            \
+  __asm__(".symver " #T "_init_old, " #T "_init@" old_node                 \
+          "\n\t"                                                           \
+          ".symver " #T "_init_new, " #T "_init@@" new_node);
+#else
+#define CLADE_GROWN_INIT(T, defaults, old_node, new_node) \
+  void T##_init(T* p) { defaults(p); }
+#endif
+
+static void batch_defaults(clade_batch* b) {
   if (!b) return;
   std::memset(b, 0, sizeof *b);
   b->size = sizeof *b;
+  b->argmax = nullptr;
 }
+
+CLADE_GROWN_INIT(clade_batch, batch_defaults, "CLADE_1", "CLADE_1.4")
 
 clade_status clade_decode(clade_cache* cache, const clade_batch* batch) {
   return clade_decode_tree(cache, batch, nullptr);
@@ -742,7 +767,7 @@ clade_status clade_decode_tree(clade_cache* cache, const clade_batch* batch, con
     CLADE_CHECK_ARG(cache, "cache is NULL");
     CLADE_CHECK_ARG(batch, "batch is NULL");
     clade_batch b;
-    clade_batch_init(&b);
+    batch_defaults(&b);
     clade::abi::read_in(batch, &b);
     return cache->c->decode(b, parents);
   });
@@ -911,28 +936,6 @@ clade_status clade_sampler_forget(clade_sampler* sampler, uint64_t stream) {
 
 /* ---- generation ---- */
 
-// A struct grown in clade 1.2 has its *_init twice (lib/abi.h): binaries
-// built against an older header are bound to T_init@old_node, which fills
-// exactly the struct's size of that release (Abi<T>::first_size); the
-// default, T_init@@CLADE_1.2, fills the whole struct. Built with
-// CLADE_NO_SYMBOL_VERSIONS it is the plain function: in the ABI test's
-// "future" library, which versions every *_init itself
-// (tests/abi/future_compat.cpp), and in the fuzz harnesses, linked
-// statically without the version script (tests/fuzz).
-#ifndef CLADE_NO_SYMBOL_VERSIONS
-#define CLADE_GROWN_INIT(T, defaults, old_node)                            \
-  extern "C" CLADE_API void T##_init_old(T* p) {                           \
-    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &defaults); \
-  }                                                                        \
-  extern "C" CLADE_API void T##_init_1_2(T* p) { defaults(p); }            \
-  __asm__(".symver " #T "_init_old, " #T "_init@" old_node                 \
-          "\n\t"                                                           \
-          ".symver " #T "_init_1_2, " #T "_init@@CLADE_1.2");
-#else
-#define CLADE_GROWN_INIT(T, defaults, old_node) \
-  void T##_init(T* p) { defaults(p); }
-#endif
-
 static void generate_defaults(clade_generate_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
@@ -956,7 +959,7 @@ static void generate_defaults(clade_generate_params* p) {
   p->top_logprobs = 0;
 }
 
-CLADE_GROWN_INIT(clade_generate_params, generate_defaults, "CLADE_1")
+CLADE_GROWN_INIT(clade_generate_params, generate_defaults, "CLADE_1", "CLADE_1.2")
 
 // Both generation calls, after their own checks: read the parameters in,
 // check the sampler's, run the loop (spec: NULL for plain decoding).
@@ -1052,7 +1055,7 @@ static void speculative_defaults(clade_speculative_params* p) {
   p->tree_width = 1;
 }
 
-CLADE_GROWN_INIT(clade_speculative_params, speculative_defaults, "CLADE_1.1")
+CLADE_GROWN_INIT(clade_speculative_params, speculative_defaults, "CLADE_1.1", "CLADE_1.2")
 
 clade_status clade_generate_speculative(clade_tree* tree, const clade_prompt* prompts, size_t n_prompts,
                                         const clade_generate_params* params, const clade_speculative_params* spec,

@@ -300,7 +300,7 @@ clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, siz
     else tree.check_context(s.kv->length + (int64_t)s.queued.size() + b.n_tokens[i], "decode");
   }
   tree.check_tokens(b.tokens, *total_new);
-  if (b.logits && *rows > b.logits_rows)
+  if ((b.logits || b.argmax) && *rows > b.logits_rows)
     return with_message(CLADE_BUFFER_SMALL, "decode: the step gives " + std::to_string(*rows) +
                                                 " logits rows, batch.logits_rows is " + std::to_string(b.logits_rows));
   return CLADE_OK;
@@ -458,7 +458,8 @@ void Cache::run_passes(const clade_batch& b) {
     }
     if (plan.seqs.empty()) continue;
     fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(),
-             b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr, tree.abort);
+             b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr, tree.abort,
+             b.argmax ? b.argmax + first_row : nullptr);
     out_row += want_.size();
     for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;
   }

@@ -18,14 +18,14 @@ Forward::Forward(const Model& model) : m_(model), be_(*model.backend), work_(be_
 }
 
 Forward::~Forward() {
-  for (Buf* b : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_,
+  for (Buf* b : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_, &argmax_,
                  &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
     if (b->p) be_.release(b->p);
 }
 
 size_t Forward::workspace_bytes() const {
   size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes();
-  for (const Buf* x : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_,
+  for (const Buf* x : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_, &argmax_,
                        &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
     b += x->cap;
   return b;
@@ -48,7 +48,8 @@ T* Forward::get(Buf& b, size_t n) {
 }
 
 void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type,
-                  const int32_t* logit_tokens, size_t n_logits, float* out, const AbortHook& abort) {
+                  const int32_t* logit_tokens, size_t n_logits, float* out, const AbortHook& abort,
+                  int32_t* argmax) {
   const ModelConfig& c = m_.cfg;
   const int64_t T = plan.n_tokens();
   if (T == 0) return;
@@ -123,11 +124,12 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
 
   // The logits' rows: a decode step asks for every token's in order, read
   // where they are; else they are gathered first.
-  const int64_t nl = out ? (int64_t)n_logits : 0;
+  const int64_t nl = out || argmax ? (int64_t)n_logits : 0;
   bool in_order = nl <= T;
   for (int64_t i = 0; in_order && i < nl; i++) in_order = logit_tokens[i] == i;
   float* gathered = nl && !in_order ? get<float>(sel_, (size_t)(nl * dim)) : nullptr;
   float* logits = nl ? get<float>(logits_, (size_t)(nl * c.n_vocab)) : nullptr;
+  int32_t* greedy = nl && argmax ? get<int32_t>(argmax_, (size_t)nl) : nullptr;
 
   // Everything the operations below are called with but what is in backend
   // memory already, for the backend's replay of a whole pass
@@ -135,7 +137,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   Backend::PassKey key;
   for (const void* p : {(const void*)&m_, (const void*)x, (const void*)xn, (const void*)q, (const void*)k,
                         (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
-                        (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
+                        (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits, (const void*)greedy,
                         (const void*)pbegin, (const void*)prows, (const void*)part_o, (const void*)part_lse})
     key.add(p);
   for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) key.add((uint64_t)h);
@@ -188,6 +190,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     }
     be_.rmsnorm(sel, m_.output_norm, nl, dim, c.norm_eps, xn);
     be_.matmul(m_.output, xn, nl, logits);
+    if (greedy) be_.argmax(logits, nl, c.n_vocab, greedy);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
   const Backend::PassMode pm = be_.pass_begin(*work_, key.h);
@@ -204,8 +207,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   }
   grows += work_->grows;
   work_->grows = 0;
-  if (!nl) return;
-  be_.copy_from(out, logits, (size_t)(nl * c.n_vocab) * 4);
+  if (greedy) be_.copy_from(argmax, greedy, (size_t)nl * 4);
+  if (out && nl) be_.copy_from(out, logits, (size_t)(nl * c.n_vocab) * 4);
 }
 
 void HostAttention::prepare(AttnPlan& plan, int head_dim, float scale) {

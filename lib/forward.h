@@ -33,10 +33,12 @@ class Forward {
   // clear/add_seq/add_span; seq i's tokens are tokens[tok0 .. tok0 +
   // n_tokens), each own store has room for them). Writes their K/V, and the
   // logits of the pass tokens logit_tokens[0..n_logits) to out ([n][n_vocab],
-  // host memory) when out is not null. The plan is built once for all
-  // layers and handed to the backend once.
+  // host memory) when out is not null, and each of those rows' greedy token
+  // (Backend::argmax, found by the backend) to argmax ([n], host memory)
+  // when argmax is not null. The plan is built once for all layers and
+  // handed to the backend once.
   void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
-           size_t n_logits, float* out, const AbortHook& abort);
+           size_t n_logits, float* out, const AbortHook& abort, int32_t* argmax = nullptr);
 
   // Bytes of this Forward's workspaces now: its buffers in backend memory
   // and the plan's host arrays (what a pass's size bounds; not the KV).
@@ -58,7 +60,7 @@ class Forward {
 
   const Model& m_;
   Backend& be_;
-  Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_;
+  Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_, argmax_;
   Buf pos_, tok_, rows_, limits_, masks_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
   std::unique_ptr<AttnWork> work_;
   std::vector<float> zero_;  // host zeros (attention NONE)

@@ -482,8 +482,11 @@ void test_sizes() {
   clade_batch_init(&b);
   b.size = 0;
   CHECK_ST(clade_decode(c, &b), CLADE_E_INVALID_ARG);
-  b.size = sizeof b - 1;
+  b.size = clade::abi::Abi<clade_batch>::first_size - 1;  // below clade 1.0's size
   CHECK_ST(clade_decode(c, &b), CLADE_E_INVALID_ARG);
+  b.size = sizeof b - 1;  // 1.0's fields and part of argmax's: argmax's bytes are read as far as they go
+  b.argmax = nullptr;
+  CHECK_OK(clade_decode(c, &b));
   // A struct larger than this header's (a newer caller) is accepted.
   clade_batch_init(&b);
   CHECK_OK(clade_decode(c, &b));
@@ -773,6 +776,87 @@ void test_buffer_small() {
   CHECK_OK(step(c, {s0, s1}, {{16}, {17}}));
   clade_cache_free(c);
   clade_tree_free(t);
+}
+
+// clade_batch.argmax (clade 1.4): each logits row's first maximum, with the
+// logits or without them, one row per sequence or per token, over passes
+// of 3 tokens (the tree's chunk); a capacity too small changes nothing; a
+// caller of the 1.0 struct size never has it written.
+std::vector<clade_token> first_max(const std::vector<float>& lg, size_t rows) {
+  std::vector<clade_token> out;
+  for (size_t r = 0; r < rows; r++) {
+    const float* x = lg.data() + r * kVocab;
+    out.push_back((clade_token)(std::max_element(x, x + kVocab) - x));
+  }
+  return out;
+}
+
+void test_decode_argmax() {
+  clade_tree_params tp;
+  clade_tree_params_init(&tp);
+  tp.prefill_chunk = 3;
+  std::vector<clade_token> got[2];
+  std::vector<float> lg[2];
+  for (int with_logits = 1; with_logits >= 0; with_logits--) {
+    clade_tree* t = nullptr;
+    CHECK_OK(clade_tree_create(g_model, &tp, &t));
+    clade_cache* c = new_cache(t, 4, 32);
+    clade_seq_id s[3];
+    clade_token q0[2] = {7, 8}, q2[4] = {1, 2, 3, 4};
+    CHECK_OK(clade_cache_add(c, 0, q0, 2, 0, &s[0]));
+    CHECK_OK(clade_cache_add(c, 0, nullptr, 0, 0, &s[1]));
+    CHECK_OK(clade_cache_add(c, 0, q2, 4, 0, &s[2]));
+    std::vector<clade_token>& am = got[with_logits];
+    std::vector<float>& l = lg[with_logits];
+    // Step 1, every token's row: 3 + 2 + 5 rows over passes of 3 tokens.
+    const int32_t n1[3] = {1, 2, 1};
+    const clade_token t1[4] = {10, 11, 12, 13};
+    std::vector<clade_token> a(12, -7);
+    l.assign(12 * (size_t)kVocab, 0.0f);
+    clade_batch b;
+    clade_batch_init(&b);
+    CHECK(b.argmax == nullptr);
+    b.n_seqs = 3;
+    b.seq_ids = s;
+    b.n_tokens = n1;
+    b.tokens = t1;
+    b.all_logits = 1;
+    b.logits = with_logits ? l.data() : nullptr;
+    b.argmax = a.data();
+    b.logits_rows = 9;  // too small: 10 rows
+    CHECK_ST(clade_decode(c, &b), CLADE_BUFFER_SMALL);
+    CHECK(a[0] == -7 && seq_len(c, s[0]) == 0 && seq_len(c, s[2]) == 0);
+    b.logits_rows = 10;
+    CHECK_OK(clade_decode(c, &b));
+    CHECK(a[9] >= 0 && a[10] == -7);  // nothing past the step's rows
+    am.assign(a.begin(), a.begin() + 10);
+    if (with_logits) CHECK(am == first_max(l, 10));
+    // Step 2, greedy: each sequence's argmax fed back, one row each.
+    const int32_t n2[3] = {1, 1, 1};
+    clade_token t2[3];
+    for (int k = 0; k < 3; k++) {
+      for (int i = 0; i < 3; i++) t2[i] = a[(size_t)(k == 0 ? (i == 0 ? 2 : i == 1 ? 4 : 9) : i)];
+      b.n_tokens = n2;
+      b.tokens = t2;
+      b.all_logits = 0;
+      b.logits_rows = 3;
+      CHECK_OK(clade_decode(c, &b));
+      if (with_logits) CHECK(std::vector<clade_token>(a.begin(), a.begin() + 3) == first_max(l, 3));
+      am.insert(am.end(), a.begin(), a.begin() + 3);
+    }
+    // A caller of clade 1.0's struct size: argmax lies past it, unread.
+    clade_batch old = b;
+    old.size = clade::abi::Abi<clade_batch>::first_size;
+    std::vector<clade_token> sentinel(3, -7);
+    old.argmax = sentinel.data();
+    old.logits = l.data();
+    CHECK_OK(clade_decode(c, &old));
+    CHECK(sentinel[0] == -7 && sentinel[2] == -7);
+    clade_cache_free(c);
+    clade_tree_free(t);
+  }
+  CHECK_MSG(got[0] == got[1], "argmax without the logits differs from argmax with them");
+  CHECK(got[1].size() == 19);
 }
 
 void test_no_tokenizer() {
@@ -1200,6 +1284,7 @@ int main() {
   test_state_errors();
   test_cache_full();
   test_buffer_small();
+  test_decode_argmax();
   test_no_tokenizer();
   test_tree_free_with_cache();
   test_refcount();

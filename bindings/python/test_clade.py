@@ -295,6 +295,20 @@ class ModelTest(unittest.TestCase):
                 cache.length(s)
             self.assertEqual(e.exception.status, _lib.CLADE_E_STATE)
 
+    def test_decode_greedy(self):
+        # Two caches, the same steps: one returns the logits, the other
+        # only each row's argmax.
+        with clade.Tree(self.model) as tree, clade.Cache(tree, max_seqs=2) as c1, \
+                clade.Cache(tree, max_seqs=2) as c2:
+            a1, b1 = c1.add(0, [1, 2, 3]), c1.add(0, [4])
+            a2, b2 = c2.add(0, [1, 2, 3]), c2.add(0, [4])
+            for step in range(3):
+                rows = c1.decode({a1: [5 + step], b1: [6]}, all_logits=step == 0)
+                got = c2.decode_greedy({a2: [5 + step], b2: [6]}, all_logits=step == 0)
+                want = [max(range(len(r)), key=lambda i, r=r: (r[i], -i)) for r in rows]
+                self.assertEqual(len(got), 6 if step == 0 else 2)
+                self.assertEqual(got, want)
+
     def test_bad_token(self):
         bad = self.model.n_vocab + 5
         with clade.Tree(self.model) as tree:

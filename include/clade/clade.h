@@ -90,11 +90,11 @@ extern "C" {
 /* ---- version ---------------------------------------------------------- */
 
 #define CLADE_VERSION_MAJOR 1
-#define CLADE_VERSION_MINOR 3
+#define CLADE_VERSION_MINOR 4
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "1.3.0"
+#define CLADE_VERSION_STRING "1.4.0"
 /* The shared library's soname carries this number. */
 #define CLADE_ABI_MAJOR 1
 
@@ -826,7 +826,15 @@ CLADE_API clade_status clade_cache_seq_tokens(const clade_cache *cache,
    Each sequence's step attends to every tree node on its path and to its
    own tokens; nodes shared by several sequences of the step are attended
    once for all of them when the cost model says that pays (the cache's
-   attention setting). The batch's arrays are only read during the call. */
+   attention setting). The batch's arrays are only read during the call.
+   (clade 1.4) argmax, when not NULL, receives each logits row's greedy
+   token: its highest logit, the lowest token id among equal ones (NaN
+   logits are passed over; a row with no logit above -inf gives -1). It is
+   found where the logits are: on the CUDA backend only these tokens come
+   back from the device, not the n_vocab floats per row. logits may be
+   NULL then; logits_rows is argmax's capacity too. This is
+   clade_sample's choice at temperature 0 with no logit bias or penalty
+   (which refuses a row holding a NaN or +INFINITY). */
 typedef struct clade_batch {
   size_t size;              /* sizeof(clade_batch) */
   size_t n_seqs;
@@ -836,6 +844,7 @@ typedef struct clade_batch {
   int32_t all_logits;
   float *logits;
   size_t logits_rows;
+  clade_token *argmax;      /* (clade 1.4) NULL (default) or [logits_rows] */
 } clade_batch;
 
 CLADE_API void clade_batch_init(clade_batch *batch);

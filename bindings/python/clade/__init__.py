@@ -908,6 +908,13 @@ class Cache(_Handle):
         with nothing changed."""
         return self._decode(step, all_logits, None)
 
+    def decode_greedy(self, step, all_logits=False):
+        """decode(), returning each row's greedy token (its highest logit,
+        the lowest id among equal ones; -1 for a row with none above -inf)
+        instead of the row (clade_batch.argmax, clade 1.4): found where the
+        logits are, so on the GPU only the tokens come back."""
+        return self._decode(step, all_logits, None, greedy=True)
+
     def decode_tree(self, step, parents, all_logits=False):
         """decode() where a sequence's new tokens form a tree
         (clade_decode_tree, clade 1.2): parents maps sequence id -> one
@@ -936,8 +943,9 @@ class Cache(_Handle):
         arr, n = _tokens(keep)
         _check(_lib.clade_cache_keep(self._get(), seq, start, arr, n))
 
-    def _decode(self, step, all_logits, parents):
-        """clade_decode, or clade_decode_tree with parents (a c_int32 array)."""
+    def _decode(self, step, all_logits, parents, greedy=False):
+        """clade_decode, or clade_decode_tree with parents (a c_int32 array);
+        greedy: the rows' argmax tokens instead of their logits."""
         seqs = list(step.keys())
         counts = [len(step[s]) for s in seqs]
         flat = [t for s in seqs for t in step[s]]
@@ -949,7 +957,6 @@ class Cache(_Handle):
         ids = (_lib.clade_seq_id * max(len(seqs), 1))(*seqs)
         ns = (ctypes.c_int32 * max(len(seqs), 1))(*counts)
         toks = (_lib.clade_token * max(len(flat), 1))(*flat)
-        logits = (ctypes.c_float * (max(rows, 1) * nv))()
         b = _lib.clade_batch()
         _lib.clade_batch_init(ctypes.byref(b))
         b.n_seqs = len(seqs)
@@ -957,7 +964,16 @@ class Cache(_Handle):
         b.n_tokens = ns
         b.tokens = toks
         b.all_logits = 1 if all_logits else 0
-        b.logits = logits
+        if greedy:
+            # The whole struct this binding knows: a library older than 1.4
+            # refuses the argmax field (CLADE_E_UNSUPPORTED) rather than
+            # ignoring it.
+            b.size = ctypes.sizeof(b)
+            out = (_lib.clade_token * max(rows, 1))()
+            b.argmax = out
+        else:
+            logits = (ctypes.c_float * (max(rows, 1) * nv))()
+            b.logits = logits
         b.logits_rows = rows
         self.tree._abort_exc[0] = None
         if parents is None:
@@ -968,6 +984,8 @@ class Cache(_Handle):
             self.tree._raise_stopped(st)
         for s in seqs:
             self._queued[s] = 0
+        if greedy:
+            return list(out[:rows])
         return [logits[r * nv:(r + 1) * nv] for r in range(rows)]
 
 

@@ -79,11 +79,11 @@ LIBRARY_PATH, lib = _load()
 # ---- version --------------------------------------------------------------
 
 CLADE_VERSION_MAJOR = 1
-CLADE_VERSION_MINOR = 3
+CLADE_VERSION_MINOR = 4
 CLADE_VERSION_PATCH = 0
 CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
                         + CLADE_VERSION_PATCH)
-CLADE_VERSION_STRING = "1.3.0"
+CLADE_VERSION_STRING = "1.4.0"
 CLADE_ABI_MAJOR = 1
 
 
@@ -545,6 +545,7 @@ class clade_batch(Structure):
         ("all_logits", c_int32),
         ("logits", POINTER(c_float)),
         ("logits_rows", c_size_t),
+        ("argmax", POINTER(clade_token)),  # clade 1.4
     ]
 
 

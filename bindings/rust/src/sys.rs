@@ -8,11 +8,11 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- version ---------------------------------------------------------------
 
 pub const CLADE_VERSION_MAJOR: c_int = 1;
-pub const CLADE_VERSION_MINOR: c_int = 3;
+pub const CLADE_VERSION_MINOR: c_int = 4;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "1.3.0";
+pub const CLADE_VERSION_STRING: &str = "1.4.0";
 /// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
 pub const CLADE_ABI_MAJOR: c_int = 1;
 
@@ -228,6 +228,7 @@ pub struct clade_batch {
     pub all_logits: i32,
     pub logits: *mut f32,
     pub logits_rows: usize,
+    pub argmax: *mut clade_token, // clade 1.4
 }
 
 #[repr(C)]
@@ -792,7 +793,7 @@ mod layout {
         assert_eq!(size_of::<clade_tree_params>(), 32);
         assert_eq!(size_of::<clade_node_info>(), 32);
         assert_eq!(size_of::<clade_cache_params>(), 24);
-        assert_eq!(size_of::<clade_batch>(), 64);
+        assert_eq!(size_of::<clade_batch>(), 72);
         assert_eq!(size_of::<clade_sampler_params>(), 72);
         assert_eq!(size_of::<clade_sample_result>(), 48);
         assert_eq!(size_of::<clade_logit_bias>(), 8);
