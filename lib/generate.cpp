@@ -171,6 +171,10 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
                            p.max_new_tokens + max_draft + 2);
   }
   const bool greedy = greedy_temperature(sp.temperature);
+  // Plain greedy steps without drafts take each row's argmax from the
+  // decode step itself (clade_batch.argmax): on the CUDA backend only the
+  // tokens leave the device.
+  const bool step_argmax = sampler.plain_greedy();
   SpecCost cost;
   clade_generation_stats& stats = out.stats;
   uint64_t taken = 0;  // tokens drawn so far (the cost model's outcomes)
@@ -275,6 +279,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   std::vector<DraftSeq*> dptr;
   RowDist dist;
   std::vector<float> logits;
+  std::vector<int32_t> argmax;
   std::vector<SampleRow> rows;
   size_t next = 0;  // the first sequence not admitted yet
   for (;;) {
@@ -398,7 +403,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       counts.push_back(1 + n_draft[r]);
       n_rows += any_draft ? (size_t)(1 + n_draft[r]) : 1;
     }
-    logits.resize(n_rows * (size_t)n_vocab);
+    const bool by_argmax = step_argmax && !any_draft;
+    if (!by_argmax) logits.resize(n_rows * (size_t)n_vocab);
+    argmax.resize(by_argmax ? n_rows : 0);
     clade_batch b;
     std::memset(&b, 0, sizeof b);
     b.size = sizeof b;
@@ -407,7 +414,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     b.n_tokens = counts.data();
     b.tokens = toks.data();
     b.all_logits = any_draft ? 1 : 0;
-    b.logits = logits.data();
+    b.logits = by_argmax ? nullptr : logits.data();
+    b.argmax = by_argmax ? argmax.data() : nullptr;
     b.logits_rows = n_rows;
     const auto t0 = std::chrono::steady_clock::now();
     clade_status ds = cache.decode(b, any_tree ? pars.data() : nullptr);
@@ -423,7 +431,19 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     const uint64_t taken_before = taken;
 
     still.clear();
-    if (!any_draft) {
+    if (by_argmax) {
+      // What sample_rows gives a plain greedy row: the argmax, probability 1.
+      for (size_t r = 0; r < live.size(); r++)
+        if (argmax[r] < 0)
+          fail(CLADE_E_INVALID_ARG, "clade_generate: sequence " + std::to_string(live[r]) +
+                                        "'s logits are all -inf or NaN (no token can be drawn)");
+      for (size_t r = 0; r < live.size() && !stop_all; r++) {
+        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + 1;
+        const int32_t t = argmax[r];
+        const float lp0 = 0.0f;
+        if (!take(live[r], t, 0.0f, pos, &t, &lp0, top_n ? 1 : 0)) still.push_back(live[r]);
+      }
+    } else if (!any_draft) {
       rows.assign(live.size(), SampleRow());
       top_tok.resize(live.size() * top_n);
       top_lp.resize(live.size() * top_n);

@@ -80,6 +80,14 @@ class Sampler {
   // other). On an error no stream has advanced.
   void sample_rows(SampleRow* rows, size_t n, int32_t n_vocab);
   void forget(uint64_t stream) { state_.erase(stream); }
+  // Whether a row's token is its logits' argmax (Backend::argmax) whatever
+  // the history: greedy with no logit bias and no penalty. sample() then
+  // gives the argmax with log-probability 0, draws nothing, and fails only
+  // where argmax gives -1 or the row holds a NaN or +inf.
+  bool plain_greedy() const {
+    return greedy_temperature(p_.temperature) && bias_.empty() && p_.repeat_penalty == 1.0f &&
+           p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  }
   // The distribution row r is drawn from, after every stage: the kept
   // tokens, most likely first, and their probabilities (summing to 1);
   // greedy: the one token, probability 1. Draws nothing. Throws as

@@ -6,7 +6,8 @@
 //   time, so later ones are admitted as others finish) and of 64, with 1
 //   and 2 threads, and when the same request is admitted at step 10 of a
 //   running batch through the step API (clade_cache_add, clade_decode,
-//   clade_sample_ex, clade_cache_remove).
+//   clade_sample_ex, clade_cache_remove). Again with plain greedy, where
+//   clade_generate takes the decode step's argmax instead of the logits.
 // - Text (a random model with the reference SPM vocabulary): the output is
 //   steered token by token with logit biases and a presence penalty, so the
 //   text is known; stop strings across two and three tokens, at the very
@@ -54,9 +55,19 @@ clade_tree* new_tree(clade_model* m) {
   return t;
 }
 
+// Plain greedy (temperature 0, no bias, no penalty): clade_generate takes
+// its tokens from the decode step's argmax (clade_batch.argmax), the step
+// API run (run_admitted) from the logits through clade_sample_ex.
+bool g_plain_greedy = false;
+
 clade_sampler_params sampling(uint64_t seed) {
   clade_sampler_params sp;
   clade_sampler_params_init(&sp);
+  if (g_plain_greedy) {
+    sp.temperature = 0;
+    sp.seed = seed;
+    return sp;
+  }
   sp.temperature = 0.8f;
   sp.top_p = 0.95f;
   sp.top_k = 0;
@@ -199,6 +210,45 @@ Tokens run_admitted(clade_model* m, uint64_t stream) {
   return result;
 }
 
+// Plain greedy over several prompts in one call (rows of different
+// sequences in each step's argmax): each sequence's tokens are its prompt's
+// alone.
+Tokens greedy_run(clade_model* m, const std::vector<Tokens>& prompts, size_t which) {
+  clade_tree* t = new_tree(m);
+  clade_sampler_params sp;
+  clade_sampler_params_init(&sp);
+  sp.temperature = 0;
+  clade_generate_params gp;
+  clade_generate_params_init(&gp);
+  gp.max_new_tokens = kNew;
+  gp.sampler = &sp;
+  gp.ignore_eog = 1;
+  std::vector<clade_prompt> pr;
+  for (const Tokens& p : prompts) pr.push_back({p.data(), p.size(), -1});
+  clade_generation* g = nullptr;
+  CHECK_OK(clade_generate(t, pr.data(), pr.size(), &gp, &g));
+  Tokens out;
+  size_t n = 0;
+  const clade_token* tk = g ? clade_generation_tokens(g, which, &n) : nullptr;
+  CHECK(tk && n == (size_t)kNew);
+  if (tk) out.assign(tk, tk + n);
+  clade_generation_free(g);
+  clade_tree_free(t);
+  return out;
+}
+
+void test_greedy_rows(const std::string& path) {
+  clade_model* m = load(path, 2);
+  if (!m) return;
+  const std::vector<Tokens> prompts = {kPrompt, {11, 12, 13, 14}, {200, 3}, {9}};
+  std::vector<Tokens> alone;
+  for (const Tokens& p : prompts) alone.push_back(greedy_run(m, {p}, 0));
+  CHECK(alone[0] != alone[1]);
+  for (size_t i = 0; i < prompts.size(); i++)
+    CHECK_MSG(greedy_run(m, prompts, i) == alone[i], "greedy: prompt %zu of 4 differs from its run alone", i);
+  clade_model_free(m);
+}
+
 void print_tokens(const char* what, const Tokens& t) {
   std::fprintf(stderr, "%-28s", what);
   for (clade_token x : t) std::fprintf(stderr, " %d", x);
@@ -229,8 +279,9 @@ void test_reproducible(const std::string& path) {
     CHECK_MSG(got == alone, "%s: the tokens differ from the sequence's alone", c.what);
     if (got != alone) print_tokens(c.what, got);
   }
-  // Other sequences of the batch differ (distinct streams).
-  CHECK(run_one(m2, 7, 4, 0) != alone);
+  // Other sequences of the batch differ (distinct streams); greedy, they
+  // are the same.
+  CHECK((run_one(m2, 7, 4, 0) != alone) != g_plain_greedy);
   // Admitted at step 10 of a running batch through the step API.
   Tokens adm = run_admitted(m2, 3);
   print_tokens("admitted at step 10", adm);
@@ -741,6 +792,10 @@ int main() {
     return 1;
   }
   test_reproducible(path);
+  g_plain_greedy = true;
+  test_reproducible(path);
+  g_plain_greedy = false;
+  test_greedy_rows(path);
   test_tree_and_errors(path);
   test_top_logprobs(path);
   if (have_vocab) {

@@ -1047,7 +1047,13 @@ typedef struct clade_generate_params {
   const char *const *stop_strings;
   size_t n_stop_strings;
   const clade_sampler_params *sampler; /* NULL (default): the defaults of
-                                          clade_sampler_params_init */
+                                          clade_sampler_params_init. Greedy
+                                          with no logit bias or penalty
+                                          (clade 1.4): each step's tokens
+                                          come from clade_batch.argmax, not
+                                          from the logits (the same tokens;
+                                          a NaN logit is passed over, not
+                                          refused) */
   clade_generate_fn callback; /* NULL (default): no streaming */
   void *user;                 /* passed to callback unchanged */
   clade_attention attention;  /* the call's cache's (clade_cache_params);
