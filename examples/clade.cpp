@@ -163,8 +163,10 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
       {"bench decode",
        "  bench decode -m FILE [--batch B[,B..] (1)] [--prefix P[,P..] (512)] [--suffix S (0)] [--gen G (32)]\n"
        "           [--mode shared,flat,noattn (flat)] [--threads T (0: all)] [--rounds R (3)] [--min-seconds S (0)]\n"
-       "           [--machine] [--kv f16|bf16|f32 (f16)] [--backend cpu|cuda (cpu)] [--past-context] [--no-mmap] [--csv]\n"
-       "      the longest prefix plus --suffix and --gen must fit the model's context (--past-context: go past it)\n"},
+       "           [--machine] [--kv f16|bf16|f32 (f16)] [--backend cpu|cuda (cpu)] [--logits all|greedy (all)]\n"
+       "           [--past-context] [--no-mmap] [--csv]\n"
+       "      the longest prefix plus --suffix and --gen must fit the model's context (--past-context: go past it);\n"
+       "      --logits greedy: each step returns its rows' greedy tokens (clade_batch.argmax), not their logits\n"},
       {"bench prefill",
        "  bench prefill -m FILE --prompts N --lengths fixed:N|uniform:A:B|lognormal:MEDIAN:MAX|file:PATH\n"
        "           [--mode packed,padded,serial (all three)] [--parent-tokens P (0)] [--batch B (16)]\n"

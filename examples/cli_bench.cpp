@@ -151,6 +151,7 @@ struct DecodeOptions {
   double min_seconds = 0;
   bool csv = false, machine = false, map_file = true;
   bool past_context = false;  // --past-context: positions past the model's n_ctx allowed
+  bool greedy = false;        // --logits greedy: steps return tokens (clade_batch.argmax), no logits
   std::string kv = "f16";
   clade_backend backend = CLADE_BACKEND_CPU;
 };
@@ -176,6 +177,7 @@ DecodeOptions parse_decode_options(Args& a) {
     else if (f == "--csv") o.csv = true;
     else if (f == "--no-mmap") o.map_file = false;
     else if (f == "--past-context") o.past_context = true;
+    else if (f == "--logits") o.greedy = word_flag(f, a.next(f), {"all", "greedy"}) == "greedy";
     else unknown_arg("bench decode", f);
   }
   if (o.model.empty()) Args::die("bench decode: -m FILE is required");
@@ -206,14 +208,18 @@ std::string join(const std::vector<double>& v, double scale, const char* fmt) {
 }
 
 // The buffers of one decode step of a point's whole batch (one token per
-// sequence; the logits, since a real step needs them).
+// sequence; what a real step needs back: the logits, or with --logits
+// greedy each row's greedy token only).
 struct StepBuffers {
   std::vector<int32_t> ones;
-  std::vector<clade_token> toks;
+  std::vector<clade_token> toks, greedy;
   std::vector<float> logits;
 
-  StepBuffers(long batch, int32_t n_vocab)
-      : ones((size_t)batch, 1), toks((size_t)batch), logits((size_t)batch * n_vocab) {}
+  StepBuffers(long batch, int32_t n_vocab, bool greedy_only)
+      : ones((size_t)batch, 1),
+        toks((size_t)batch),
+        greedy(greedy_only ? (size_t)batch : 0),
+        logits(greedy_only ? 0 : (size_t)batch * n_vocab) {}
   clade_batch batch_of(Run& r) {
     clade_batch bt;
     clade_batch_init(&bt);
@@ -221,7 +227,8 @@ struct StepBuffers {
     bt.seq_ids = r.ids.data();
     bt.n_tokens = ones.data();
     bt.tokens = toks.data();
-    bt.logits = logits.data();
+    bt.logits = logits.empty() ? nullptr : logits.data();
+    bt.argmax = greedy.empty() ? nullptr : greedy.data();
     bt.logits_rows = toks.size();
     return bt;
   }
@@ -382,7 +389,7 @@ void DecodeBench::print_rows(const std::vector<Run>& runs, long batch, long pref
 // modes are compared in the same seconds of a shared, noisy machine.
 void DecodeBench::point(clade_tree* tree, clade_node_id node, long batch, long prefix) {
   std::vector<Run> runs = make_runs(tree, node, batch, prefix);
-  StepBuffers sb(batch, info.n_vocab);
+  StepBuffers sb(batch, info.n_vocab, o.greedy);
   const long steps = std::max(1L, o.gen - 1);
   // With --machine, every round also measures the read bandwidth and the
   // GEMM peak (as `clade bench machine` does); the point keeps the best

@@ -3,7 +3,9 @@
 # build tools (meson, ninja, nvcc, OpenBLAS, PCRE2): build with the CUDA
 # backend into build-gpu/, run the CUDA tests (also under compute-sanitizer
 # when it is there) and the CLI test, then the GPU decode benchmark of
-# bench/README.md into bench/results/gpu-decode-kv{4,16}.csv.
+# bench/README.md into bench/results/gpu-decode-kv{4,16}.csv, and the GQA
+# model's again with each step returning its greedy tokens instead of its
+# logits (--logits greedy: clade_batch.argmax) into gpu-decode-kv4-greedy.csv.
 #
 # With --prebuilt, build-gpu/ holds a bundle of scripts/gpu_bundle.sh made
 # on another machine (for a GPU machine that cannot build clade): nothing is
@@ -55,3 +57,5 @@ $clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,81
   --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv4.csv
 $clade bench decode -m "$m16" --backend cuda --batch 32 --prefix 8192 --past-context --mode shared,flat,noattn \
   --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv16.csv
+$clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,8192 --past-context --mode shared,flat,noattn \
+  --gen 32 --rounds 3 --logits greedy --csv | tee bench/results/gpu-decode-kv4-greedy.csv

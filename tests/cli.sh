@@ -111,6 +111,13 @@ while IFS=, read -r mode batch prefix suffix g threads tps ms med rounds attn at
   if [ "$mode" == noattn ]; then [ "$attn_rounds" == "0.000;0.000" ] || fail "noattn attention parts $attn_rounds"; fi
 done < <(tail -n +2 <<< "$csv")
 
+# --logits greedy: steps return their greedy tokens (clade_batch.argmax),
+# the same rows as with the logits.
+csv=$("$cli" bench decode -m "$dir/m.gguf" --batch 3 --prefix 20 --mode shared,flat --gen 3 --rounds 1 \
+  --threads 2 --logits greedy --csv 2> /dev/null) || fail "bench decode --logits greedy"
+[ "$(head -1 <<< "$csv")" == "$header" ] || fail "bench decode --logits greedy header: $(head -1 <<< "$csv")"
+[ "$(wc -l <<< "$csv")" -eq 3 ] || fail "bench decode --logits greedy: 2 rows expected: $csv"
+
 # --machine: the point's best bandwidth and peak, then per round the first
 # readings and, per mode, the reads between its steps (all positive).
 csv=$("$cli" bench decode -m "$dir/m.gguf" --batch 2 --prefix 20 --mode shared,noattn --gen 3 --rounds 2 \

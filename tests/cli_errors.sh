@@ -97,6 +97,7 @@ done << 'TABLE'
 2 | clade: model random: unexpected argument 'big' | model random -o $dir/x.gguf big
 # bench
 2 | clade: --kv: unknown value 'q8' (f16, bf16 or f32) | bench decode -m $M --kv q8
+2 | clade: --logits: unknown value 'top' (all or greedy) | bench decode -m $M --logits top
 2 | clade: --mode: unknown value 'fast' (shared, flat or noattn) | bench decode -m $M --mode flat,fast
 2 | clade: --batch 0 is out of range: 1 to 1048576 | bench decode -m $M --batch 1,0
 2 | clade: --gen 1 is out of range: 2 to 16777216 | bench decode -m $M --gen 1
