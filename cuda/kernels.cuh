@@ -138,6 +138,19 @@ __global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) 
     y[i] = __float2bfloat16_rn(x[i]);
 }
 
+// The block's part of yr = xr / sqrt(ss / dim + eps) * weight, ss the row's
+// sum of squares (from block_sum), and of y16 (row's first element at
+// offset at).
+__device__ __forceinline__ void norm_row_out(const float* xr, float ss, const float* weight, int64_t dim, float eps,
+                                             float* yr, void* y16, bool bf16, int64_t at) {
+  const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = xr[i] * inv * weight[i];
+    yr[i] = v;
+    store16(y16, bf16, at + i, v);
+  }
+}
+
 // y [n][dim] = x / sqrt(mean(x^2) + eps) * weight; one block per row.
 __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
                                void* y16, bool bf16) {
@@ -147,13 +160,27 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, i
     float* yr = y + r * dim;
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, shared);
-    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    norm_row_out(xr, block_sum(ss, shared), weight, dim, eps, yr, y16, bf16, r * dim);
+  }
+}
+
+// x [n][dim] += d, then y = rmsnorm(x) * weight, one block per row: the
+// same arithmetic in the same order as add_kernel then rmsnorm_kernel. y
+// may be d: each thread writes only the elements it read.
+__global__ void add_rmsnorm_kernel(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
+                                   float* y, void* y16, bool bf16) {
+  __shared__ float shared[33];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    float* xr = x + r * dim;
+    const float* dr = d + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      const float v = xr[i] * inv * weight[i];
-      yr[i] = v;
-      store16(y16, bf16, r * dim + i, v);
+      const float v = xr[i] + dr[i];
+      xr[i] = v;
+      ss += v * v;
     }
+    norm_row_out(xr, block_sum(ss, shared), weight, dim, eps, yr, y16, bf16, r * dim);
   }
 }
 

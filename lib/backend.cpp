@@ -25,6 +25,11 @@ void Backend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
   work.kv_dests.assign(dests, dests + n);
 }
 
+void Backend::add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+  add(x, d, n * dim);
+  rmsnorm(x, weight, n, dim, eps, y);
+}
+
 void Backend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
   for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
 }

@@ -152,7 +152,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       if (l > 0 && !recording && abort.fn && abort.fn(abort.user))
         fail(CLADE_STOPPED, "stopped by the abort callback");
       const LayerWeights& L = m_.layers[(size_t)l];
-      be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
+      // (a later layer's norm ran with the last layer's residual add)
+      if (l == 0) be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
       {
         const Weight* w[3] = {&L.wq, &L.wk, &L.wv};
         float* y[3] = {q, k, v};
@@ -171,8 +172,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
         be_.merge(ml, hd, attn);
       }
       be_.matmul(L.wo, attn, T, xn);
-      be_.add(x, xn, T * dim);
-      be_.rmsnorm(x, L.ffn_norm, T, dim, c.norm_eps, xn);
+      be_.add_rmsnorm(x, xn, L.ffn_norm, T, dim, c.norm_eps, xn);
       {
         const Weight* w[2] = {&L.w_gate, &L.w_up};
         float* y[2] = {gate, up};
@@ -180,7 +180,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       }
       be_.swiglu(gate, up, T * ff);
       be_.matmul(L.w_down, gate, T, xn);
-      be_.add(x, xn, T * dim);
+      if (l + 1 < c.n_layers) be_.add_rmsnorm(x, xn, m_.layers[(size_t)l + 1].attn_norm, T, dim, c.norm_eps, xn);
+      else be_.add(x, xn, T * dim);
     }
     if (!nl) return;
     const float* sel = x;
