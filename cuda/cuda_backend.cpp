@@ -158,6 +158,8 @@ class CudaBackend final : public Backend {
   void swiglu(float* gate, const float* up, int64_t n) override;
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
+  void rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
+               const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
   void kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) override;
@@ -676,15 +678,23 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
+  rope_qk(x, n_heads, nullptr, 0, n, pos, p);
+}
+
+void CudaBackend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
+                          const RopeParams& p) {
   auto lock = gate();
   enter();
   if (p.head_dim <= 0 || p.head_dim > kMaxHeadDim || p.head_dim % 2 != 0)
     fail(CLADE_E_UNSUPPORTED, "cuda: rope: head dimension " + std::to_string(p.head_dim));
-  if (n <= 0 || n_heads <= 0) return;
+  if (!k || kv_heads < 0) kv_heads = 0;
+  if (n_heads < 0) n_heads = 0;
+  if (n <= 0 || n_heads + kv_heads <= 0) return;
   if (!p.inv_freq || !pos) fail(CLADE_E_INVALID_ARG, "cuda: rope: positions or frequencies missing");
   // Both in device memory (backend.h): nothing to upload, so a pass's
   // launches depend on no host table.
-  launched(cuda::launch_rope(x, n, n_heads, p.head_dim, p.neox, pos, p.pos_scale, p.inv_freq, stream_), "rope");
+  launched(cuda::launch_rope(q, n_heads, k, kv_heads, n, p.head_dim, p.neox, pos, p.pos_scale, p.inv_freq, stream_),
+           "rope");
 }
 
 void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim,

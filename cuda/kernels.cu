@@ -88,12 +88,12 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
   return cudaGetLastError();
 }
 
-cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
-                        float pos_scale, const float* inv_freq, cudaStream_t stream) {
-  const int64_t pairs = n * n_heads * (int64_t)(head_dim / 2);
+cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
+                        const int32_t* pos, float pos_scale, const float* inv_freq, cudaStream_t stream) {
+  const int64_t pairs = n * (n_heads + n_heads2) * (int64_t)(head_dim / 2);
   if (pairs <= 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, n, n_heads, head_dim, neox, pos, pos_scale,
-                                                                     inv_freq);
+  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, n_heads, x2, n_heads2, n, head_dim, neox, pos,
+                                                                     pos_scale, inv_freq);
   return cudaGetLastError();
 }
 

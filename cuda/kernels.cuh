@@ -238,21 +238,24 @@ __global__ void argmax_kernel(const float* x, int64_t dim, int32_t* out) {
   }
 }
 
-// Rotate x [n][n_heads][head_dim] in place. pos [n] and inv_freq
-// [head_dim/2] in device memory. One thread per rotated pair.
-__global__ void rope_kernel(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
-                            float pos_scale, const float* inv_freq) {
-  const int half = head_dim / 2;
-  const int64_t total = n * n_heads * (int64_t)half;
+// Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
+// when n_heads2 is 0) in place, token t's heads at position pos[t]. pos [n]
+// and inv_freq [head_dim/2] in device memory. One thread per rotated pair;
+// a token's heads of x first, then its heads of x2.
+__global__ void rope_kernel(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
+                            const int32_t* pos, float pos_scale, const float* inv_freq) {
+  const int half = head_dim / 2, heads = n_heads + n_heads2;
+  const int64_t total = n * heads * (int64_t)half;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int k = (int)(i % half);
-    int64_t th = i / half;  // token * n_heads + head
-    int64_t t = th / n_heads;
+    int64_t th = i / half;  // token * heads + head
+    int64_t t = th / heads;
+    const int h = (int)(th % heads);
     float fp = (float)pos[t] * pos_scale;
     float angle = fp * inv_freq[k];
     float s, c;
     sincosf(angle, &s, &c);
-    float* v = x + th * head_dim;
+    float* v = h < n_heads ? x + (t * n_heads + h) * head_dim : x2 + (t * n_heads2 + (h - n_heads)) * head_dim;
     int i0 = neox ? k : 2 * k, i1 = neox ? k + half : 2 * k + 1;
     float a0 = v[i0], a1 = v[i1];
     v[i0] = a0 * c - a1 * s;

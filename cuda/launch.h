@@ -81,10 +81,11 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
 // -inf): one block per row.
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream);
 
-// Rotate x [n][n_heads][head_dim] in place by pos [n] * pos_scale *
-// inv_freq [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
-cudaError_t launch_rope(float* x, int64_t n, int n_heads, int head_dim, bool neox, const int32_t* pos,
-                        float pos_scale, const float* inv_freq, cudaStream_t stream);
+// Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
+// when n_heads2 is 0) in place by pos [n] * pos_scale * inv_freq
+// [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
+cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
+                        const int32_t* pos, float pos_scale, const float* inv_freq, cudaStream_t stream);
 
 // Store k, v [n][kv_heads][head_dim] f32 into the span kv_dst
 // [kv_heads][2 * capacity][head_dim] (lib/backend.h's block layout) of KV

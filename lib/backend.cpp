@@ -30,6 +30,12 @@ void Backend::add_rmsnorm(float* x, const float* d, const float* weight, int64_t
   rmsnorm(x, weight, n, dim, eps, y);
 }
 
+void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
+                      const RopeParams& p) {
+  rope(q, n, n_heads, pos, p);
+  rope(k, n, kv_heads, pos, p);
+}
+
 void Backend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
   for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
 }

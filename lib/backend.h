@@ -194,6 +194,11 @@ class Backend {
   // rotate x [n][n_heads][head_dim] in place; pos [n] and p.inv_freq in
   // backend memory (uploaded once per pass and once per model)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;
+  // rope of q [n][n_heads] and k [n][kv_heads] (heads of p.head_dim) at the
+  // same positions: the default calls rope twice; the CUDA backend rotates
+  // both in one launch.
+  virtual void rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
+                       const RopeParams& p);
   // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span of
   // one layer (kv_dst: head 0) at positions start .. start+n-1.
   virtual void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads,

@@ -478,8 +478,24 @@ void test_rope(Backend& cpu, Backend& gpu, bool neox, float pos_scale) {
   // Rotations keep magnitudes O(|x|): bound by the pair's size.
   std::vector<double> bound(x.size());
   for (size_t i = 0; i < x.size(); i++) bound[i] = 1e-5 * (std::fabs(out[0][i]) + 1.0) + 1e-6;
-  expect_close(std::string("rope ") + (neox ? "neox" : "normal") + " scale " + std::to_string(pos_scale), out[1],
-               out[0], bound);
+  const std::string tag = std::string(neox ? "neox" : "normal") + " scale " + std::to_string(pos_scale);
+  expect_close("rope " + tag, out[1], out[0], bound);
+  // rope_qk: q (n_heads) and k (1 head) in one call, bit for bit each
+  // backend's two ropes.
+  std::vector<float> k = randn((size_t)(n * hd));
+  for (int b = 0; b < 2; b++) {
+    Arena a(*bes[b]);
+    float *dq = a.put(x), *dk = a.put(k), *pq = a.put(x), *pk = a.put(k);
+    const int32_t* dpos = a.put(pos);
+    p.inv_freq = a.put(inv_freq);
+    bes[b]->rope_qk(dq, n_heads, dk, 1, n, dpos, p);
+    bes[b]->rope(pq, n, n_heads, dpos, p);
+    bes[b]->rope(pk, n, 1, dpos, p);
+    const std::string who = std::string(bes[b]->name()) + " " + tag;
+    expect_equal("rope_qk q, " + who, a.get(dq, x.size()), a.get(pq, x.size()));
+    expect_equal("rope_qk k, " + who, a.get(dk, k.size()), a.get(pk, k.size()));
+    if (b == 1) expect_close("rope_qk q against the cpu, " + tag, a.get(dq, x.size()), out[0], bound);
+  }
 }
 
 // kv_write into a span in two pieces, then attention problems over it (300

@@ -92,6 +92,10 @@ class GraphEmu final : public Backend {
   void swiglu(float* gate, const float* up, int64_t n) override {
     op([=] { in_->swiglu(gate, up, n); });
   }
+  void rope_qk(float* q, int32_t nh, float* k, int32_t kvh, int64_t n, const int32_t* pos,
+               const clade::RopeParams& p) override {
+    op([=] { in_->rope_qk(q, nh, k, kvh, n, pos, p); });
+  }
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override {
     op([=] { in_->argmax(x, n, dim, out); });
   }
