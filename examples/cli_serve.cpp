@@ -108,6 +108,9 @@ struct Request {
   std::vector<clade_token> prompt;
   int n = 1, max_tokens = 0;
   int logprobs = -1;  // -1: none; k >= 0: the chosen token's and k alternatives
+  // Plain greedy (temperature 0, no bias, no penalty, no logprobs): its
+  // token is its row's argmax, which a step of such rows only returns.
+  bool greedy = false;
   clade_sampler_params sp{};
   std::vector<std::string> stops;
   Clock::time_point arrived = Clock::now();
@@ -184,6 +187,7 @@ class Server {
     cp.max_tokens = n_ctx_;
     check(clade_cache_create(tree_, &cp, &cache_), "cache");
     logits_.resize((size_t)opt_.parallel * (size_t)info_.n_vocab);
+    argmax_.resize((size_t)opt_.parallel);
     first_.resize((size_t)info_.n_vocab);
     model_name_ = !opt_.alias.empty() ? opt_.alias : info_.name[0] ? std::string(info_.name) : opt_.model;
     return true;
@@ -548,6 +552,8 @@ class Server {
     // The sampler checks what is left (a logit bias, the ranges).
     if (clade_sampler_create(&r->sp, &r->sampler) != CLADE_OK)
       throw ApiError{400, std::string("sampler: ") + clade_last_error(), ""};
+    r->greedy = r->sp.temperature == 0.0f && bias.empty() && r->sp.presence_penalty == 0.0f &&
+                r->sp.frequency_penalty == 0.0f && r->sp.repeat_penalty == 1.0f && r->logprobs < 0;
     r->sp.logit_bias = nullptr;  // copied by the sampler
     r->sp.n_logit_bias = 0;
     r->id = next_id_++;
@@ -813,8 +819,9 @@ class Server {
     r.events.push_back(std::move(e));
   }
 
-  // Draw choice `index`'s next token from logits and hand out its text.
-  void take(Request& r, int index, const float* logits) {
+  // Draw choice `index`'s next token from logits, or with logits NULL take
+  // `greedy` (its row's argmax: r.greedy), and hand out its text.
+  void take(Request& r, int index, const float* logits, clade_token greedy = -1) {
     Choice& c = r.choices[index];
     const int k = std::max(r.logprobs, 0) + (r.logprobs >= 0 ? 1 : 0);
     clade_token top_t[24];
@@ -827,10 +834,14 @@ class Server {
       res.top_logprobs = top_lp;
       res.top_capacity = (size_t)k;
     }
-    clade_status st = clade_sample_ex(r.sampler, (uint64_t)index, logits, info_.n_vocab, c.generated.data(),
-                                      c.generated.size(), 0, &res);
+    res.token = greedy;
+    clade_status st = logits ? clade_sample_ex(r.sampler, (uint64_t)index, logits, info_.n_vocab,
+                                               c.generated.data(), c.generated.size(), 0, &res)
+                      : greedy >= 0 ? CLADE_OK
+                                    : CLADE_E_INVALID_ARG;
     if (st != CLADE_OK) {  // a row the sampler refuses (NaN logits): end the choice, keep serving
-      std::fprintf(stderr, "clade serve: request %llu: sampling: %s\n", (unsigned long long)r.id, clade_last_error());
+      std::fprintf(stderr, "clade serve: request %llu: sampling: %s\n", (unsigned long long)r.id,
+                   logits ? clade_last_error() : "every logit is -inf or NaN");
       end_choice(r, index, "stop");
       return;
     }
@@ -1023,13 +1034,18 @@ class Server {
             who.push_back({r.get(), i});
           }
       if (ids.empty()) continue;
+      // A step of plain greedy rows only returns their tokens
+      // (clade_batch.argmax), not their logits.
+      const bool by_argmax =
+          std::all_of(who.begin(), who.end(), [](const std::pair<Request*, int>& w) { return w.first->greedy; });
       clade_batch b;
       clade_batch_init(&b);
       b.n_seqs = ids.size();
       b.seq_ids = ids.data();
       b.n_tokens = ones.data();
       b.tokens = toks.data();
-      b.logits = logits_.data();
+      b.logits = by_argmax ? nullptr : logits_.data();
+      b.argmax = by_argmax ? argmax_.data() : nullptr;
       b.logits_rows = (size_t)opt_.parallel;
       auto t0 = Clock::now();
       clade_status st = clade_decode(cache_, &b);
@@ -1052,7 +1068,8 @@ class Server {
       metrics_.decode_us += (uint64_t)(seconds_since(t0) * 1e6);
       metrics_.steps++;
       for (size_t row = 0; row < who.size(); row++)
-        take(*who[row].first, who[row].second, logits_.data() + row * (size_t)info_.n_vocab);
+        if (by_argmax) take(*who[row].first, who[row].second, nullptr, argmax_[row]);
+        else take(*who[row].first, who[row].second, logits_.data() + row * (size_t)info_.n_vocab);
       for (RequestPtr& r : live_) r->cv.notify_all();
     }
     // Shutting down: every request, live or queued, ends with 503.
@@ -1126,6 +1143,7 @@ class Server {
   clade_tree* tree_ = nullptr;
   clade_cache* cache_ = nullptr;
   std::vector<float> logits_, first_;
+  std::vector<clade_token> argmax_;  // a step's greedy tokens (all rows plain greedy)
   std::vector<RequestPtr> live_;  // scheduler only
   std::mutex qmu_;
   std::condition_variable qcv_;

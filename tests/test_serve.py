@@ -170,6 +170,11 @@ def main():
     check(r["usage"]["completion_tokens"] == 12 and r["usage"]["prompt_tokens"] > 0, "completions usage %s" % r)
     st, r2 = s.post("/v1/completions", base)
     check(r2["choices"][0]["text"] == greedy, "greedy twice: %r != %r" % (r2["choices"][0]["text"], greedy))
+    # (greedy without logprobs takes each step's argmax; with them, the
+    # sampler reads the logits: the same text)
+    st, r3 = s.post("/v1/completions", dict(base, logprobs=0))
+    check(st == 200 and r3["choices"][0]["text"] == greedy,
+          "greedy from the logits: %r != %r" % (r3["choices"][0]["text"], greedy))
     reuse = "prefix cache on" in s.log[0]
     if not reuse:
         print("note: this library has no clade_tree_append_prefix: the prefix reuse checks are skipped")
