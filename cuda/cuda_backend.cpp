@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "block_pool.h"
 #include "error.h"
 #include "half.h"
 #include "launch.h"
@@ -238,6 +239,14 @@ class CudaBackend final : public Backend {
   bool mma_hd_[2] = {false, false};
   std::mutex mu_;
   std::vector<void*> weights_;  // uploaded weights, freed with the backend
+  // Released blocks of alloc() kept for reuse (lib/block_pool.h): a KV
+  // store's growth and a finished sequence's store cost no cudaMalloc,
+  // stream synchronisation or cudaFree while the pool has a block that
+  // fits. All their uses are on stream_, so a block's next user is queued
+  // after its last one. CLADE_CUDA_POOL_MB sets the most kept (default:
+  // an eighth of the device's memory, at most 4 GiB; 0: none).
+  BlockPool pool_;
+  void free_pooled() noexcept;
   Scratch x16_;                 // activations narrowed for cuBLAS
   // What x16_ holds: x [count] narrowed (bf16 or f16), until an operation
   // other than a matmul runs or a matmul writes over x. The products of
@@ -309,6 +318,14 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       mma_hd_[i] = cuda::attention_mma_smem(hd) <= (size_t)smem_optin && cuda::attention_mma_setup(hd) == cudaSuccess;
       (void)cudaGetLastError();
     }
+    size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    size_t pool_max = std::min<size_t>(total_b / 8, (size_t)4 << 30);
+    if (const char* pool_env = std::getenv("CLADE_CUDA_POOL_MB")) {
+      const long long mb = std::strtoll(pool_env, nullptr, 10);
+      if (mb >= 0) pool_max = (size_t)mb << 20;
+    }
+    pool_ = BlockPool(pool_max);
     cost_.item_overhead = 1e-6;
     cost_.merge_per_row = 1e-9;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -338,6 +355,7 @@ void CudaBackend::destroy() noexcept {
   graphs_.clear();
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
+  free_pooled();
   for (Scratch* s : {&x16_, &w16_}) {
     if (s->p) cudaFree(s->p);
     s->p = nullptr;
@@ -435,7 +453,24 @@ void* CudaBackend::alloc(size_t bytes) {
   auto lock = gate();
   no_capture();
   enter();
-  return device_alloc(bytes, "alloc");
+  if (void* p = pool_.take(bytes)) return p;
+  void* p;
+  try {
+    p = device_alloc(bytes, "alloc");
+  } catch (const Error& e) {
+    if (e.status() != CLADE_E_NOMEM || !pool_.cached_blocks()) throw;
+    free_pooled();  // the kept blocks back to the device, then once more
+    p = device_alloc(bytes, "alloc");
+  }
+  pool_.made(p, bytes);
+  return p;
+}
+
+void CudaBackend::free_pooled() noexcept {
+  std::vector<void*> blocks = pool_.drain();
+  if (blocks.empty()) return;
+  cudaStreamSynchronize(stream_);  // (the blocks' last uses)
+  for (void* p : blocks) cudaFree(p);
 }
 
 void CudaBackend::release(void* p) {
@@ -446,6 +481,10 @@ void CudaBackend::release(void* p) {
   // for where the device still answers, the memory is freed either way, and
   // the fault stays to be reported by the next checked call.
   no_capture();
+  try {
+    if (pool_.keep(p)) return;
+  } catch (...) {  // (no room in the free list: freed below)
+  }
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   cudaFree(p);
