@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -157,6 +158,7 @@ class CudaBackend final : public Backend {
   void add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
                    float* y) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
+  Peaks measure_peaks() override;
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
@@ -706,6 +708,84 @@ void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
   void* g16 = narrowed_copy(n, "swiglu");
   launched(cuda::launch_swiglu(g, up, n, g16, copy_type_ == 1, stream_), "swiglu");
   keep_copy(g16, g, n);
+}
+
+// ---- the device's ceilings ----
+
+Backend::Peaks CudaBackend::measure_peaks() {
+  auto lock = gate();
+  no_capture();
+  enter();
+  Peaks out;
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  out.device = prop.name;
+  // Buffers and events of the measurement, released however it ends.
+  struct Held {
+    std::vector<void*> mem;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    ~Held() {
+      for (void* p : mem) cudaFree(p);
+      for (cudaEvent_t e : ev)
+        if (e) cudaEventDestroy(e);
+    }
+  } held;
+  auto buffer = [&](size_t bytes, const char* what) {
+    held.mem.push_back(device_alloc(bytes, what));
+    return held.mem.back();
+  };
+  check(cudaEventCreate(&held.ev[0]), "cudaEventCreate");
+  check(cudaEventCreate(&held.ev[1]), "cudaEventCreate");
+  // Median seconds of 10 runs of `run` (enqueued on stream_), after 3.
+  auto median_s = [&](const std::function<void()>& run) {
+    for (int i = 0; i < 3; i++) run();
+    std::vector<double> t;
+    for (int i = 0; i < 10; i++) {
+      check(cudaEventRecord(held.ev[0], stream_), "cudaEventRecord");
+      run();
+      check(cudaEventRecord(held.ev[1], stream_), "cudaEventRecord");
+      check(cudaEventSynchronize(held.ev[1]), "measure_peaks");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, held.ev[0], held.ev[1]), "cudaEventElapsedTime");
+      t.push_back(ms * 1e-3);
+    }
+    std::sort(t.begin(), t.end());
+    return (t[4] + t[5]) / 2;
+  };
+  {  // memory: a 1 GiB copy, bytes read plus bytes written
+    const size_t bytes = (size_t)1 << 30;
+    void* src = buffer(bytes, "measure_peaks: copy source");
+    void* dst = buffer(bytes, "measure_peaks: copy destination");
+    check(cudaMemsetAsync(src, 0x5a, bytes, stream_), "cudaMemsetAsync");
+    const double s = median_s(
+        [&] { check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync"); });
+    out.copy_bytes_per_s = 2.0 * (double)bytes / s;
+  }
+  {  // tensor cores: C [n][n] f32 = A B, A and B random f16 in [-1, 1)
+    const int n = 8192;
+    const size_t elems = (size_t)n * n;
+    void* a = buffer(elems * 2, "measure_peaks: A");
+    void* b = buffer(elems * 2, "measure_peaks: B");
+    void* c = buffer(elems * 4, "measure_peaks: C");
+    std::vector<uint16_t> chunk((size_t)1 << 22);  // 8 MiB of random halves, repeated
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint16_t& h : chunk) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      h = float_to_half((float)((x >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+    }
+    for (void* m : {a, b})
+      for (size_t at = 0; at < elems; at += chunk.size())
+        upload_wait(static_cast<uint16_t*>(m) + at, chunk.data(), std::min(chunk.size(), elems - at) * 2,
+                    "measure_peaks: upload");
+    const float one = 1.0f, zero = 0.0f;
+    const double s = median_s([&] {
+      check_blas(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16F, n, b, CUDA_R_16F, n,
+                              &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "measure_peaks: cublasGemmEx");
+    });
+    out.f16_flop_per_s = 2.0 * (double)n * n * n / s;
+  }
+  return out;
 }
 
 void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {

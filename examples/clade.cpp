@@ -183,7 +183,10 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
        "      the prompt's passage; per point tokens/s, acceptance and the formula's predicted speedup;\n"
        "      the -tree modes draft trees of W children per token within the same K tokens a step;\n"
        "      verify-cost drafts K tokens every step (all rejected): the cost of a step of K + 1 tokens\n"},
-      {"bench machine", "  bench machine [--threads T (all cores)] [--csv]\n"},
+      {"bench machine",
+       "  bench machine [--threads T (all cores)] [--backend cpu|cuda (cpu)] [--csv]\n"
+       "      the CPU's memory bandwidth and GEMM peak; --backend cuda: the GPU's (a 1 GiB device copy and an\n"
+       "      8192^3 F16 product on the tensor cores, clade_backend_measure_peaks)\n"},
       {"version", "  version                      the library's version (also --version)\n"},
   };
 }

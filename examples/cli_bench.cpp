@@ -1,4 +1,5 @@
 // `clade bench decode` and `clade bench machine` (`bench prefill`: cli_prefill.cpp).
+#define CLADE_EXPERIMENTAL 1  // clade_backend_measure_peaks
 #include <cblas.h>
 #include <unistd.h>
 
@@ -111,15 +112,36 @@ std::pair<std::string, std::string> cpu_and_kernels() {
   return {model, k};
 }
 
+// The GPU's ceilings (clade_backend_measure_peaks), for rooflines against
+// steps measured in the same run (scripts/gpu_check.sh).
+int bench_machine_device(clade_backend backend, bool csv) {
+  clade_device_peaks p;
+  clade_device_peaks_init(&p);
+  check(clade_backend_measure_peaks(backend, &p), "bench machine");
+  if (csv) {
+    std::printf("gpu,copy_gb_s,f16_tflop_s\n\"%s\",%.1f,%.1f\n", p.device, p.copy_bytes_per_s / 1e9,
+                p.f16_flop_per_s / 1e12);
+  } else {
+    std::printf("gpu                             %s\n", p.device);
+    std::printf("memory bandwidth (1 GiB copy)   %.1f GB/s (read + written)\n", p.copy_bytes_per_s / 1e9);
+    std::printf("F16 GEMM 8192^3 (tensor cores)  %.1f TFLOP/s\n", p.f16_flop_per_s / 1e12);
+    std::printf("FLOP per byte                   %.1f\n", p.f16_flop_per_s / p.copy_bytes_per_s);
+  }
+  return 0;
+}
+
 int bench_machine(Args& a) {
   int threads = (int)std::thread::hardware_concurrency();
   bool csv = false;
+  clade_backend backend = CLADE_BACKEND_CPU;
   while (!a.done()) {
     std::string f = a.next("");
     if (f == "--threads") threads = (int)int_flag(f, a.next(f), 1, 1024);
+    else if (f == "--backend") backend = parse_backend(a.next(f));
     else if (f == "--csv") csv = true;
     else unknown_arg("bench machine", f);
   }
+  if (backend != CLADE_BACKEND_CPU) return bench_machine_device(backend, csv);
   double bw = measure_bandwidth(threads);
   double rbw = measure_read_bandwidth(threads);
   double peak = measure_gemm(threads, 2048, 2048, 2048);

@@ -79,6 +79,7 @@ CLADE_ABI_STRUCT(clade_generation_stats, draft_seconds, 72);
 // Experimental (outside the ABI promise), but grown by the same rule.
 CLADE_ABI_STRUCT(clade_cache_stats, last_flat, 48);
 CLADE_ABI_STRUCT(clade_tree_stats, flat_spans, 48);
+CLADE_ABI_STRUCT(clade_device_peaks, f16_flop_per_s, 152);
 #endif
 
 #undef CLADE_ABI_STRUCT

@@ -1212,6 +1212,25 @@ clade_status clade_tree_get_stats(const clade_tree* tree, clade_tree_stats* stat
   });
 }
 
+clade_status clade_backend_measure_peaks(clade_backend backend, clade_device_peaks* peaks) {
+  return guard([&]() -> clade_status {
+    clade::abi::check_out(peaks);
+    const int b = enum_value(backend);
+    if (b == CLADE_BACKEND_CPU)
+      return clade::with_message(CLADE_E_UNSUPPORTED,
+                                 "the CPU backend has no device to measure (clade bench machine measures the CPU)");
+    if (b != CLADE_BACKEND_CUDA) return clade::with_message(CLADE_E_INVALID_ARG, "unknown backend");
+    const clade::Backend::Peaks p = clade::make_cuda_backend()->measure_peaks();
+    clade_device_peaks full;
+    std::memset(&full, 0, sizeof full);
+    std::snprintf(full.device, sizeof full.device, "%s", p.device.c_str());
+    full.copy_bytes_per_s = p.copy_bytes_per_s;
+    full.f16_flop_per_s = p.f16_flop_per_s;
+    clade::abi::write_out(peaks, full);
+    return CLADE_OK;
+  });
+}
+
 clade_status clade_cache_get_stats(const clade_cache* cache, clade_cache_stats* stats) {
   return guard([&]() -> clade_status {
     CLADE_CHECK_ARG(cache, "cache is NULL");

@@ -36,6 +36,10 @@ void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int
   rope(k, n, kv_heads, pos, p);
 }
 
+Backend::Peaks Backend::measure_peaks() {
+  fail(CLADE_E_UNSUPPORTED, std::string(name()) + ": no device of its own to measure");
+}
+
 void Backend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
   for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "clade/clade.h"
@@ -268,6 +269,16 @@ class Backend {
     void add(uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); }
     void add(const void* p) { add((uint64_t)(uintptr_t)p); }
   };
+  // The device's ceilings (clade_backend_measure_peaks): a 1 GiB
+  // device-to-device copy and an 8192^3 F16 product, medians of 10 runs.
+  // The default (a backend with no device of its own) throws
+  // CLADE_E_UNSUPPORTED.
+  struct Peaks {
+    std::string device;
+    double copy_bytes_per_s = 0, f16_flop_per_s = 0;
+  };
+  virtual Peaks measure_peaks();
+
   virtual PassMode pass_begin(const AttnWork& work, uint64_t key) {
     (void)work;
     (void)key;

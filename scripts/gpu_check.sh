@@ -41,12 +41,14 @@ fi
 bash tests/cli.sh build-gpu/examples/clade
 [ $prebuilt == 1 ] || meson test -C build-gpu --suite unit --suite cuda
 [ "${1:-}" == "--no-bench" ] && exit 0
-# The GPU's memory bandwidth and tensor-core peak, for the roofline of the
-# attention part (bench/README.md); PyTorch, where the machine has it.
-if python3 -c "import torch" 2> /dev/null; then
-  python3 bench/gpu_peaks.py | tee bench/results/gpu-machine.csv
-fi
 clade=build-gpu/examples/clade
+# The GPU's memory bandwidth and tensor-core peak, for the roofline of the
+# attention part (bench/README.md), measured by clade in this run; and by
+# PyTorch the same way, where the machine has it, as a cross-check.
+$clade bench machine --backend cuda --csv | tee bench/results/gpu-machine.csv
+if python3 -c "import torch" 2> /dev/null; then
+  python3 bench/gpu_peaks.py | tee bench/results/gpu-machine-torch.csv
+fi
 models=${CLADE_MODELS:-/tmp/clade-bench-models}
 mkdir -p "$models" bench/results
 m4=$models/l8-d1024-h16-kv4-f16.gguf

@@ -92,6 +92,17 @@ else
   [ $rc -eq 1 ] && grep -qE "no CUDA device|no CUDA plugin|no CUDA runtime|has no CUDA backend" "$dir/cuda.err" ||
     fail "--backend cuda failed other than for a missing device: exit $rc: $(cat "$dir/cuda.err")"
 fi
+# bench machine --backend cuda: the GPU's ceilings, or the same clean
+# failure without one.
+if peaks=$("$cli" bench machine --backend cuda --csv 2> "$dir/peaks.err"); then
+  [ "$(head -1 <<< "$peaks")" == "gpu,copy_gb_s,f16_tflop_s" ] || fail "bench machine --backend cuda header: $peaks"
+  IFS=, read -r _ bw tf <<< "$(tail -1 <<< "$peaks")"
+  awk -v a="$bw" -v b="$tf" 'BEGIN { exit !(a > 10 && b > 1) }' || fail "bench machine --backend cuda: $peaks"
+else
+  rc=$?
+  [ $rc -eq 1 ] && grep -E "no CUDA device|no CUDA plugin|no CUDA runtime|has no CUDA backend" "$dir/peaks.err" \
+    > /dev/null || fail "bench machine --backend cuda failed other than for a missing device: $(cat "$dir/peaks.err")"
+fi
 json=$(gen --json) || fail "generate --json"
 grep -q '"prompt":"1 2 3 4 5"' <<< "$json" || fail "JSON prompt of the first leaf: $json"
 grep -q '"prompt":"1 2 3 6 7"' <<< "$json" || fail "JSON prompt of the second leaf: $json"

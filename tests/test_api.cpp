@@ -16,6 +16,7 @@
 //   each node; the caller releases and sequence removals in all 720 orders,
 //   checking after each which nodes exist, their counts, and the KV bytes of
 //   the tree and the cache.
+#define CLADE_EXPERIMENTAL  // clade_backend_measure_peaks
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -859,6 +860,31 @@ void test_decode_argmax() {
   CHECK(got[1].size() == 19);
 }
 
+// clade_backend_measure_peaks: the CPU has no device; bad arguments; CUDA
+// measures (with a GPU) or fails as clade_model_load would (without).
+void test_measure_peaks() {
+  clade_device_peaks p;
+  clade_device_peaks_init(&p);
+  CHECK(p.size == sizeof p);
+  CHECK_ST(clade_backend_measure_peaks(CLADE_BACKEND_CPU, &p), CLADE_E_UNSUPPORTED);
+  CHECK(contains(clade_last_error(), "CPU"));
+  CHECK_ST(clade_backend_measure_peaks(CLADE_BACKEND_CUDA, nullptr), CLADE_E_INVALID_ARG);
+  CHECK_ST(clade_backend_measure_peaks((clade_backend)7, &p), CLADE_E_INVALID_ARG);
+  p.size = 8;
+  CHECK_ST(clade_backend_measure_peaks(CLADE_BACKEND_CUDA, &p), CLADE_E_INVALID_ARG);
+  clade_device_peaks_init(&p);
+  const clade_status st = clade_backend_measure_peaks(CLADE_BACKEND_CUDA, &p);
+  if (st == CLADE_OK) {
+    std::fprintf(stderr, "%s: copy %.0f GB/s, F16 %.0f TFLOP/s\n", p.device, p.copy_bytes_per_s / 1e9,
+                 p.f16_flop_per_s / 1e12);
+    CHECK(p.device[0] && p.copy_bytes_per_s > 1e10 && p.f16_flop_per_s > 1e12);
+  } else {
+    CHECK_MSG(st == CLADE_E_UNSUPPORTED || st == CLADE_E_BACKEND, "measure_peaks without a GPU: %d %s", (int)st,
+              clade_last_error());
+    CHECK(contains(clade_last_error(), "CUDA"));
+  }
+}
+
 void test_no_tokenizer() {
   clade_model* m = g_model;
   clade_token toks[8];
@@ -1285,6 +1311,7 @@ int main() {
   test_cache_full();
   test_buffer_small();
   test_decode_argmax();
+  test_measure_peaks();
   test_no_tokenizer();
   test_tree_free_with_cache();
   test_refcount();

@@ -1350,6 +1350,27 @@ CLADE_DEFINE_OUT_INIT(clade_tree_stats)
 CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
                                             clade_tree_stats *stats);
 
+/* A backend's device ceilings, measured now (a second or two on a GPU), for
+   rooflines set against steps measured in the same run: a device-to-device
+   copy of 1 GiB (bytes read plus bytes written per second: the memory's
+   bandwidth) and an 8192^3 product of random F16 matrices with fp32
+   accumulation (FLOP per second: the tensor cores' peak), each the median
+   of 10 timed runs after 3 warm-ups. CLADE_BACKEND_CPU has no device:
+   CLADE_E_UNSUPPORTED (`clade bench machine` measures the CPU). A backend
+   that cannot be made (no CUDA plugin, runtime or device) gives the status
+   and message clade_model_load would. */
+typedef struct clade_device_peaks {
+  size_t size;             /* sizeof(clade_device_peaks), set by the caller */
+  char device[128];        /* the device's name */
+  double copy_bytes_per_s; /* read + written */
+  double f16_flop_per_s;
+} clade_device_peaks;
+/* clade_device_peaks_init(clade_device_peaks *) */
+CLADE_DEFINE_OUT_INIT(clade_device_peaks)
+
+CLADE_API clade_status clade_backend_measure_peaks(clade_backend backend,
+                                                   clade_device_peaks *peaks);
+
 #endif /* CLADE_EXPERIMENTAL */
 
 #ifdef __cplusplus
