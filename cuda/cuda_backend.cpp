@@ -497,8 +497,10 @@ void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
   auto lock = gate();
   no_capture();
   enter();
-  check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy_to: cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream_), "copy_to: cudaStreamSynchronize");
+  // Through the pinned ring, without a wait: the caller may reuse host_src
+  // at once, and the stream orders the copy after the work queued before
+  // it (a pass's tables are written while the last pass may still run).
+  upload(dst, host_src, bytes, "copy_to");
 }
 
 void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
