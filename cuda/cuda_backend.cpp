@@ -4,11 +4,12 @@
 // (launch.h). This file is compiled by the host C++ compiler.
 //
 // Ordering: every operation is enqueued on the backend's stream, so
-// operations run in the order they are called. copy_to and copy_from wait
-// for the stream after their copies (copy_from returns data that is ready;
-// host buffers may be reused at once); rope and attention copy their small
-// host tables through a pinned staging ring (upload), which waits only when
-// the ring wraps around; the other operations return after enqueueing. A
+// operations run in the order they are called. copy_from waits for the
+// stream after its copy (it returns data that is ready); copy_to and the
+// attention's small host tables go through a pinned staging ring (upload:
+// the host bytes are copied into it at once, so the caller may reuse them),
+// which waits only when the ring wraps around; the other operations return
+// after enqueueing. A
 // kernel fault surfaces at the next wait as a CLADE_E_BACKEND error; set
 // CLADE_CUDA_SYNC=1 in the environment to wait after every operation so
 // that the failing one is named.
@@ -246,7 +247,9 @@ class CudaBackend final : public Backend {
   // stream synchronisation or cudaFree while the pool has a block that
   // fits. All their uses are on stream_, so a block's next user is queued
   // after its last one. CLADE_CUDA_POOL_MB sets the most kept (default:
-  // an eighth of the device's memory, at most 4 GiB; 0: none).
+  // a sixteenth of the device's memory, at most 2 GiB; 0: none). Any
+  // cudaMalloc that fails (device_alloc) gives the kept blocks back to the
+  // device and tries once more.
   BlockPool pool_;
   void free_pooled() noexcept;
   Scratch x16_;                 // activations narrowed for cuBLAS
@@ -322,10 +325,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     }
     size_t free_b = 0, total_b = 0;
     check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-    size_t pool_max = std::min<size_t>(total_b / 8, (size_t)4 << 30);
-    if (const char* pool_env = std::getenv("CLADE_CUDA_POOL_MB")) {
-      const long long mb = std::strtoll(pool_env, nullptr, 10);
-      if (mb >= 0) pool_max = (size_t)mb << 20;
+    size_t pool_max = std::min<size_t>(total_b / 16, (size_t)2 << 30);
+    if (const char* pool_env = std::getenv("CLADE_CUDA_POOL_MB")) {  // (another value is ignored)
+      char* end = nullptr;
+      const long long mb = std::strtoll(pool_env, &end, 10);
+      if (end != pool_env && !*end && mb >= 0 && mb <= (1ll << 30)) pool_max = (size_t)mb << 20;
     }
     pool_ = BlockPool(pool_max);
     cost_.item_overhead = 1e-6;
@@ -405,6 +409,11 @@ void CudaBackend::launched(cudaError_t launch_status, const char* what) {
 void* CudaBackend::device_alloc(size_t bytes, const char* what) {
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e == cudaErrorMemoryAllocation && pool_.cached_blocks()) {
+    (void)cudaGetLastError();
+    free_pooled();  // the kept blocks back to the device, then once more
+    e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     fail(e == cudaErrorMemoryAllocation ? CLADE_E_NOMEM : CLADE_E_BACKEND,
@@ -456,23 +465,20 @@ void* CudaBackend::alloc(size_t bytes) {
   no_capture();
   enter();
   if (void* p = pool_.take(bytes)) return p;
-  void* p;
+  void* p = device_alloc(bytes, "alloc");
   try {
-    p = device_alloc(bytes, "alloc");
-  } catch (const Error& e) {
-    if (e.status() != CLADE_E_NOMEM || !pool_.cached_blocks()) throw;
-    free_pooled();  // the kept blocks back to the device, then once more
-    p = device_alloc(bytes, "alloc");
+    pool_.made(p, bytes);
+  } catch (...) {
+    cudaFree(p);
+    throw;
   }
-  pool_.made(p, bytes);
   return p;
 }
 
 void CudaBackend::free_pooled() noexcept {
-  std::vector<void*> blocks = pool_.drain();
-  if (blocks.empty()) return;
+  if (!pool_.cached_blocks()) return;
   cudaStreamSynchronize(stream_);  // (the blocks' last uses)
-  for (void* p : blocks) cudaFree(p);
+  pool_.drain([](void* p) { cudaFree(p); });
 }
 
 void CudaBackend::release(void* p) {
@@ -501,6 +507,7 @@ void CudaBackend::copy_to(void* dst, const void* host_src, size_t bytes) {
   // at once, and the stream orders the copy after the work queued before
   // it (a pass's tables are written while the last pass may still run).
   upload(dst, host_src, bytes, "copy_to");
+  if (sync_each_op_) check(cudaStreamSynchronize(stream_), "copy_to");
 }
 
 void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
@@ -732,6 +739,7 @@ Backend::Peaks CudaBackend::measure_peaks() {
         if (e) cudaEventDestroy(e);
     }
   } held;
+  held.mem.reserve(8);  // (so that keeping a buffer never throws)
   auto buffer = [&](size_t bytes, const char* what) {
     held.mem.push_back(device_alloc(bytes, what));
     return held.mem.back();
@@ -794,7 +802,7 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
   auto lock = gate();
   enter();
   if (n <= 0) return;
-  if (n > INT32_MAX || dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: argmax: too many rows or columns");
+  if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: argmax: rows of over 2^31 elements");
   launched(cuda::launch_argmax(x, n, dim, out, stream_), "argmax");
 }
 

@@ -84,7 +84,7 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
 
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  argmax_kernel<<<(unsigned)n, kArgmaxThreads, 0, stream>>>(x, dim, out);
+  argmax_kernel<<<rows_grid(n), kArgmaxThreads, 0, stream>>>(x, n, dim, out);
   return cudaGetLastError();
 }
 

@@ -219,22 +219,27 @@ __device__ inline void argmax_pick(float& v, int32_t& i, float ov, int32_t oi) {
   if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
 }
 
-__global__ void argmax_kernel(const float* x, int64_t dim, int32_t* out) {
-  const float* xr = x + (int64_t)blockIdx.x * dim;
-  float v = -INFINITY;
-  int32_t at = -1;
-  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-    if (xr[j] > v) v = xr[j], at = (int32_t)j;
-  for (int off = 16; off > 0; off /= 2)
-    argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+// Blocks of kArgmaxThreads threads (whole warps, at most that many: the
+// shared arrays); any grid size.
+__global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int32_t* out) {
   __shared__ float wv[kArgmaxThreads / 32];
   __shared__ int32_t wi[kArgmaxThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) wv[warp] = v, wi[warp] = at;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < (int)(blockDim.x / 32); w++) argmax_pick(v, at, wv[w], wi[w]);
-    out[blockIdx.x] = at;
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const float* xr = x + r * dim;
+    float v = -INFINITY;
+    int32_t at = -1;
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+      if (xr[j] > v) v = xr[j], at = (int32_t)j;
+    for (int off = 16; off > 0; off /= 2)
+      argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+    if (lane == 0) wv[warp] = v, wi[warp] = at;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < (int)(blockDim.x / 32); w++) argmax_pick(v, at, wv[w], wi[w]);
+      out[r] = at;
+    }
+    __syncthreads();  // (wv, wi are the next row's)
   }
 }
 

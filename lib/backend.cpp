@@ -33,7 +33,7 @@ void Backend::add_rmsnorm(float* x, const float* d, const float* weight, int64_t
 void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
                       const RopeParams& p) {
   rope(q, n, n_heads, pos, p);
-  rope(k, n, kv_heads, pos, p);
+  if (k && kv_heads > 0) rope(k, n, kv_heads, pos, p);
 }
 
 Backend::Peaks Backend::measure_peaks() {

@@ -33,8 +33,8 @@ class BlockPool {
     auto it = free_.lower_bound(bytes);
     if (it == free_.end() || it->first > bytes + bytes / 4 + kSlack) return nullptr;
     void* p = it->second;
+    live_[p] = it->first;  // (first: if it throws, nothing changed)
     cached_ -= it->first;
-    live_[p] = it->first;
     free_.erase(it);
     return p;
   }
@@ -56,15 +56,13 @@ class BlockPool {
     cached_ += bytes;
     return true;
   }
-  // Every waiting block, for the caller to free (when an allocation fails,
-  // and at the end); the pool holds none after.
-  std::vector<void*> drain() {
-    std::vector<void*> out;
-    out.reserve(free_.size());
-    for (const auto& f : free_) out.push_back(f.second);
+  // free(p) for every waiting block (when an allocation fails, and at the
+  // end); the pool holds none after. Allocates nothing.
+  template <class F>
+  void drain(F&& free) {
+    for (const auto& f : free_) free(f.second);
     free_.clear();
     cached_ = 0;
-    return out;
   }
   size_t cached_bytes() const { return cached_; }
   size_t cached_blocks() const { return free_.size(); }

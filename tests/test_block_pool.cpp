@@ -51,7 +51,8 @@ void test_rules() {
   CHECK(small.keep(a));
   CHECK(!small.keep(a + 1));  // 300000 would pass the limit: the caller frees it
   CHECK(small.cached_bytes() == 200000 && small.live_blocks() == 0);
-  std::vector<void*> d = small.drain();
+  std::vector<void*> d;
+  small.drain([&](void* p) { d.push_back(p); });
   CHECK(d.size() == 1 && d[0] == a && small.cached_bytes() == 0 && small.take(200000) == nullptr);
   BlockPool none(0);  // a limit of 0 keeps nothing
   none.made(a, 1);
@@ -107,10 +108,10 @@ void test_random() {
     if (check_failures() > failures0) break;
   }
   for (const Held& h : held) CHECK(pool.keep(h.p) || (out.erase(h.p), std::free(h.p), true));
-  for (void* p : pool.drain()) {
+  pool.drain([&](void* p) {
     CHECK(out.erase(p) == 1);
     std::free(p);
-  }
+  });
   CHECK_MSG(out.empty(), "%zu blocks neither waiting nor freed", out.size());
   std::fprintf(stderr, "random: %zu allocations, %zu reused blocks\n", mallocs, reused);
   CHECK(reused > mallocs);

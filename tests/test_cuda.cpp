@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -882,7 +883,8 @@ void test_attention_tails(Backend& cpu, Backend& gpu, clade_kv_type type, int hd
 
 int main(int argc, char** argv) {
   std::unique_ptr<Backend> gpu;
-  if (argc > 1 && std::strcmp(argv[1], "--cpu-vs-cpu") == 0) {
+  const bool harness = argc > 1 && std::strcmp(argv[1], "--cpu-vs-cpu") == 0;
+  if (harness) {
     // Checks the harness itself where there is no GPU: a one-thread CPU
     // backend in the CUDA backend's place.
     gpu = clade::make_cpu_backend(1);
@@ -907,6 +909,17 @@ int main(int argc, char** argv) {
     test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
     test_elementwise(*cpu, *gpu);
     test_argmax(*cpu, *gpu);
+    if (!harness) {
+      // The CUDA backend keeps a released block for the next allocation it
+      // fits (unless CLADE_CUDA_POOL_MB=0): a KV store's growth reuses it.
+      void* a = gpu->alloc(3 << 20);
+      gpu->release(a);
+      void* b = gpu->alloc((3 << 20) - 1000);
+      const char* pool_env = std::getenv("CLADE_CUDA_POOL_MB");
+      CHECK_MSG((a == b) == !(pool_env && std::strcmp(pool_env, "0") == 0),
+                "released block %s reused", a == b ? "" : "not");
+      gpu->release(b);
+    }
     for (T t : {T::F16, T::BF16, T::Q8_0}) test_fused_copies(*gpu, t);
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
