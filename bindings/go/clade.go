@@ -1369,7 +1369,18 @@ type Step struct {
 // StatusKVBudget, StatusContextFull or StatusStopped (the abort callback):
 // nothing changed. A panic in the abort callback is raised again here.
 func (c *Cache) Decode(steps []Step, allLogits bool) ([][]float32, error) {
-	return c.decode(steps, nil, allLogits)
+	rows, _, err := c.decode(steps, nil, allLogits, false)
+	return rows, err
+}
+
+// DecodeGreedy is Decode returning each row's greedy token instead of the
+// row (clade_batch.argmax, clade 1.4): its highest logit, the lowest id
+// among equal ones, -1 for a row with none above -inf. Found where the
+// logits are: on the GPU only the tokens come back. A library older than
+// 1.4 refuses it (StatusUnsupported).
+func (c *Cache) DecodeGreedy(steps []Step, allLogits bool) ([]Token, error) {
+	_, tokens, err := c.decode(steps, nil, allLogits, true)
+	return tokens, err
 }
 
 // TreeStep is one sequence's part of a DecodeTree step: its new tokens and
@@ -1398,7 +1409,8 @@ func (c *Cache) DecodeTree(steps []TreeStep, allLogits bool) ([][]float32, error
 		plain[i] = Step{Seq: s.Seq, Tokens: s.Tokens}
 		parents = append(parents, s.Parents...)
 	}
-	return c.decode(plain, parents, allLogits)
+	rows, _, err := c.decode(plain, parents, allLogits, false)
+	return rows, err
 }
 
 // Keep keeps seq's unique tokens [0, from) and those at from + keep[i]
@@ -1418,8 +1430,9 @@ func (c *Cache) Keep(seq SeqID, from int, keep []int32) error {
 	})
 }
 
-// decode is clade_decode, or clade_decode_tree with parents (not nil).
-func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float32, error) {
+// decode is clade_decode, or clade_decode_tree with parents (not nil): the
+// logits rows, or with greedy the rows' argmax tokens.
+func (c *Cache) decode(steps []Step, parents []int32, allLogits, greedy bool) ([][]float32, []Token, error) {
 	nv := c.tree.nVocab
 	nTok, rows := 0, 0
 	for _, s := range steps {
@@ -1443,7 +1456,13 @@ func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float
 	seqs := (*[1 << 28]C.clade_seq_id)(C.malloc(size(len(steps), 4)))
 	counts := (*[1 << 28]C.int32_t)(C.malloc(size(len(steps), 4)))
 	toks := (*[1 << 28]C.clade_token)(C.malloc(size(nTok, 4)))
-	logits := (*[1 << 30]C.float)(C.malloc(size(rows*nv, 4)))
+	nLogits := rows * nv
+	if greedy {
+		nLogits = 0
+	}
+	logits := (*[1 << 30]C.float)(C.malloc(size(nLogits, 4)))
+	argmax := (*[1 << 28]C.clade_token)(C.malloc(size(rows, 4)))
+	defer C.free(unsafe.Pointer(argmax))
 	defer C.free(unsafe.Pointer(b))
 	defer C.free(unsafe.Pointer(seqs))
 	defer C.free(unsafe.Pointer(counts))
@@ -1475,7 +1494,14 @@ func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float
 	if allLogits {
 		b.all_logits = 1
 	}
-	b.logits = &logits[0]
+	if greedy {
+		// (the whole struct of the header this was built with: an older
+		// library refuses the field instead of ignoring it)
+		b.size = C.size_t(unsafe.Sizeof(C.clade_batch{}))
+		b.argmax = &argmax[0]
+	} else {
+		b.logits = &logits[0]
+	}
 	b.logits_rows = C.size_t(rows)
 	err := c.tree.abortable(func() error {
 		if c.p == nil {
@@ -1489,10 +1515,17 @@ func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float
 		})
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, s := range steps {
 		c.queued[s.Seq] = 0
+	}
+	if greedy {
+		tokens := make([]Token, rows)
+		for r := range tokens {
+			tokens[r] = Token(argmax[r])
+		}
+		return nil, tokens, nil
 	}
 	out := make([][]float32, rows)
 	for r := range out {
@@ -1501,7 +1534,7 @@ func (c *Cache) decode(steps []Step, parents []int32, allLogits bool) ([][]float
 			out[r][j] = float32(logits[r*nv+j])
 		}
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // setLog switches C's log callback (SetLog, in callbacks.go, which may not

@@ -311,6 +311,37 @@ func TestGenerateAndSampler(t *testing.T) {
 	}
 }
 
+// DecodeGreedy (clade 1.4): the same steps in two caches, one returning
+// the logits rows, the other only each row's argmax token.
+func TestDecodeGreedy(t *testing.T) {
+	defer catch(t)
+	m := smallModel(t)
+	tree := must(m.NewTree(nil))
+	defer tree.Close()
+	cp := DefaultCacheParams()
+	cp.MaxSeqs, cp.MaxTokens = 2, 32
+	c1 := must(tree.NewCache(&cp))
+	defer c1.Close()
+	c2 := must(tree.NewCache(&cp))
+	defer c2.Close()
+	a1, b1 := must(c1.Add(Root, []Token{1, 2, 3}, false)), must(c1.Add(Root, []Token{4}, false))
+	a2, b2 := must(c2.Add(Root, []Token{1, 2, 3}, false)), must(c2.Add(Root, []Token{4}, false))
+	for step := 0; step < 3; step++ {
+		tok := []Token{Token(5 + step)}
+		all := step == 0
+		rows := must(c1.Decode([]Step{{a1, tok}, {b1, []Token{6}}}, all))
+		got := must(c2.DecodeGreedy([]Step{{a2, tok}, {b2, []Token{6}}}, all))
+		if len(got) != len(rows) || (all && len(got) != 6) || (!all && len(got) != 2) {
+			t.Fatalf("step %d: %d tokens for %d rows", step, len(got), len(rows))
+		}
+		for r, row := range rows {
+			if got[r] != argmax(row) {
+				t.Fatalf("step %d row %d: greedy %d, argmax of the logits %d", step, r, got[r], argmax(row))
+			}
+		}
+	}
+}
+
 func TestTruncateRemoveCacheFull(t *testing.T) {
 	defer catch(t)
 	m := smallModel(t)

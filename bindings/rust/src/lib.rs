@@ -1334,7 +1334,17 @@ impl Cache {
     /// KvBudget, ContextFull or Stopped (the abort callback) with nothing
     /// changed; a panic in the abort callback is resumed here.
     pub fn decode(&mut self, step: &[(SeqId, &[Token])], all_logits: bool) -> Result<Vec<Vec<f32>>> {
-        self.decode_impl(step, None, all_logits)
+        let (rows, logits, _) = self.decode_impl(step, None, all_logits, false)?;
+        Ok(logits.chunks(self.n_vocab.max(1)).take(rows).map(|r| r.to_vec()).collect())
+    }
+
+    /// [`Cache::decode`] returning each row's greedy token instead of the
+    /// row (clade_batch.argmax, clade 1.4): its highest logit, the lowest
+    /// id among equal ones, -1 for a row with none above -inf. Found where
+    /// the logits are: on the GPU only the tokens come back. A library
+    /// older than 1.4 refuses it ([`ErrorKind::Unsupported`]).
+    pub fn decode_greedy(&mut self, step: &[(SeqId, &[Token])], all_logits: bool) -> Result<Vec<Token>> {
+        self.decode_impl(step, None, all_logits, true).map(|(_, _, tokens)| tokens)
     }
 
     /// [`Cache::decode`] where each sequence's new tokens form a tree
@@ -1355,7 +1365,8 @@ impl Cache {
             parents.extend_from_slice(ps);
         }
         let pairs: Vec<(SeqId, &[Token])> = step.iter().map(|&(s, t, _)| (s, t)).collect();
-        self.decode_impl(&pairs, Some(&parents), all_logits)
+        let (rows, logits, _) = self.decode_impl(&pairs, Some(&parents), all_logits, false)?;
+        Ok(logits.chunks(self.n_vocab.max(1)).take(rows).map(|r| r.to_vec()).collect())
     }
 
     /// Keep seq's unique tokens [0, from) and those at from + `keep[i]`
@@ -1368,9 +1379,10 @@ impl Cache {
         self.call(|c| unsafe { sys::clade_cache_keep(c, seq, from, keep.as_ptr(), keep.len()) })
     }
 
-    /// clade_decode, or clade_decode_tree with parents.
-    fn decode_impl(&mut self, step: &[(SeqId, &[Token])], parents: Option<&[i32]>, all_logits: bool)
-        -> Result<Vec<Vec<f32>>> {
+    /// clade_decode, or clade_decode_tree with parents: the step's row
+    /// count, and its logits, or with greedy its rows' argmax tokens.
+    fn decode_impl(&mut self, step: &[(SeqId, &[Token])], parents: Option<&[i32]>, all_logits: bool, greedy: bool)
+        -> Result<(usize, Vec<f32>, Vec<Token>)> {
         let seqs: Vec<SeqId> = step.iter().map(|s| s.0).collect();
         let counts: Vec<i32> = step.iter().map(|s| s.1.len() as i32).collect();
         let tokens: Vec<Token> = step.iter().flat_map(|s| s.1.iter().copied()).collect();
@@ -1379,15 +1391,23 @@ impl Cache {
             let m = self.queued(seq) + toks.len();
             rows += if all_logits { m } else { (m > 0) as usize };
         }
-        let mut logits = vec![0f32; rows * self.n_vocab];
+        let mut logits = vec![0f32; if greedy { 0 } else { rows * self.n_vocab }];
+        let mut argmax: Vec<Token> = vec![-1; if greedy { rows } else { 0 }];
         let mut b = unsafe { MaybeUninit::<sys::clade_batch>::zeroed().assume_init() };
         unsafe { sys::clade_batch_init(&mut b) };
+        // (the whole struct this binding knows: an older library refuses a
+        // field it lacks instead of ignoring it)
+        b.size = std::mem::size_of::<sys::clade_batch>();
         b.n_seqs = seqs.len();
         b.seq_ids = seqs.as_ptr();
         b.n_tokens = counts.as_ptr();
         b.tokens = tokens.as_ptr();
         b.all_logits = all_logits as i32;
-        b.logits = logits.as_mut_ptr();
+        if greedy {
+            b.argmax = argmax.as_mut_ptr();
+        } else {
+            b.logits = logits.as_mut_ptr();
+        }
         b.logits_rows = rows;
         let cache = self.as_ptr();
         self.shared.run(|| unsafe {
@@ -1401,7 +1421,7 @@ impl Cache {
                 *q = 0;
             }
         }
-        Ok(logits.chunks(self.n_vocab.max(1)).take(rows).map(|r| r.to_vec()).collect())
+        Ok((rows, logits, argmax))
     }
 }
 

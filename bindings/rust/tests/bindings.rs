@@ -174,6 +174,30 @@ fn shared_prefix_equals_alone() {
     }
 }
 
+// decode_greedy (clade 1.4): the same steps in two caches, one returning
+// logits rows, the other only each row's argmax token.
+#[test]
+fn decode_greedy_matches_the_logits() {
+    let m = small_model();
+    let tree = Tree::new(&m, TreeParams::default()).unwrap();
+    let params = CacheParams { max_seqs: 2, max_tokens: 32, ..CacheParams::default() };
+    let mut c1 = Cache::new(&tree, params.clone()).unwrap();
+    let mut c2 = Cache::new(&tree, params).unwrap();
+    let a1 = c1.add(ROOT, &[1, 2, 3], false).unwrap();
+    let b1 = c1.add(ROOT, &[4], false).unwrap();
+    let a2 = c2.add(ROOT, &[1, 2, 3], false).unwrap();
+    let b2 = c2.add(ROOT, &[4], false).unwrap();
+    for step in 0..3 {
+        let t = [5 + step as Token];
+        let all = step == 0;
+        let rows = c1.decode(&[(a1, &t[..]), (b1, &[6][..])], all).unwrap();
+        let got = c2.decode_greedy(&[(a2, &t[..]), (b2, &[6][..])], all).unwrap();
+        assert_eq!(got.len(), if all { 6 } else { 2 });
+        let want: Vec<Token> = rows.iter().map(|r| argmax(r)).collect();
+        assert_eq!(got, want);
+    }
+}
+
 #[test]
 fn generate_and_sampler() {
     let m = small_model();
