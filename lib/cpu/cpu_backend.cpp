@@ -18,6 +18,7 @@
 #include "../backend.h"
 #include "../error.h"
 #include "../pages.h"
+#include "../sampler_simd.h"
 #include "kernels.h"
 #include "kernels_q.h"
 #include "threadpool.h"
@@ -416,16 +417,18 @@ void CpuBackend::swiglu(float* gate, const float* up, int64_t n) {
   parallel_rows(n, 4096, [&](int64_t a, int64_t b) { k_.silu_mul(gate + a, up + a, b - a); });
 }
 
+// The sampler's row scan (lib/sampler_simd.h, AVX-512, AVX2 or plain):
+// its index is Backend::argmax's, the first maximum with NaN passed over,
+// -1 when nothing is above -inf.
 void CpuBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cpu: argmax: rows of over 2^31 elements");
+  const smp::Kernels& sk = smp::kernels();
   parallel_rows(n, 1, [&](int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) {
-      const float* xr = x + r * dim;
-      float best = -INFINITY;
-      int32_t at = -1;
-      for (int64_t i = 0; i < dim; i++)
-        if (xr[i] > best) best = xr[i], at = (int32_t)i;
-      out[r] = at;
+      smp::RowMax rm;
+      sk.scan(x + r * dim, (int32_t)dim, &rm);
+      out[r] = rm.arg;
     }
   });
 }
