@@ -78,7 +78,7 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
 
 // out [n] = the index of each row's largest element of x [n][dim] (the
 // lowest among equal ones; NaN passed over; -1 when no element is above
-// -inf): one block per row.
+// -inf): a block per row, any number of blocks.
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream);
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none

@@ -137,8 +137,9 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   Backend::PassKey key;
   for (const void* p : {(const void*)&m_, (const void*)x, (const void*)xn, (const void*)q, (const void*)k,
                         (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
-                        (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits, (const void*)greedy,
-                        (const void*)pbegin, (const void*)prows, (const void*)part_o, (const void*)part_lse})
+                        (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
+                        (const void*)greedy, (const void*)pbegin, (const void*)prows, (const void*)part_o,
+                        (const void*)part_lse})
     key.add(p);
   for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) key.add((uint64_t)h);
   if (gathered)

@@ -1358,7 +1358,10 @@ CLADE_API clade_status clade_tree_get_stats(const clade_tree *tree,
    of 10 timed runs after 3 warm-ups. CLADE_BACKEND_CPU has no device:
    CLADE_E_UNSUPPORTED (`clade bench machine` measures the CPU). A backend
    that cannot be made (no CUDA plugin, runtime or device) gives the status
-   and message clade_model_load would. */
+   and message clade_model_load would. The call makes a backend of its own
+   and frees it before returning (about 2.5 GiB of device memory while it
+   runs); any thread may call it, but other work on the device meanwhile
+   lowers the figures. */
 typedef struct clade_device_peaks {
   size_t size;             /* sizeof(clade_device_peaks), set by the caller */
   char device[128];        /* the device's name */
