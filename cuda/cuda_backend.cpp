@@ -152,6 +152,9 @@ class CudaBackend final : public Backend {
   Weight upload_weight(const Weight& host) override;
 
   void matmul(const Weight& w, const float* x, int64_t n, float* y) override;
+  void matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) override;
+  void matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* gate,
+                     float* up) override;
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
@@ -211,6 +214,13 @@ class CudaBackend final : public Backend {
   // (a wait when the ring wraps, once per kRingBytes). Falls back to
   // upload_wait when the ring could not be allocated or bytes exceed it.
   void upload(void* dst, const void* host, size_t bytes, const char* what);
+  // Whether the products of x [n] by w [count] run as one few-row launch
+  // (cuda::launch_gemv): 1..3 weights of one 16-bit type and n_in, n at
+  // most gemv_max_rows_.
+  bool gemv_takes(const Weight* const* w, int count, int64_t n) const;
+  // That launch (callers hold mu_ and have entered); y's narrowed copies
+  // are forgotten.
+  void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu);
   // Gemm of a 16-bit weight (column-major view [n_in][rows], op T) against
   // x16 [n][n_in] of the same type, into y (ldc = ldy), fp32 accumulation.
   void gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16, float* y,
@@ -235,6 +245,14 @@ class CudaBackend final : public Backend {
   // Problems of at least this many rows go to it (CLADE_CUDA_MMA_MIN_ROWS,
   // 1..64, to measure where it starts to pay).
   int32_t mma_min_rows_ = 24;
+  // ... and problems of at least this many keys whatever their rows (a
+  // single sequence's span: its few rows against a long span read the KV
+  // in 16-byte loads there; CLADE_CUDA_MMA_MIN_KEYS, 0: none by keys).
+  int32_t mma_min_keys_ = 1024;
+  // Few-row products of 16-bit weights up to this many rows run as
+  // gemv_kernel launches instead of cuBLAS (CLADE_CUDA_GEMV_MAX_ROWS,
+  // 0..kGemvMaxRows; 0: always cuBLAS).
+  int32_t gemv_max_rows_ = cuda::kGemvMaxRows;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
@@ -263,6 +281,7 @@ class CudaBackend final : public Backend {
   } narrowed_;
   int copy_type_ = -1;  // the last product's input: -1 f32 (or none yet), 0 f16, 1 bf16
   Scratch w16_;                 // widened quantized weight rows
+  Scratch argmax_parts_;        // argmax's per-chunk picks (few rows)
   int sm_count_ = 1;            // multiprocessors (attention work units)
   AttnCost cost_;
   // Graphs (pass_begin): a pass is captured the second time its key is
@@ -297,6 +316,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   if (const char* rows_env = std::getenv("CLADE_CUDA_MMA_MIN_ROWS")) {
     const long r = std::strtol(rows_env, nullptr, 10);
     if (r >= 1 && r <= cuda::kAttnRowsMma) mma_min_rows_ = (int32_t)r;
+  }
+  if (const char* keys_env = std::getenv("CLADE_CUDA_MMA_MIN_KEYS")) {  // (another value is ignored)
+    char* end = nullptr;
+    const long k = std::strtol(keys_env, &end, 10);
+    if (end != keys_env && !*end && k >= 0 && k <= INT32_MAX) mma_min_keys_ = (int32_t)k;
+  }
+  if (const char* gemv_env = std::getenv("CLADE_CUDA_GEMV_MAX_ROWS")) {  // (another value is ignored)
+    char* end = nullptr;
+    const long r = std::strtol(gemv_env, &end, 10);
+    if (end != gemv_env && !*end && r >= 0 && r <= cuda::kGemvMaxRows) gemv_max_rows_ = (int32_t)r;
   }
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
@@ -362,7 +391,7 @@ void CudaBackend::destroy() noexcept {
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
   free_pooled();
-  for (Scratch* s : {&x16_, &w16_}) {
+  for (Scratch* s : {&x16_, &w16_, &argmax_parts_}) {
     if (s->p) cudaFree(s->p);
     s->p = nullptr;
     s->cap = 0;
@@ -625,6 +654,13 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
     return;
   }
+  {
+    const Weight* ws = &w;
+    if (gemv_takes(&ws, 1, n)) {
+      gemv(&ws, 1, x, n, &y, false);
+      return;
+    }
+  }
   if (K > INT_MAX || N > INT_MAX || n > INT_MAX)
     fail(CLADE_E_UNSUPPORTED, "cuda: matmul dimensions beyond cuBLAS's 32-bit sizes");
   switch (w.type) {
@@ -663,6 +699,57 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
       fail(CLADE_E_UNSUPPORTED, "cuda: matmul: weight type " + std::to_string((unsigned)w.type));
   }
   if (sync_each_op_) check(cudaStreamSynchronize(stream_), "matmul");
+}
+
+bool CudaBackend::gemv_takes(const Weight* const* w, int count, int64_t n) const {
+  if (n <= 0 || n > gemv_max_rows_ || count < 1 || count > 3) return false;
+  const TensorType t = w[0]->type;
+  if (t != TensorType::F16 && t != TensorType::BF16) return false;
+  for (int i = 0; i < count; i++)
+    if (w[i]->type != t || w[i]->n_in != w[0]->n_in || w[i]->n_in <= 0 || w[i]->n_out <= 0) return false;
+  return true;
+}
+
+void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu) {
+  cuda::GemvArgs a{};
+  for (int i = 0; i < count; i++) {
+    a.w[i] = w[i]->data;
+    a.y[i] = y[i];
+    a.rows[i] = w[i]->n_out;
+    // A narrowed copy of activations that y overlaps is stale after this.
+    const int64_t len = n * w[i]->n_out;
+    if (narrowed_.x && y[i] < narrowed_.x + narrowed_.count && narrowed_.x < y[i] + len) narrowed_.x = nullptr;
+  }
+  copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
+  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, stream_),
+           swiglu ? "matmul_swiglu" : "matmul");
+}
+
+void CudaBackend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
+  {
+    auto lock = gate();
+    if (gemv_takes(w, count, n)) {
+      enter(true);
+      gemv(w, count, x, n, y, false);
+      return;
+    }
+  }
+  Backend::matmul_many(w, count, x, n, y);
+}
+
+void CudaBackend::matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* g,
+                                float* u) {
+  {
+    auto lock = gate();
+    const Weight* w[2] = {&w_gate, &w_up};
+    if (gemv_takes(w, 2, n) && w_gate.n_out == w_up.n_out) {
+      enter();
+      float* y[2] = {g, u};
+      gemv(w, 2, x, n, y, true);
+      return;
+    }
+  }
+  Backend::matmul_swiglu(w_gate, w_up, x, n, g, u);
 }
 
 // ---- elementwise ----
@@ -803,7 +890,9 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
   enter();
   if (n <= 0) return;
   if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: argmax: rows of over 2^31 elements");
-  launched(cuda::launch_argmax(x, n, dim, out, stream_), "argmax");
+  const size_t parts = cuda::argmax_parts_bytes(n, dim, sm_count_);
+  void* p = parts ? scratch(argmax_parts_, parts, "argmax: chunk picks") : nullptr;
+  launched(cuda::launch_argmax(x, n, dim, out, sm_count_, p, stream_), "argmax");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
@@ -961,9 +1050,10 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
       w.descs.push_back(d);
       // Many rows go to the tensor cores (a unit of kAttnRowsMma rows costs
-      // about what a unit of kAttnRowGroup does on the FP32 cores); few rows
-      // (a sequence's own span) to the FP32 kernel, where they fill a unit.
-      const bool mma = mma_type && d.n_rows >= mma_min_rows_;
+      // about what a unit of kAttnRowGroup does on the FP32 cores), and so
+      // do long spans; few rows against a short span (a sequence's own
+      // span) to the FP32 kernel, where they fill a unit.
+      const bool mma = mma_type && (d.n_rows >= mma_min_rows_ || (mma_min_keys_ > 0 && d.len >= mma_min_keys_));
       w.use_mma.push_back(mma);
       const int32_t group = mma ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
       group_keys += (d.n_rows + group - 1) / group * (int64_t)d.len;

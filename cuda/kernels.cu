@@ -82,10 +82,76 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
   return cudaGetLastError();
 }
 
-cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream) {
+int argmax_chunks(int64_t n, int64_t dim, int sm_count) {
+  // Two blocks per multiprocessor over all rows, chunks of at least 4096
+  // elements (16 KiB), a multiple of 4.
+  constexpr int64_t kMinChunk = 4096;
+  const int64_t want = 2 * (int64_t)std::max(sm_count, 1);
+  if (n <= 0 || dim <= kMinChunk || n >= want) return 1;
+  const int64_t c = std::min((want + n - 1) / n, (dim + kMinChunk - 1) / kMinChunk);
+  return (int)std::max<int64_t>(1, std::min<int64_t>(c, 1024));
+}
+
+cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
+                          cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  argmax_kernel<<<rows_grid(n), kArgmaxThreads, 0, stream>>>(x, n, dim, out);
+  const int chunks = argmax_chunks(n, dim, sm_count);
+  if (chunks > 1 && !parts) return cudaErrorInvalidValue;
+  const int64_t chunk = chunks == 1 ? dim : ((dim + chunks - 1) / chunks + 3) / 4 * 4;
+  const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && dim % 4 == 0 && chunk % 4 == 0;
+  float* part_v = static_cast<float*>(parts);
+  int32_t* part_i = chunks > 1 ? reinterpret_cast<int32_t*>(part_v + n * chunks) : nullptr;
+  argmax_kernel<<<rows_grid(n * chunks), kArgmaxThreads, 0, stream>>>(x, n, dim, chunk, chunks, vec, out, part_v,
+                                                                      part_i);
+  if (chunks > 1) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    argmax_parts_kernel<<<blocks_for(n * 32, kThreads), kThreads, 0, stream>>>(n, chunks, part_v, part_i, out);
+  }
   return cudaGetLastError();
+}
+
+namespace {
+// Warps per output row of gemv_kernel: one per 512 inputs, at most 8, a
+// power of two (rows of 1024 inputs: 2; of 2816: 4).
+int gemv_split(int64_t k) {
+  int s = 1;
+  while (s < 8 && k >= 512 * 2 * s) s *= 2;
+  return s;
+}
+
+template <typename T, bool SWIGLU>
+cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool vec, cudaStream_t stream) {
+  const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
+  const int split = gemv_split(k);
+  const unsigned grid = blocks_for(total * split * 32, kGemvThreads);
+  switch (n) {
+#define CLADE_GEMV_CASE(R) \
+  case R:                  \
+    gemv_kernel<T, R, SWIGLU><<<grid, kGemvThreads, 0, stream>>>(a, x, k, split, vec); \
+    break;
+    CLADE_GEMV_CASE(1) CLADE_GEMV_CASE(2) CLADE_GEMV_CASE(3) CLADE_GEMV_CASE(4)
+    CLADE_GEMV_CASE(5) CLADE_GEMV_CASE(6) CLADE_GEMV_CASE(7) CLADE_GEMV_CASE(8)
+#undef CLADE_GEMV_CASE
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
+                        cudaStream_t stream) {
+  static_assert(kGemvMaxRows == 8, "gemv_rows instantiates 1..8 rows");
+  if (n <= 0 || k <= 0) return cudaSuccess;
+  if (n > kGemvMaxRows) return cudaErrorInvalidValue;
+  bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int m = 0; m < 3; m++)
+    if (a.rows[m] > 0) vec = vec && reinterpret_cast<uintptr_t>(a.w[m]) % 16 == 0;
+  if (bf16)
+    return swiglu ? gemv_rows<__nv_bfloat16, true>(a, x, n, k, vec, stream)
+                  : gemv_rows<__nv_bfloat16, false>(a, x, n, k, vec, stream);
+  return swiglu ? gemv_rows<__half, true>(a, x, n, k, vec, stream) : gemv_rows<__half, false>(a, x, n, k, vec, stream);
 }
 
 cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,

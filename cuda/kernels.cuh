@@ -199,47 +199,212 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 // gate = silu(gate) * up; gates below -88 give 0, as the CPU backend's
 // (lib/cpu/kernels.cpp, kSiluLow: -inf would give -inf / inf = NaN, and
 // the few gates just above -88.7 a denormal instead of 0).
+__device__ __forceinline__ float silu_mul(float g, float u) { return (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * u; }
+
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n, void* gate16, bool bf16) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float g = gate[i];
-    const float v = (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * up[i];
+    const float v = silu_mul(gate[i], up[i]);
     gate[i] = v;
     store16(gate16, bf16, i, v);
   }
 }
 
-// Row r's argmax (Backend::argmax): each thread the first maximum of its
-// strided elements, then the block's pairs (value, index) reduced, the
-// larger value winning and the lower index among equal values. A thread or
-// row with no element above -inf holds (-inf, -1), which any other pair
-// beats and which ties only with itself.
 constexpr int kArgmaxThreads = 256;
 
 __device__ inline void argmax_pick(float& v, int32_t& i, float ov, int32_t oi) {
   if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
 }
 
+// The block's pick of (v, at) over its threads (the larger value, the
+// lower index among equal ones); valid in thread 0. shared: the block's
+// warps' picks.
+__device__ inline void argmax_block(float& v, int32_t& at, float* wv, int32_t* wi) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int off = 16; off > 0; off /= 2)
+    argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+  if (lane == 0) wv[warp] = v, wi[warp] = at;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < (int)(blockDim.x / 32); w++) argmax_pick(v, at, wv[w], wi[w]);
+  __syncthreads();  // (wv, wi are the next pick's)
+}
+
 // Blocks of kArgmaxThreads threads (whole warps, at most that many: the
-// shared arrays); any grid size.
-__global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int32_t* out) {
+// shared arrays); any grid size. Work item b is chunk b % n_chunks of row
+// b / n_chunks: its elements [c * chunk, min(dim, (c + 1) * chunk)). With
+// one chunk a row's pick goes to out; else to part_v, part_i [b], which
+// argmax_parts_kernel reduces. vec: x and chunk allow 16-byte loads (x
+// 16-byte aligned, dim and chunk multiples of 4): each thread takes 4
+// consecutive elements at a time, in index order, so its first maximum is
+// still the lowest index among its equal ones.
+__global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int64_t chunk, int n_chunks, bool vec,
+                              int32_t* out, float* part_v, int32_t* part_i) {
   __shared__ float wv[kArgmaxThreads / 32];
   __shared__ int32_t wi[kArgmaxThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+  const int64_t items = n * n_chunks;
+  for (int64_t b = blockIdx.x; b < items; b += gridDim.x) {
+    const int64_t r = b / n_chunks, c0 = (b % n_chunks) * chunk, c1 = min(dim, c0 + chunk);
     const float* xr = x + r * dim;
     float v = -INFINITY;
     int32_t at = -1;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
+    int64_t j = c0 + threadIdx.x;
+    if (vec) {
+      const int64_t vend = c0 + (c1 - c0) / 4 * 4;
+      for (int64_t k = c0 + 4 * (int64_t)threadIdx.x; k < vend; k += 4 * (int64_t)blockDim.x) {
+        const float4 e = __ldg(reinterpret_cast<const float4*>(xr + k));
+        if (e.x > v) v = e.x, at = (int32_t)k;
+        if (e.y > v) v = e.y, at = (int32_t)k + 1;
+        if (e.z > v) v = e.z, at = (int32_t)k + 2;
+        if (e.w > v) v = e.w, at = (int32_t)k + 3;
+      }
+      j = vend + threadIdx.x;
+    }
+    for (; j < c1; j += blockDim.x)
       if (xr[j] > v) v = xr[j], at = (int32_t)j;
+    argmax_block(v, at, wv, wi);
+    if (threadIdx.x == 0) {
+      if (n_chunks == 1) out[r] = at;
+      else part_v[b] = v, part_i[b] = at;
+    }
+  }
+}
+
+// out [n]: row r's pick over its n_chunks picks part_v, part_i [r *
+// n_chunks ..]; a warp per row, any grid.
+__global__ void argmax_parts_kernel(int64_t n, int n_chunks, const float* part_v, const int32_t* part_i, int32_t* out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
+  for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < n; r += warps) {
+    float v = -INFINITY;
+    int32_t at = -1;
+    for (int c = lane; c < n_chunks; c += 32) argmax_pick(v, at, part_v[r * n_chunks + c], part_i[r * n_chunks + c]);
     for (int off = 16; off > 0; off /= 2)
       argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
-    if (lane == 0) wv[warp] = v, wi[warp] = at;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < (int)(blockDim.x / 32); w++) argmax_pick(v, at, wv[w], wi[w]);
-      out[r] = at;
+    if (lane == 0) out[r] = at;
+  }
+}
+
+// ---- few-row products ----
+//
+// y_m [n][rows_m] = x [n][k] W_m^T for the weights m < count of a
+// GemvArgs (16-bit, T: __half or __nv_bfloat16, row-major [rows_m][k]),
+// n = R <= kGemvMaxRows input rows, x f32 as it is (not narrowed): the
+// products of a decode step, which cuBLAS gives few blocks (a 1024 x 1024
+// f16 product of one row: 16 blocks, about 6 us on an H100, 0.35 TB/s).
+// A warp per output row, for all R input rows at once; the rows of the
+// count weights are one index space, so q, k and v are one launch. With
+// vec (k a multiple of 8, the weights and x 16-byte aligned) each lane
+// takes 8 consecutive weights at a time (one 16-byte load) and their
+// activations; else one element at a time. A row's inputs are cut into
+// `split` slices (1, 2, 4 or 8, from k alone: gemv_split), each a warp's,
+// so that a few hundred rows still keep enough loads in flight. Per lane
+// fp32 products summed in index order, then across the warp (warp_sum),
+// then the slices in order: the same numbers for a row whichever other
+// rows share the launch.
+// SWIGLU (count 2, equal rows): the warp computes row o of both weights
+// and writes silu_mul(g, u) into y_0, leaving y_1 unwritten; the same
+// numbers as the plain launch then swiglu_kernel.
+__device__ __forceinline__ float2 widen2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 widen2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+// f [8] = the 8 values of type T packed in u, widened
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4& u, float* f) {
+  using T2 = std::conditional_t<std::is_same<T, __half>::value, __half2, __nv_bfloat162>;
+  const T2* h = reinterpret_cast<const T2*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float2 t = widen2(h[i]);
+    f[2 * i] = t.x, f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ float widen1(__half v) { return __half2float(v); }
+__device__ __forceinline__ float widen1(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// acc[r] += w [8] . x row r's 8 elements at i (R rows of k)
+template <int R>
+__device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const float* x, int64_t k, int64_t i) {
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(x + r * k + i));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(x + r * k + i + 4));
+    float t = acc[r];
+    t = fmaf(w[0], a.x, t), t = fmaf(w[1], a.y, t), t = fmaf(w[2], a.z, t), t = fmaf(w[3], a.w, t);
+    t = fmaf(w[4], b.x, t), t = fmaf(w[5], b.y, t), t = fmaf(w[6], b.z, t), t = fmaf(w[7], b.w, t);
+    acc[r] = t;
+  }
+}
+
+template <typename T, int R, bool SWIGLU>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
+                                                           bool vec) {
+  __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per_block = kGemvThreads / 32 / split;  // output rows per block
+  const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
+  // Warp `warp` takes slice warp % split of row base + warp / split; the
+  // slices are multiples of 8 elements.
+  const int64_t slice = ((k + split - 1) / split + 7) / 8 * 8;
+  const int s = warp % split;
+  const int64_t i_begin = s * slice, i_end = min(k, i_begin + slice);
+  for (int64_t base = (int64_t)blockIdx.x * per_block; base < total; base += (int64_t)gridDim.x * per_block) {
+    const int64_t g = base + warp / split;
+    float acc[R], acc_u[R];  // (acc_u: SWIGLU's up rows)
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f, acc_u[r] = 0.0f;
+    int m = 0;
+    int64_t o = g;
+    if (!SWIGLU)
+      while (m < 2 && o >= a.rows[m]) o -= a.rows[m], m++;
+    if (g < total) {
+      const T* w0 = static_cast<const T*>(a.w[m]) + o * k;
+      const T* w1 = SWIGLU ? static_cast<const T*>(a.w[1]) + o * k : nullptr;
+      if (vec) {
+#pragma unroll 2
+        for (int64_t i = i_begin + 8 * (int64_t)lane; i < i_end; i += 256) {
+          float wf[8];
+          widen8<T>(__ldg(reinterpret_cast<const uint4*>(w0 + i)), wf);
+          if constexpr (SWIGLU) {
+            float uf[8];
+            widen8<T>(__ldg(reinterpret_cast<const uint4*>(w1 + i)), uf);
+            gemv_fma8<R>(acc_u, uf, x, k, i);
+          }
+          gemv_fma8<R>(acc, wf, x, k, i);
+        }
+      } else {
+        for (int64_t i = i_begin + lane; i < i_end; i += 32) {
+          const float wv = widen1(w0[i]);
+          const float uv = SWIGLU ? widen1(w1[i]) : 0.0f;
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            acc[r] = fmaf(wv, x[r * k + i], acc[r]);
+            if constexpr (SWIGLU) acc_u[r] = fmaf(uv, x[r * k + i], acc_u[r]);
+          }
+        }
+      }
     }
-    __syncthreads();  // (wv, wi are the next row's)
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const float t = warp_sum(acc[r]);
+      const float u = SWIGLU ? warp_sum(acc_u[r]) : 0.0f;
+      if (lane == r) part[warp][r] = t, part_u[warp][r] = u;
+    }
+    __syncthreads();
+    // Thread t < per_block * R: input row t % R of the block's output row
+    // t / R, its slices summed in order.
+    if (threadIdx.x < per_block * R) {
+      const int j = threadIdx.x / R, r = threadIdx.x % R;
+      const int64_t gj = base + j;
+      if (gj < total) {
+        float t = part[j * split][r], u = part_u[j * split][r];
+        for (int q = 1; q < split; q++) t += part[j * split + q][r], u += part_u[j * split + q][r];
+        int mj = 0;
+        int64_t oj = gj;
+        if (!SWIGLU)
+          while (mj < 2 && oj >= a.rows[mj]) oj -= a.rows[mj], mj++;
+        a.y[mj][r * a.rows[mj] + oj] = SWIGLU ? silu_mul(t, u) : t;
+      }
+    }
+    __syncthreads();  // part is the next rows'
   }
 }
 
@@ -727,28 +892,65 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 // weighted sum of n partial rows, the c-th at row idx(c) of part_o /
 // part_lse, with the weights w_c = (float)(exp(lse_c - max) / sum), computed
 // in fp64 as the CPU backend's merge_row does; returns their logsumexp.
-// No partial, or all lse = -inf, gives acc = 0 and -inf.
+// No partial, or all lse = -inf, gives acc = 0 and -inf. The block's
+// threads share the work: each takes every kMergeThreads-th partial for
+// the max and the sum (reduced across the block), and computes the weights
+// of a slice of kMergeThreads partials into shared memory, which every
+// thread then adds up in order c = 0, 1, ... (so each weight's exp is taken
+// once, not once per thread). Every thread of the block calls it.
+struct MergeShared {
+  double red[kMergeThreads / 32 + 1];
+  float w[kMergeThreads];
+};
+
+__device__ __forceinline__ double block_reduce_max_or_sum(double v, bool is_max, double* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const double t = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmax(v, t) : v + t;
+  }
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = red[0];
+    for (int w = 1; w < n_warps; w++) t = is_max ? fmax(t, red[w]) : t + red[w];
+    red[kMergeThreads / 32] = t;
+  }
+  __syncthreads();
+  const double total = red[kMergeThreads / 32];
+  __syncthreads();  // red is reused at once
+  return total;
+}
+
 template <typename Idx>
 __device__ double merge_partials(int n, Idx idx, const float* part_o, const double* part_lse, int head_dim,
-                                 float (&acc)[kMergeSlots]) {
+                                 float (&acc)[kMergeSlots], MergeShared& sh) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int a = 0; a < kMergeSlots; a++) acc[a] = 0.0f;
   double mx = -(double)INFINITY;
-  for (int c = 0; c < n; c++) mx = fmax(mx, part_lse[idx(c)]);
+  for (int c = tid; c < n; c += kMergeThreads) mx = fmax(mx, part_lse[idx(c)]);
+  mx = block_reduce_max_or_sum(mx, true, sh.red);
   if (mx == -(double)INFINITY) return mx;
   double sum = 0.0;
-  for (int c = 0; c < n; c++) sum += exp(part_lse[idx(c)] - mx);
-  for (int c = 0; c < n; c++) {
-    const int64_t pr = idx(c);
-    const float w = (float)(exp(part_lse[pr] - mx) / sum);
-    if (w > 0.0f) {
+  for (int c = tid; c < n; c += kMergeThreads) sum += exp(part_lse[idx(c)] - mx);
+  sum = block_reduce_max_or_sum(sum, false, sh.red);
+  for (int c0 = 0; c0 < n; c0 += kMergeThreads) {
+    const int m = min(kMergeThreads, n - c0);
+    if (tid < m) sh.w[tid] = (float)(exp(part_lse[idx(c0 + tid)] - mx) / sum);
+    __syncthreads();
+    for (int c = 0; c < m; c++) {
+      const float w = sh.w[c];
+      if (w > 0.0f) {
+        const int64_t pr = idx(c0 + c);
 #pragma unroll
-      for (int a = 0; a < kMergeSlots; a++) {
-        const int d = tid + a * kMergeThreads;
-        if (d < head_dim) acc[a] += w * part_o[pr * head_dim + d];
+        for (int a = 0; a < kMergeSlots; a++) {
+          const int d = tid + a * kMergeThreads;
+          if (d < head_dim) acc[a] += w * part_o[pr * head_dim + d];
+        }
       }
     }
+    __syncthreads();  // sh.w is the next slice's
   }
   return mx + log(sum);
 }
@@ -773,6 +975,7 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
                                                                const int64_t* row_begin, int n_splits,
                                                                int64_t total_rows, const float* part_o,
                                                                const double* part_lse, int head_dim) {
+  __shared__ MergeShared sh;
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < total_rows; b += gridDim.x) {
     int lo = 0, hi = n_splits - 1;
@@ -785,7 +988,8 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
     const AttnDesc P = probs[S.p];
     const int64_t r = b - row_begin[lo];
     float acc[kMergeSlots];
-    const double lse = merge_partials(S.split, SplitIdx{S.part_at, P.n_rows, r}, part_o, part_lse, head_dim, acc);
+    const double lse =
+        merge_partials(S.split, SplitIdx{S.part_at, P.n_rows, r}, part_o, part_lse, head_dim, acc, sh);
 #pragma unroll
     for (int a = 0; a < kMergeSlots; a++) {
       const int d = tid + a * kMergeThreads;
@@ -803,11 +1007,12 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows
                                                              const int32_t* part_rows, const float* part_o,
                                                              const double* part_lse, int head_dim, float* out,
                                                              void* out16, bool bf16) {
+  __shared__ MergeShared sh;
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < n_out_rows; r += gridDim.x) {
     const int32_t j0 = part_begin[r], j1 = part_begin[r + 1];
     float acc[kMergeSlots];
-    merge_partials(j1 - j0, ListIdx{part_rows + j0}, part_o, part_lse, head_dim, acc);
+    merge_partials(j1 - j0, ListIdx{part_rows + j0}, part_o, part_lse, head_dim, acc, sh);
     float* orow = out + r * head_dim;
 #pragma unroll
     for (int a = 0; a < kMergeSlots; a++) {

@@ -78,8 +78,32 @@ cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16,
 
 // out [n] = the index of each row's largest element of x [n][dim] (the
 // lowest among equal ones; NaN passed over; -1 when no element is above
-// -inf): a block per row, any number of blocks.
-cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, cudaStream_t stream);
+// -inf). With fewer rows than blocks that fill the device (sm_count
+// multiprocessors), each row is split into argmax_chunks chunks whose picks
+// go to parts (argmax_parts_bytes, device memory) and a second launch
+// reduces them.
+int argmax_chunks(int64_t n, int64_t dim, int sm_count);
+inline size_t argmax_parts_bytes(int64_t n, int64_t dim, int sm_count) {
+  const int c = argmax_chunks(n, dim, sm_count);
+  return c > 1 ? (size_t)(n * c) * 8 : 0;
+}
+cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
+                          cudaStream_t stream);
+
+// Few-row products of 16-bit weights (gemv_kernel): y[m] [n][rows[m]] =
+// x [n][k] w[m]^T for m < count (1..3; unused entries: rows 0), w[m]
+// [rows[m]][k] f16 or (bf16) bf16, n at most kGemvMaxRows. swiglu (count
+// 2, rows[0] == rows[1]): y[0] = silu(x w[0]^T) * (x w[1]^T), y[1]
+// unwritten, the numbers of the plain launch then launch_swiglu.
+constexpr int kGemvMaxRows = 8;
+constexpr int kGemvThreads = 256;
+struct GemvArgs {
+  const void* w[3];
+  float* y[3];
+  int64_t rows[3];
+};
+cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
+                        cudaStream_t stream);
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
 // when n_heads2 is 0) in place by pos [n] * pos_scale * inv_freq

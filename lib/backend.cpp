@@ -44,6 +44,14 @@ void Backend::matmul_many(const Weight* const* w, int count, const float* x, int
   for (int i = 0; i < count; i++) matmul(*w[i], x, n, y[i]);
 }
 
+void Backend::matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* gate,
+                            float* up) {
+  const Weight* w[2] = {&w_gate, &w_up};
+  float* y[2] = {gate, up};
+  matmul_many(w, 2, x, n, y);
+  swiglu(gate, up, n * w_gate.n_out);
+}
+
 void Backend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                            const float* v) {
   const int64_t row = (int64_t)kv_heads * head_dim;

@@ -187,6 +187,14 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up, n elements
   virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+  // The FFN's input half: gate [n][N] = silu(x w_gate^T) * (x w_up^T), N
+  // the weights' n_out (both of x's n_in). up [n][N] is scratch, which an
+  // implementation may leave unwritten. The default is matmul_many of the
+  // two then swiglu; the CUDA backend runs few-row products of 16-bit
+  // weights as one launch, with the results of its own matmul_many and
+  // swiglu.
+  virtual void matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* gate,
+                             float* up);
   // out[r] = the index of row r's largest element of x [n][dim], the
   // lowest index among equal ones; NaN elements are passed over, and a row
   // with no element above -inf gives -1. The greedy token of each logits

@@ -173,23 +173,19 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       }
       be_.matmul(L.wo, attn, T, xn);
       be_.add_rmsnorm(x, xn, L.ffn_norm, T, dim, c.norm_eps, xn);
-      {
-        const Weight* w[2] = {&L.w_gate, &L.w_up};
-        float* y[2] = {gate, up};
-        be_.matmul_many(w, 2, xn, T, y);
-      }
-      be_.swiglu(gate, up, T * ff);
+      be_.matmul_swiglu(L.w_gate, L.w_up, xn, T, gate, up);
       be_.matmul(L.w_down, gate, T, xn);
       if (l + 1 < c.n_layers) be_.add_rmsnorm(x, xn, m_.layers[(size_t)l + 1].attn_norm, T, dim, c.norm_eps, xn);
+      else if (nl && !gathered) be_.add_rmsnorm(x, xn, m_.output_norm, T, dim, c.norm_eps, xn);
       else be_.add(x, xn, T * dim);
     }
     if (!nl) return;
-    const float* sel = x;
+    // (in order: the rows to the output are the first nl of xn, normed with
+    // the last residual add)
     if (gathered) {
       for (int64_t i = 0; i < nl; i++) be_.copy(gathered + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
-      sel = gathered;
+      be_.rmsnorm(gathered, m_.output_norm, nl, dim, c.norm_eps, xn);
     }
-    be_.rmsnorm(sel, m_.output_norm, nl, dim, c.norm_eps, xn);
     be_.matmul(m_.output, xn, nl, logits);
     if (greedy) be_.argmax(logits, nl, c.n_vocab, greedy);
   };

@@ -30,7 +30,7 @@ namespace clade {
 
 // The interface number is bumped whenever backend.h's Backend or the
 // table below changes.
-#define CLADE_BACKEND_INTERFACE 4
+#define CLADE_BACKEND_INTERFACE 5
 #define CLADE_PLUGIN_STR2(x) #x
 #define CLADE_PLUGIN_STR(x) CLADE_PLUGIN_STR2(x)
 // "clade 1.4.0 backend 4": the version and the interface, both of which

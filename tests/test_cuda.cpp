@@ -293,11 +293,16 @@ void test_elementwise(Backend& cpu, Backend& gpu) {
 // definition (Backend::argmax) and across the two backends: ties spread
 // over several threads' elements (the lowest index wins), NaN passed over,
 // rows of only -inf or NaN (-1), +inf, signed zeros, the maximum first or
-// last, and widths below and above one block's threads.
+// last, and widths below and above one block's threads. With 12 rows the
+// CUDA backend splits rows of over 4096 into chunks (ties across them),
+// with 300 it does not; at an offset of one element its 16-byte loads are
+// off.
 void test_argmax(Backend& cpu, Backend& gpu) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {12, 300})
+  for (int off : {0, 1})
   for (int64_t dim : {1, 31, 256, 773, 32000, 32001}) {
-    const int64_t n = 12;
+    if (n == 300 && dim < 32000) continue;
     std::vector<float> x = randn((size_t)(n * dim));
     auto row = [&](int64_t r) { return x.data() + r * dim; };
     const int64_t last = dim - 1;
@@ -328,13 +333,97 @@ void test_argmax(Backend& cpu, Backend& gpu) {
     Backend* bes[2] = {&cpu, &gpu};
     for (int b = 0; b < 2; b++) {
       Arena a(*bes[b]);
-      const float* dx = a.put(x);
+      std::vector<float> padded((size_t)off, 0.0f);
+      padded.insert(padded.end(), x.begin(), x.end());
+      const float* dx = a.put(padded) + off;
       int32_t* dout = static_cast<int32_t*>(a.raw((size_t)n * 4));
       bes[b]->argmax(dx, n, dim, dout);
-      expect_equal(std::string("argmax ") + bes[b]->name() + " dim " + std::to_string(dim), a.get(dout, (size_t)n),
-                   want);
+      expect_equal(std::string("argmax ") + bes[b]->name() + " " + std::to_string(n) + " rows of " +
+                       std::to_string(dim) + (off ? " at an odd offset" : ""),
+                   a.get(dout, (size_t)n), want);
     }
   }
+}
+
+// matmul_many (q, k and v of one input) and matmul_swiglu (the FFN's gate
+// and up) against the CPU backend within matmul's bound (the gate's taken
+// on the same weights' plain products: swiglu only scales it), and on the
+// second backend exactly as its own matmul per weight and matmul_many then
+// swiglu give them. Row counts on both sides of the CUDA backend's
+// few-row products (1..8 rows), input widths on both sides of its 16-byte
+// loads (multiples of 8 or not).
+void test_matmul_many(Backend& cpu, Backend& gpu, clade::TensorType t) {
+  const double tol = t == clade::TensorType::F32 ? 1e-5 : t == clade::TensorType::F16 ? 1e-3 : 8e-3;
+  for (int64_t n_in : {256, 1000, 250})
+    for (int64_t n : {1, 2, 5, 8, 9}) {
+      const int64_t outs[3] = {96, 40, 40};
+      HostWeight hw[3] = {make_weight(t, n_in, outs[0]), make_weight(t, n_in, outs[1]), make_weight(t, n_in, outs[2])};
+      HostWeight hu = make_weight(t, n_in, outs[0]);
+      std::vector<float> x = randn((size_t)(n * n_in));
+      std::vector<float> many[2][3], sw[2];
+      const std::string tag = std::string(type_name(t)) + " " + std::to_string(n) + "x" + std::to_string(n_in);
+      Backend* bes[2] = {&cpu, &gpu};
+      for (int b = 0; b < 2; b++) {
+        Backend& be = *bes[b];
+        Arena a(be);
+        clade::Weight w[3], wu = be.upload_weight(hu.view());
+        const clade::Weight* wp[3];
+        float* y[3];
+        for (int i = 0; i < 3; i++) {
+          w[i] = be.upload_weight(hw[i].view());
+          wp[i] = &w[i];
+          y[i] = static_cast<float*>(a.raw((size_t)(n * outs[i]) * 4));
+        }
+        float* dx = a.put(x);
+        be.matmul_many(wp, 3, dx, n, y);
+        for (int i = 0; i < 3; i++) many[b][i] = a.get(y[i], (size_t)(n * outs[i]));
+        float* g = static_cast<float*>(a.raw((size_t)(n * outs[0]) * 4));
+        float* u = static_cast<float*>(a.raw((size_t)(n * outs[0]) * 4));
+        be.matmul_swiglu(w[0], wu, dx, n, g, u);
+        sw[b] = a.get(g, (size_t)(n * outs[0]));
+        if (b == 1) {
+          // The second backend against itself: one product at a time, and
+          // matmul_many then swiglu.
+          for (int i = 0; i < 3; i++) {
+            be.matmul(w[i], dx, n, y[i]);
+            expect_equal("matmul_many " + tag + " weight " + std::to_string(i) + " as matmul",
+                         many[1][i], a.get(y[i], (size_t)(n * outs[i])));
+          }
+          const clade::Weight* gu[2] = {&w[0], &wu};
+          float* yg[2] = {g, u};
+          be.matmul_many(gu, 2, dx, n, yg);
+          be.swiglu(g, u, n * outs[0]);
+          expect_equal("matmul_swiglu " + tag + " as matmul_many then swiglu", sw[1], a.get(g, (size_t)(n * outs[0])));
+        }
+      }
+      for (int i = 0; i < 3; i++) {
+        std::vector<double> bound((size_t)(n * outs[i]));
+        for (int64_t r = 0; r < n; r++)
+          for (int64_t o = 0; o < outs[i]; o++) {
+            double s = 0;
+            for (int64_t k = 0; k < n_in; k++)
+              s += std::fabs((double)hw[i].values[(size_t)(o * n_in + k)] * x[(size_t)(r * n_in + k)]);
+            bound[(size_t)(r * outs[i] + o)] = tol * s + 1e-6;
+          }
+        expect_close("matmul_many " + tag + " weight " + std::to_string(i), many[1][i], many[0][i], bound);
+      }
+      // silu(g) * u within |u| * bound(g) + |silu(g)| * bound(u) (silu's
+      // slope is below 1.1 in magnitude), from the CPU's exact products.
+      std::vector<double> bound((size_t)(n * outs[0]));
+      for (int64_t r = 0; r < n; r++)
+        for (int64_t o = 0; o < outs[0]; o++) {
+          double sg = 0, su = 0, g = 0, u = 0;
+          for (int64_t k = 0; k < n_in; k++) {
+            const double xv = x[(size_t)(r * n_in + k)];
+            const double gw = hw[0].values[(size_t)(o * n_in + k)], uw = hu.values[(size_t)(o * n_in + k)];
+            sg += std::fabs(gw * xv), su += std::fabs(uw * xv), g += gw * xv, u += uw * xv;
+          }
+          const double silu = g / (1 + std::exp(-g));
+          bound[(size_t)(r * outs[0] + o)] = 1.1 * std::fabs(u) * (tol * sg + 1e-6) +
+                                             (std::fabs(silu) + 1.1 * tol * sg) * (tol * su + 1e-6) + 1e-6;
+        }
+      expect_close("matmul_swiglu " + tag, sw[1], sw[0], bound);
+    }
 }
 
 // A KV type and head dimension, as the checks' messages name them.
@@ -534,8 +623,8 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
 
   struct Out {
     std::vector<uint8_t> kvbytes;
-    std::vector<float> o_full, o_causal, o_empty, o_one, o_rows_split, merged, o_mask;
-    std::vector<double> lse_full, lse_causal, lse_empty, lse_one, lse_rows_split, lse_mask;
+    std::vector<float> o_full, o_causal, o_empty, o_one, o_rows_split, merged, o_mask, o_all, merged_cpu_parts;
+    std::vector<double> lse_full, lse_causal, lse_empty, lse_one, lse_rows_split, lse_mask, lse_all;
   } out[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int b = 0; b < 2; b++) {
@@ -634,6 +723,16 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
     float* merged = static_cast<float*>(a.raw((size_t)(nr + 2) * hd * 4));
     be.merge(ml, hd, merged);
     out[b].merged = a.get(merged, (size_t)(nr + 2) * hd);
+    out[b].o_all = a.get(o, (size_t)8 * nr * hd);
+    out[b].lse_all = a.get(lse, (size_t)8 * nr);
+    if (b == 1) {
+      // The same merge of the first backend's partial rows: merge's own
+      // arithmetic, apart from the attention's.
+      ml.part_o = a.put(out[0].o_all);
+      ml.part_lse = a.put(out[0].lse_all);
+      be.merge(ml, hd, merged);
+      out[b].merged_cpu_parts = a.get(merged, (size_t)(nr + 2) * hd);
+    }
   }
 
   // The stored elements, each backend's layout read back as [head][key][d]
@@ -688,7 +787,7 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
       if (limits[(size_t)r] == 0)
         for (int d = 0; d < hd; d++) CHECK(out[b].o_causal[(size_t)r * hd + d] == 0.0f);
   }
-  expect_rel("merge " + tag, out[1].merged, out[0].merged, 1e-5, 1e-6);
+  expect_rel("merge " + tag, out[1].merged_cpu_parts, out[0].merged, 1e-5, 1e-6);
   // Split + merge on the GPU equals one pass over the whole span (CPU).
   std::vector<float> merged_rows(out[1].merged.begin(), out[1].merged.begin() + (size_t)nr * hd);
   expect_rel("split+merge vs full " + tag, merged_rows, out[0].o_full, 0, 1e-4);
@@ -908,6 +1007,7 @@ int main(int argc, char** argv) {
     // More output rows than one dequantization tile (64 MiB of f16).
     test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
     test_elementwise(*cpu, *gpu);
+    for (T t : {T::F32, T::F16, T::BF16}) test_matmul_many(*cpu, *gpu, t);
     test_argmax(*cpu, *gpu);
     if (!harness) {
       // The CUDA backend keeps a released block for the next allocation it
