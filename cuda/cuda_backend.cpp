@@ -155,6 +155,11 @@ class CudaBackend final : public Backend {
   void matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) override;
   void matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* gate,
                      float* up) override;
+  void matmul_add(const Weight& w, const float* x, int64_t n, float* y, float* tmp) override;
+  void norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                        const Weight* const* w, int count, float* const* y) override;
+  void norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                          const Weight& w_gate, const Weight& w_up, float* gate, float* up) override;
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
@@ -219,12 +224,16 @@ class CudaBackend final : public Backend {
   // most gemv_max_rows_.
   bool gemv_takes(const Weight* const* w, int count, int64_t n) const;
   // That launch (callers hold mu_ and have entered); y's narrowed copies
-  // are forgotten.
-  void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu);
+  // are forgotten. norm: x normed first (rmsnorm's numbers); add: y +=.
+  void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
+            const float* norm = nullptr, float eps = 0.0f, bool add = false);
+  // matmul's body (callers hold mu_ and have entered); with add, y += the
+  // product (cuBLAS's beta = 1).
+  void matmul_locked(const Weight& w, const float* x, int64_t n, float* y, bool add);
   // Gemm of a 16-bit weight (column-major view [n_in][rows], op T) against
   // x16 [n][n_in] of the same type, into y (ldc = ldy), fp32 accumulation.
   void gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16, float* y,
-              int64_t ldy);
+              int64_t ldy, float beta = 0.0f);
   // x [count] f32 narrowed into the x16_ scratch as f16 or bf16.
   const void* narrow_x(const float* x, int64_t count, bool bf16);
   // For rmsnorm, swiglu and merge, whose output y [count] is the next
@@ -625,10 +634,10 @@ void* CudaBackend::narrowed_copy(int64_t count, const char* what) {
 }
 
 void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t n, int64_t n_in, const void* x16,
-                         float* y, int64_t ldy) {
-  const float one = 1.0f, zero = 0.0f;
+                         float* y, int64_t ldy, float beta) {
+  const float one = 1.0f;
   check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)n_in, &one, w, type, (int)n_in, x16,
-                          type, (int)n_in, &zero, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                          type, (int)n_in, &beta, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
              "matmul: cublasGemmEx");
 }
 
@@ -638,6 +647,17 @@ void CudaBackend::gemm16(const void* w, cudaDataType type, int64_t rows, int64_t
 void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
   auto lock = gate();
   enter(true);
+  matmul_locked(w, x, n, y, false);
+}
+
+void CudaBackend::matmul_add(const Weight& w, const float* x, int64_t n, float* y, float* tmp) {
+  (void)tmp;
+  auto lock = gate();
+  enter(true);
+  matmul_locked(w, x, n, y, true);
+}
+
+void CudaBackend::matmul_locked(const Weight& w, const float* x, int64_t n, float* y, bool add) {
   const int64_t K = w.n_in, N = w.n_out;
   // y is written: a narrowed copy of activations it overlaps is stale after
   // this product (checked on the way out, after its own narrowing).
@@ -650,25 +670,26 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     }
   } forget{narrowed_, y, std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0)};
   if (n <= 0 || N <= 0) return;
-  if (K <= 0) {
-    check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
+  if (K <= 0) {  // an empty product: zeros, or nothing to add
+    if (!add) check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
     return;
   }
   {
     const Weight* ws = &w;
     if (gemv_takes(&ws, 1, n)) {
-      gemv(&ws, 1, x, n, &y, false);
+      gemv(&ws, 1, x, n, &y, false, nullptr, 0.0f, add);
       return;
     }
   }
+  const float beta = add ? 1.0f : 0.0f;
   if (K > INT_MAX || N > INT_MAX || n > INT_MAX)
     fail(CLADE_E_UNSUPPORTED, "cuda: matmul dimensions beyond cuBLAS's 32-bit sizes");
   switch (w.type) {
     case TensorType::F32: {
       copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
-      const float one = 1.0f, zero = 0.0f;
+      const float one = 1.0f;
       check_blas(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)n, (int)K, &one,
-                             static_cast<const float*>(w.data), (int)K, x, (int)K, &zero, y, (int)N),
+                             static_cast<const float*>(w.data), (int)K, x, (int)K, &beta, y, (int)N),
                  "matmul: cublasSgemm");
       break;
     }
@@ -676,7 +697,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
     case TensorType::BF16: {
       const bool bf16 = w.type == TensorType::BF16;
       const void* x16 = narrow_x(x, n * K, bf16);
-      gemm16(w.data, bf16 ? CUDA_R_16BF : CUDA_R_16F, N, n, K, x16, y, N);
+      gemm16(w.data, bf16 ? CUDA_R_16BF : CUDA_R_16F, N, n, K, x16, y, N, beta);
       break;
     }
     case TensorType::Q8_0:
@@ -691,7 +712,7 @@ void CudaBackend::matmul(const Weight& w, const float* x, int64_t n, float* y) {
                  "matmul: widening quantized rows");
         // The next tile's widening is queued after this product on the same
         // stream, so reusing wt is safe.
-        gemm16(wt, CUDA_R_16F, rows, n, K, x16, y + o0, N);
+        gemm16(wt, CUDA_R_16F, rows, n, K, x16, y + o0, N, beta);
       }
       break;
     }
@@ -710,8 +731,12 @@ bool CudaBackend::gemv_takes(const Weight* const* w, int count, int64_t n) const
   return true;
 }
 
-void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu) {
+void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
+                       const float* norm, float eps, bool add) {
   cuda::GemvArgs a{};
+  a.norm = norm;
+  a.eps = eps;
+  a.add = add ? 1 : 0;
   for (int i = 0; i < count; i++) {
     a.w[i] = w[i]->data;
     a.y[i] = y[i];
@@ -721,8 +746,36 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
     if (narrowed_.x && y[i] < narrowed_.x + narrowed_.count && narrowed_.x < y[i] + len) narrowed_.x = nullptr;
   }
   copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
-  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, stream_),
+  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, stream_),
            swiglu ? "matmul_swiglu" : "matmul");
+}
+
+void CudaBackend::norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                   const Weight* const* w, int count, float* const* y) {
+  {
+    auto lock = gate();
+    if (gemv_takes(w, count, n) && w[0]->n_in == dim) {
+      enter();
+      gemv(w, count, x, n, y, false, weight, eps);
+      return;
+    }
+  }
+  Backend::norm_matmul_many(x, weight, n, dim, eps, xn, w, count, y);
+}
+
+void CudaBackend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
+                                     float* xn, const Weight& w_gate, const Weight& w_up, float* g, float* u) {
+  {
+    auto lock = gate();
+    const Weight* w[2] = {&w_gate, &w_up};
+    if (gemv_takes(w, 2, n) && w_gate.n_out == w_up.n_out && w_gate.n_in == dim) {
+      enter();
+      float* y[2] = {g, u};
+      gemv(w, 2, x, n, y, true, weight, eps);
+      return;
+    }
+  }
+  Backend::norm_matmul_swiglu(x, weight, n, dim, eps, xn, w_gate, w_up, g, u);
 }
 
 void CudaBackend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {

@@ -121,10 +121,15 @@ int gemv_split(int64_t k) {
 }
 
 template <typename T, bool SWIGLU>
-cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool vec, cudaStream_t stream) {
+cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool vec, int sm_count,
+                      cudaStream_t stream) {
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   const int split = gemv_split(k);
-  const unsigned grid = blocks_for(total * split * 32, kGemvThreads);
+  // At most one wave of blocks (8 of 256 threads per multiprocessor), so
+  // that a normed launch's blocks each norm the rows once for many
+  // output rows.
+  const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
+                                                    8 * (int64_t)std::max(sm_count, 1));
   switch (n) {
 #define CLADE_GEMV_CASE(R) \
   case R:                  \
@@ -141,17 +146,19 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
 }  // namespace
 
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        cudaStream_t stream) {
+                        int sm_count, cudaStream_t stream) {
   static_assert(kGemvMaxRows == 8, "gemv_rows instantiates 1..8 rows");
   if (n <= 0 || k <= 0) return cudaSuccess;
-  if (n > kGemvMaxRows) return cudaErrorInvalidValue;
-  bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (n > kGemvMaxRows || (swiglu && a.add)) return cudaErrorInvalidValue;
+  bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
   for (int m = 0; m < 3; m++)
     if (a.rows[m] > 0) vec = vec && reinterpret_cast<uintptr_t>(a.w[m]) % 16 == 0;
   if (bf16)
-    return swiglu ? gemv_rows<__nv_bfloat16, true>(a, x, n, k, vec, stream)
-                  : gemv_rows<__nv_bfloat16, false>(a, x, n, k, vec, stream);
-  return swiglu ? gemv_rows<__half, true>(a, x, n, k, vec, stream) : gemv_rows<__half, false>(a, x, n, k, vec, stream);
+    return swiglu ? gemv_rows<__nv_bfloat16, true>(a, x, n, k, vec, sm_count, stream)
+                  : gemv_rows<__nv_bfloat16, false>(a, x, n, k, vec, sm_count, stream);
+  return swiglu ? gemv_rows<__half, true>(a, x, n, k, vec, sm_count, stream)
+                : gemv_rows<__half, false>(a, x, n, k, vec, sm_count, stream);
 }
 
 cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,

@@ -320,13 +320,22 @@ __device__ __forceinline__ void widen8(const uint4& u, float* f) {
 __device__ __forceinline__ float widen1(__half v) { return __half2float(v); }
 __device__ __forceinline__ float widen1(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// acc[r] += w [8] . x row r's 8 elements at i (R rows of k)
+// acc[r] += w [8] . x row r's 8 elements at i (R rows of k), each x
+// element taken as rmsnorm gives it (x * inv[r] * nw) where nw is given
 template <int R>
-__device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const float* x, int64_t k, int64_t i) {
+__device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const float* x, int64_t k, int64_t i,
+                                          const float (&inv)[R], const float* nw) {
+  float4 na = make_float4(1.0f, 1.0f, 1.0f, 1.0f), nb = na;
+  if (nw) na = __ldg(reinterpret_cast<const float4*>(nw + i)), nb = __ldg(reinterpret_cast<const float4*>(nw + i + 4));
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(x + r * k + i));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(x + r * k + i + 4));
+    float4 a = __ldg(reinterpret_cast<const float4*>(x + r * k + i));
+    float4 b = __ldg(reinterpret_cast<const float4*>(x + r * k + i + 4));
+    if (nw) {
+      const float s = inv[r];
+      a = make_float4(a.x * s * na.x, a.y * s * na.y, a.z * s * na.z, a.w * s * na.w);
+      b = make_float4(b.x * s * nb.x, b.y * s * nb.y, b.z * s * nb.z, b.w * s * nb.w);
+    }
     float t = acc[r];
     t = fmaf(w[0], a.x, t), t = fmaf(w[1], a.y, t), t = fmaf(w[2], a.z, t), t = fmaf(w[3], a.w, t);
     t = fmaf(w[4], b.x, t), t = fmaf(w[5], b.y, t), t = fmaf(w[6], b.z, t), t = fmaf(w[7], b.w, t);
@@ -337,8 +346,21 @@ __device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const
 template <typename T, int R, bool SWIGLU>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
                                                            bool vec) {
-  __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R];
+  __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R], red[33];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // With a norm: each row's 1 / rms as rmsnorm_kernel has it (the same
+  // sum in the same order: blocks of 256 threads, block_sum).
+  const float* nw = a.norm;
+  float inv[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    inv[r] = 1.0f;
+    if (nw) {
+      float ss = 0.0f;
+      for (int64_t i = threadIdx.x; i < k; i += blockDim.x) ss += x[r * k + i] * x[r * k + i];
+      inv[r] = 1.0f / sqrtf(block_sum(ss, red) / (float)k + a.eps);
+    }
+  }
   const int per_block = kGemvThreads / 32 / split;  // output rows per block
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   // Warp `warp` takes slice warp % split of row base + warp / split; the
@@ -366,9 +388,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
           if constexpr (SWIGLU) {
             float uf[8];
             widen8<T>(__ldg(reinterpret_cast<const uint4*>(w1 + i)), uf);
-            gemv_fma8<R>(acc_u, uf, x, k, i);
+            gemv_fma8<R>(acc_u, uf, x, k, i, inv, nw);
           }
-          gemv_fma8<R>(acc, wf, x, k, i);
+          gemv_fma8<R>(acc, wf, x, k, i, inv, nw);
         }
       } else {
         for (int64_t i = i_begin + lane; i < i_end; i += 32) {
@@ -376,8 +398,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
           const float uv = SWIGLU ? widen1(w1[i]) : 0.0f;
 #pragma unroll
           for (int r = 0; r < R; r++) {
-            acc[r] = fmaf(wv, x[r * k + i], acc[r]);
-            if constexpr (SWIGLU) acc_u[r] = fmaf(uv, x[r * k + i], acc_u[r]);
+            const float xv = nw ? x[r * k + i] * inv[r] * nw[i] : x[r * k + i];
+            acc[r] = fmaf(wv, xv, acc[r]);
+            if constexpr (SWIGLU) acc_u[r] = fmaf(uv, xv, acc_u[r]);
           }
         }
       }
@@ -401,7 +424,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
         int64_t oj = gj;
         if (!SWIGLU)
           while (mj < 2 && oj >= a.rows[mj]) oj -= a.rows[mj], mj++;
-        a.y[mj][r * a.rows[mj] + oj] = SWIGLU ? silu_mul(t, u) : t;
+        float* yo = a.y[mj] + r * a.rows[mj] + oj;
+        *yo = SWIGLU ? silu_mul(t, u) : a.add ? *yo + t : t;
       }
     }
     __syncthreads();  // part is the next rows'

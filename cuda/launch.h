@@ -94,16 +94,22 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
 // x [n][k] w[m]^T for m < count (1..3; unused entries: rows 0), w[m]
 // [rows[m]][k] f16 or (bf16) bf16, n at most kGemvMaxRows. swiglu (count
 // 2, rows[0] == rows[1]): y[0] = silu(x w[0]^T) * (x w[1]^T), y[1]
-// unwritten, the numbers of the plain launch then launch_swiglu.
+// unwritten, the numbers of the plain launch then launch_swiglu. With
+// norm (device memory, [k]) x is taken as launch_rmsnorm(x, norm, eps)
+// gives it; with add, y[m] += the product (not with swiglu): the numbers
+// of launch_rmsnorm, the plain launch, then launch_add.
 constexpr int kGemvMaxRows = 8;
 constexpr int kGemvThreads = 256;
 struct GemvArgs {
   const void* w[3];
   float* y[3];
   int64_t rows[3];
+  const float* norm;  // or null
+  float eps;
+  int add;  // 0 or 1
 };
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        cudaStream_t stream);
+                        int sm_count, cudaStream_t stream);
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
 // when n_heads2 is 0) in place by pos [n] * pos_scale * inv_freq

@@ -52,6 +52,23 @@ void Backend::matmul_swiglu(const Weight& w_gate, const Weight& w_up, const floa
   swiglu(gate, up, n * w_gate.n_out);
 }
 
+void Backend::matmul_add(const Weight& w, const float* x, int64_t n, float* y, float* tmp) {
+  matmul(w, x, n, tmp);
+  add(y, tmp, n * w.n_out);
+}
+
+void Backend::norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                               const Weight* const* w, int count, float* const* y) {
+  rmsnorm(x, weight, n, dim, eps, xn);
+  matmul_many(w, count, xn, n, y);
+}
+
+void Backend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                 const Weight& w_gate, const Weight& w_up, float* gate, float* up) {
+  rmsnorm(x, weight, n, dim, eps, xn);
+  matmul_swiglu(w_gate, w_up, xn, n, gate, up);
+}
+
 void Backend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                            const float* v) {
   const int64_t row = (int64_t)kv_heads * head_dim;

@@ -187,6 +187,21 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // gate = silu(gate) * up, n elements
   virtual void swiglu(float* gate, const float* up, int64_t n) = 0;
+  // y += x w^T (y [n][w.n_out]): a product added to the residual stream.
+  // tmp [n][w.n_out] is scratch, which an implementation may leave
+  // unwritten. The default is matmul into tmp then add; the CUDA backend
+  // adds inside the product.
+  virtual void matmul_add(const Weight& w, const float* x, int64_t n, float* y, float* tmp);
+  // matmul_many of rmsnorm(x) (x [n][dim], norm weight [dim], eps; the
+  // weights' n_in == dim): the norm before attention and before the
+  // output. xn [n][dim] is scratch, which an implementation may leave
+  // unwritten. The default is rmsnorm into xn then matmul_many; the CUDA
+  // backend norms inside its few-row products, with rmsnorm's numbers.
+  virtual void norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                const Weight* const* w, int count, float* const* y);
+  // rmsnorm then matmul_swiglu (below) likewise: the norm before the FFN.
+  virtual void norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                  const Weight& w_gate, const Weight& w_up, float* gate, float* up);
   // The FFN's input half: gate [n][N] = silu(x w_gate^T) * (x w_up^T), N
   // the weights' n_out (both of x's n_in). up [n][N] is scratch, which an
   // implementation may leave unwritten. The default is matmul_many of the

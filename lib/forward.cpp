@@ -146,6 +146,9 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     for (int64_t i = 0; i < nl; i++) key.add((uint64_t)logit_tokens[i]);
 
   auto ops = [&](bool recording) {
+    // The residual stream x; each norm runs with the products that take
+    // it (norm_matmul_*), and each product back into x adds itself
+    // (matmul_add); xn is their scratch.
     be_.embed(m_.tok_embd, tok, T, x);
     for (int l = 0; l < c.n_layers; l++) {
       // (before layer 0: below, once for a replayed or recorded pass; the
@@ -153,12 +156,10 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       if (l > 0 && !recording && abort.fn && abort.fn(abort.user))
         fail(CLADE_STOPPED, "stopped by the abort callback");
       const LayerWeights& L = m_.layers[(size_t)l];
-      // (a later layer's norm ran with the last layer's residual add)
-      if (l == 0) be_.rmsnorm(x, L.attn_norm, T, dim, c.norm_eps, xn);
       {
         const Weight* w[3] = {&L.wq, &L.wk, &L.wv};
         float* y[3] = {q, k, v};
-        be_.matmul_many(w, 3, xn, T, y);
+        be_.norm_matmul_many(x, L.attn_norm, T, dim, c.norm_eps, xn, w, 3, y);
       }
       if (L.bq) {
         be_.add_bias(q, L.bq, T, q_dim);
@@ -171,22 +172,18 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
         be_.attention_run(*work_, l, q);
         be_.merge(ml, hd, attn);
       }
-      be_.matmul(L.wo, attn, T, xn);
-      be_.add_rmsnorm(x, xn, L.ffn_norm, T, dim, c.norm_eps, xn);
-      be_.matmul_swiglu(L.w_gate, L.w_up, xn, T, gate, up);
-      be_.matmul(L.w_down, gate, T, xn);
-      if (l + 1 < c.n_layers) be_.add_rmsnorm(x, xn, m_.layers[(size_t)l + 1].attn_norm, T, dim, c.norm_eps, xn);
-      else if (nl && !gathered) be_.add_rmsnorm(x, xn, m_.output_norm, T, dim, c.norm_eps, xn);
-      else be_.add(x, xn, T * dim);
+      be_.matmul_add(L.wo, attn, T, x, xn);
+      be_.norm_matmul_swiglu(x, L.ffn_norm, T, dim, c.norm_eps, xn, L.w_gate, L.w_up, gate, up);
+      be_.matmul_add(L.w_down, gate, T, x, xn);
     }
     if (!nl) return;
-    // (in order: the rows to the output are the first nl of xn, normed with
-    // the last residual add)
+    const float* sel = x;
     if (gathered) {
       for (int64_t i = 0; i < nl; i++) be_.copy(gathered + i * dim, x + (int64_t)logit_tokens[i] * dim, dim * 4);
-      be_.rmsnorm(gathered, m_.output_norm, nl, dim, c.norm_eps, xn);
+      sel = gathered;
     }
-    be_.matmul(m_.output, xn, nl, logits);
+    const Weight* out_w = &m_.output;
+    be_.norm_matmul_many(sel, m_.output_norm, nl, dim, c.norm_eps, xn, &out_w, 1, &logits);
     if (greedy) be_.argmax(logits, nl, c.n_vocab, greedy);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");

@@ -426,6 +426,99 @@ void test_matmul_many(Backend& cpu, Backend& gpu, clade::TensorType t) {
     }
 }
 
+// The products that carry a norm or a residual add (norm_matmul_many,
+// norm_matmul_swiglu, matmul_add) on the second backend exactly as its
+// own rmsnorm, matmul_many, matmul_swiglu, matmul and add give them (the
+// CUDA backend's few-row kernel norms and adds inside; its cuBLAS path
+// adds with beta = 1, checked against the CPU only), and against the CPU
+// backend within matmul's bound on the normed input.
+void test_fused_products(Backend& cpu, Backend& gpu, clade::TensorType t) {
+  const double tol = t == clade::TensorType::F32 ? 1e-5 : t == clade::TensorType::F16 ? 1e-3 : 8e-3;
+  const int64_t dim = 1024, n_out = 72;
+  for (int64_t n : {1, 3, 8, 17}) {
+    const std::string tag = std::string(type_name(t)) + " " + std::to_string(n) + " rows";
+    HostWeight hq = make_weight(t, dim, n_out), hk = make_weight(t, dim, 40), hg = make_weight(t, dim, n_out),
+               hu = make_weight(t, dim, n_out);
+    std::vector<float> x = randn((size_t)(n * dim)), nw = randn((size_t)dim), y0 = randn((size_t)(n * n_out));
+    std::vector<float> xn_cpu, q[2], k[2], g[2], ya[2];
+    Backend* bes[2] = {&cpu, &gpu};
+    for (int b = 0; b < 2; b++) {
+      Backend& be = *bes[b];
+      Arena a(be);
+      clade::Weight wq = be.upload_weight(hq.view()), wk = be.upload_weight(hk.view()),
+                    wg = be.upload_weight(hg.view()), wu = be.upload_weight(hu.view());
+      float* dx = a.put(x);
+      float* dnw = a.put(nw);
+      float* xn = static_cast<float*>(a.raw(x.size() * 4));
+      float* dq = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      float* dk = static_cast<float*>(a.raw((size_t)(n * 40) * 4));
+      float* dg = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      float* du = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      float* dy = a.put(y0);
+      float* tmp = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      const clade::Weight* w2[2] = {&wq, &wk};
+      float* y2[2] = {dq, dk};
+      be.norm_matmul_many(dx, dnw, n, dim, 1e-5f, xn, w2, 2, y2);
+      q[b] = a.get(dq, (size_t)(n * n_out));
+      k[b] = a.get(dk, (size_t)(n * 40));
+      be.norm_matmul_swiglu(dx, dnw, n, dim, 1e-5f, xn, wg, wu, dg, du);
+      g[b] = a.get(dg, (size_t)(n * n_out));
+      be.matmul_add(wq, dx, n, dy, tmp);
+      ya[b] = a.get(dy, y0.size());
+      if (b == 0) {
+        be.rmsnorm(dx, dnw, n, dim, 1e-5f, xn);
+        xn_cpu = a.get(xn, x.size());
+      } else {
+        // The same backend's unfused calls.
+        be.rmsnorm(dx, dnw, n, dim, 1e-5f, xn);
+        be.matmul_many(w2, 2, xn, n, y2);
+        expect_equal("norm_matmul_many " + tag + " as rmsnorm then matmul_many", q[1], a.get(dq, q[1].size()));
+        expect_equal("norm_matmul_many " + tag + " (second weight)", k[1], a.get(dk, k[1].size()));
+        be.matmul_swiglu(wg, wu, xn, n, dg, du);
+        expect_equal("norm_matmul_swiglu " + tag + " as rmsnorm then matmul_swiglu", g[1], a.get(dg, g[1].size()));
+        if (n <= 8 && t != clade::TensorType::F32) {
+          be.copy_to(dy, y0.data(), y0.size() * 4);
+          be.matmul(wq, dx, n, tmp);
+          be.add(dy, tmp, n * n_out);
+          expect_equal("matmul_add " + tag + " as matmul then add", ya[1], a.get(dy, y0.size()));
+        }
+      }
+    }
+    // Against the CPU: the products of the CPU's normed input (rmsnorm
+    // itself within 1e-5 relative: test_elementwise).
+    auto bound_of = [&](const HostWeight& hw, const std::vector<float>& in, int64_t rows) {
+      std::vector<double> bd((size_t)(n * rows));
+      for (int64_t r = 0; r < n; r++)
+        for (int64_t o = 0; o < rows; o++) {
+          double s = 0;
+          for (int64_t i = 0; i < dim; i++)
+            s += std::fabs((double)hw.values[(size_t)(o * dim + i)] * in[(size_t)(r * dim + i)]);
+          bd[(size_t)(r * rows + o)] = (tol + 2e-5) * s + 1e-6;
+        }
+      return bd;
+    };
+    expect_close("norm_matmul_many " + tag, q[1], q[0], bound_of(hq, xn_cpu, n_out));
+    expect_close("norm_matmul_many " + tag + " (second weight)", k[1], k[0], bound_of(hk, xn_cpu, 40));
+    std::vector<double> ba = bound_of(hq, x, n_out);
+    for (size_t i = 0; i < ba.size(); i++) ba[i] += 1e-6 * std::fabs(y0[i]);
+    expect_close("matmul_add " + tag, ya[1], ya[0], ba);
+    // silu(g) * u: g within the gate's bound, scaled by |u| (and silu's
+    // slope, below 1.1), plus u's bound times |silu(g)|.
+    std::vector<double> bg = bound_of(hg, xn_cpu, n_out), bu = bound_of(hu, xn_cpu, n_out), bs(bg.size());
+    for (int64_t r = 0; r < n; r++)
+      for (int64_t o = 0; o < n_out; o++) {
+        double gv = 0, uv = 0;
+        for (int64_t i = 0; i < dim; i++) {
+          gv += (double)hg.values[(size_t)(o * dim + i)] * xn_cpu[(size_t)(r * dim + i)];
+          uv += (double)hu.values[(size_t)(o * dim + i)] * xn_cpu[(size_t)(r * dim + i)];
+        }
+        const size_t at = (size_t)(r * n_out + o);
+        bs[at] = 1.1 * std::fabs(uv) * bg[at] + (std::fabs(gv / (1 + std::exp(-gv))) + 1.1 * bg[at]) * bu[at] + 1e-6;
+      }
+    expect_close("norm_matmul_swiglu " + tag, g[1], g[0], bs);
+  }
+}
+
 // A KV type and head dimension, as the checks' messages name them.
 std::string kv_tag(clade_kv_type type, int hd) {
   return std::string(type == CLADE_KV_F32 ? "f32" : type == CLADE_KV_F16 ? "f16" : "bf16") + " hd " +
@@ -1008,6 +1101,7 @@ int main(int argc, char** argv) {
     test_matmul(*cpu, *gpu, T::Q4_0, 4096, 8192 + 100, 2);
     test_elementwise(*cpu, *gpu);
     for (T t : {T::F32, T::F16, T::BF16}) test_matmul_many(*cpu, *gpu, t);
+    for (T t : {T::F32, T::F16, T::BF16}) test_fused_products(*cpu, *gpu, t);
     test_argmax(*cpu, *gpu);
     if (!harness) {
       // The CUDA backend keeps a released block for the next allocation it
