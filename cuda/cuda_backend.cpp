@@ -248,6 +248,9 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  // A second stream for the FP32 attention units beside the tensor-core
+  // ones (cuda::SideStream; its stream null: one after the other).
+  cuda::SideStream side_;
   cublasHandle_t blas_ = nullptr;
   bool sync_each_op_ = false;
   bool use_mma_ = true;  // the tensor-core attention kernel (CLADE_CUDA_MMA=0: off)
@@ -373,6 +376,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     cost_.item_overhead = 1e-6;
     cost_.merge_per_row = 1e-9;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&side_.fork, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&side_.join, cudaEventDisableTiming), "cudaEventCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
     blas_ws_ = device_alloc(kBlasWorkspace, "cuBLAS workspace");
@@ -395,6 +401,7 @@ void CudaBackend::destroy() noexcept {
   // Errors are ignored here: there is no one to report them to.
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  if (side_.stream) cudaStreamSynchronize(side_.stream);
   for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
   graphs_.clear();
   for (void* p : weights_) cudaFree(p);
@@ -411,6 +418,12 @@ void CudaBackend::destroy() noexcept {
   blas_ = nullptr;
   if (blas_ws_) cudaFree(blas_ws_);
   blas_ws_ = nullptr;
+  for (cudaEvent_t* e : {&side_.fork, &side_.join}) {
+    if (*e) cudaEventDestroy(*e);
+    *e = nullptr;
+  }
+  if (side_.stream) cudaStreamDestroy(side_.stream);
+  side_.stream = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
   (void)cudaGetLastError();
@@ -1210,7 +1223,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    stream_),
+                                    stream_, side_),
              "attention");
   }
 }

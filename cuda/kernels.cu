@@ -241,10 +241,23 @@ cudaError_t attention_mma_setup(int head_dim) {
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
-                             int64_t split_rows, float* part_o, double* part_lse, cudaStream_t stream) {
+                             int64_t split_rows, float* part_o, double* part_lse, cudaStream_t stream,
+                             const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
+  if (n_mma_units > 0 && !attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
+  if (n_units > 0 && kv_type != kKvF32 && kv_type != kKvF16 && kv_type != kKvBF16) return cudaErrorInvalidValue;
+  // Both kinds: the FP32 units on the side stream, forked here and joined
+  // below whatever the launches gave (a capture must end joined).
+  const bool fork = side.stream && n_units > 0 && n_mma_units > 0;
+  cudaStream_t fp32_stream = stream;
+  if (fork) {
+    cudaError_t e = cudaEventRecord(side.fork, stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(side.stream, side.fork, 0);
+    if (e != cudaSuccess) return e;
+    fp32_stream = side.stream;
+  }
+  cudaError_t launch_status = cudaSuccess;
   if (n_mma_units > 0) {
-    if (!attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
     cudaError_t e;
     if (kv_type == kKvF16)
       e = head_dim == 64 ? launch_mma<kKvF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
@@ -252,28 +265,33 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
     else
       e = head_dim == 64 ? launch_mma<kKvBF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
                          : launch_mma<kKvBF16, 128>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream);
-    if (e != cudaSuccess) return e;
+    launch_status = e;
   }
-  if (n_units + n_mma_units <= 0) return cudaSuccess;
   const unsigned grid = rows_grid(std::max(n_units, 1));
   const size_t smem = (size_t)attn_smem_floats(head_dim) * sizeof(float);  // <= 34 KiB: no opt-in needed
-  if (n_units > 0) switch (kv_type) {
-    case kKvF32:
-      attention_kernel<kKvF32><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
-                                                                     part_o, part_lse);
-      break;
-    case kKvF16:
-      attention_kernel<kKvF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
-                                                                     part_o, part_lse);
-      break;
-    case kKvBF16:
-      attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, stream>>>(q, head_dim, scale, layer, probs, units, n_units,
-                                                                      part_o, part_lse);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+  if (n_units > 0 && launch_status == cudaSuccess) {
+    switch (kv_type) {
+      case kKvF32:
+        attention_kernel<kKvF32><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
+                                                                            n_units, part_o, part_lse);
+        break;
+      case kKvF16:
+        attention_kernel<kKvF16><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
+                                                                            n_units, part_o, part_lse);
+        break;
+      default:
+        attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
+                                                                             n_units, part_o, part_lse);
+        break;
+    }
+    launch_status = cudaGetLastError();
   }
-  cudaError_t e = cudaGetLastError();
+  if (fork) {
+    cudaError_t e = cudaEventRecord(side.join, side.stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, side.join, 0);
+    if (launch_status == cudaSuccess) launch_status = e;
+  }
+  cudaError_t e = launch_status;
   if (e != cudaSuccess || n_splits <= 0 || split_rows <= 0) return e;
   combine_kernel<<<rows_grid(split_rows), kMergeThreads, 0, stream>>>(probs, splits, split_row_begin, n_splits,
                                                                       split_rows, part_o, part_lse, head_dim);

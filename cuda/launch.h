@@ -171,6 +171,15 @@ struct AttnSplit {
   int32_t p, split;
 };
 
+// The FP32 kernel's units and the tensor-core kernel's run side by side
+// when both are there: the former on `side` (not null), forked from and
+// joined back into `stream` with the events fork and join (a graph
+// capture of stream takes side along).
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+
 // Attention of every row of the problems probs [n_probs] (device memory)
 // through the work units [n_units] (up to kAttnRowGroup rows each) and
 // mma_units [n_mma_units] (up to kAttnRowsMma rows each, on the tensor
@@ -185,7 +194,7 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, cudaStream_t stream);
+                             double* part_lse, cudaStream_t stream, const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
