@@ -177,6 +177,8 @@ class CudaBackend final : public Backend {
   void kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) override;
   void kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                     const float* v) override;
+  void rope_kv_write(AttnWork& work, int layer, int32_t head_dim, float* q, int32_t n_heads, float* k, const float* v,
+                     int32_t kv_heads, int64_t n, const int32_t* pos, const RopeParams& p) override;
   std::unique_ptr<AttnWork> make_attn_work() override;
   void attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets, size_t n_sets) override;
   void attention_run(AttnWork& work, int layer, const float* q) override;
@@ -1019,8 +1021,14 @@ struct CudaAttnWork final : AttnWork {
   float scale = 1.0f;
   std::vector<Set> sets;
   Scratch tables, part;
-  Scratch kvw;  // the pass's KV destinations (KvWriteDesc)
+  // The pass's KV destinations (KvWriteDesc [n_kvw]), then each token's
+  // destination (int32 [n_tok], -1: none) for rope_kv_write; tok_unique:
+  // no token has two.
+  Scratch kvw;
   int n_kvw = 0, kvw_max_n = 0;
+  int64_t n_tok = 0;
+  bool tok_unique = true;
+  std::vector<uint8_t> kvw_staging;
   std::vector<uint8_t> staging;
   std::vector<AttnDesc> descs;
   std::vector<AttnUnit> units, mma_units;
@@ -1044,6 +1052,8 @@ void CudaBackend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   w.n_kvw = 0;
   w.kvw_max_n = 0;
+  w.n_tok = 0;
+  w.tok_unique = true;
   if (n > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: kv_write: too many sequences in one pass");
   for (size_t i = 0; i < n; i++) {
     const KvDest& d = dests[i];
@@ -1053,11 +1063,24 @@ void CudaBackend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n
                                  std::to_string(d.capacity));
     if (!kv_type_valid((clade_kv_type)d.type)) fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
     w.kvw_max_n = std::max(w.kvw_max_n, d.n);
+    if (d.tok0 < 0) fail(CLADE_E_INTERNAL, "cuda: kv_write: a negative first token");
+    w.n_tok = std::max(w.n_tok, d.tok0 + d.n);
   }
   if (n == 0 || w.kvw_max_n == 0) return;
-  if (n * sizeof(KvDest) > w.kvw.cap) w.grows++;
-  void* dev = scratch(w.kvw, n * sizeof(KvDest), "kv_write: destinations");
-  upload(dev, dests, n * sizeof(KvDest), "kv_write: copying destinations");
+  static_assert(sizeof(KvDest) % sizeof(int32_t) == 0, "the token map follows the destinations");
+  const size_t b_desc = n * sizeof(KvDest), bytes = b_desc + (size_t)w.n_tok * sizeof(int32_t);
+  w.kvw_staging.resize(bytes);
+  std::memcpy(w.kvw_staging.data(), dests, b_desc);
+  int32_t* map = reinterpret_cast<int32_t*>(w.kvw_staging.data() + b_desc);
+  std::fill(map, map + w.n_tok, -1);
+  for (size_t i = 0; i < n; i++)
+    for (int64_t t = dests[i].tok0; t < dests[i].tok0 + dests[i].n; t++) {
+      if (map[t] >= 0) w.tok_unique = false;
+      map[t] = (int32_t)i;
+    }
+  if (bytes > w.kvw.cap) w.grows++;
+  void* dev = scratch(w.kvw, bytes, "kv_write: destinations");
+  upload(dev, w.kvw_staging.data(), bytes, "kv_write: copying destinations");
   w.n_kvw = (int)n;
 }
 
@@ -1073,6 +1096,28 @@ void CudaBackend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int3
 }
 
 std::unique_ptr<AttnWork> CudaBackend::make_attn_work() { return std::unique_ptr<AttnWork>(new CudaAttnWork(*this)); }
+
+void CudaBackend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, float* q, int32_t n_heads, float* k,
+                                const float* v, int32_t kv_heads, int64_t n, const int32_t* pos, const RopeParams& p) {
+  {
+    auto lock = gate();
+    CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
+    // One launch where each token has at most one destination and every
+    // element of a head is rotated; else the two calls.
+    if (w.n_kvw > 0 && w.tok_unique && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
+        head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % 2 == 0 && p.inv_freq && pos) {
+      enter();
+      const uint8_t* tables = static_cast<const uint8_t*>(w.kvw.p);
+      launched(cuda::launch_rope_kv(q, n_heads, k, v, kv_heads, n, head_dim, p.neox, pos, p.pos_scale, p.inv_freq,
+                                    reinterpret_cast<const cuda::KvWriteDesc*>(tables),
+                                    reinterpret_cast<const int32_t*>(tables + (size_t)w.n_kvw * sizeof(KvDest)),
+                                    w.n_tok, layer, stream_),
+               "rope_kv_write");
+      return;
+    }
+  }
+  Backend::rope_kv_write(work, layer, head_dim, q, n_heads, k, v, kv_heads, n, pos, p);
+}
 
 void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scale, const AttnSet* sets,
                                     size_t n_sets) {
@@ -1247,7 +1292,8 @@ uint64_t CudaBackend::state_key(const AttnWork& work, uint64_t key) const {
   for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
                         (const void*)x16_.p, (const void*)w16_.p})
     k.add(p);
-  for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.head_dim, (uint64_t)(copy_type_ + 1),
+  for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.n_tok, (uint64_t)w.tok_unique,
+                     (uint64_t)w.head_dim, (uint64_t)(copy_type_ + 1),
                      (uint64_t)x16_.cap, (uint64_t)w.sets.size()})
     k.add(v);
   uint32_t scale_bits;

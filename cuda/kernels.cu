@@ -204,6 +204,17 @@ cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_
   return cudaGetLastError();
 }
 
+cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int kv_heads, int64_t n, int head_dim,
+                           bool neox, const int32_t* pos, float pos_scale, const float* inv_freq,
+                           const KvWriteDesc* descs, const int32_t* tok_desc, int64_t n_map, int layer,
+                           cudaStream_t stream) {
+  if (n <= 0 || n_heads + kv_heads <= 0 || head_dim <= 0) return cudaSuccess;
+  if (head_dim % 2 != 0) return cudaErrorInvalidValue;
+  rope_kv_kernel<<<rows_grid(n), kThreads, 0, stream>>>(q, n_heads, k, v, kv_heads, n, head_dim, neox, pos,
+                                                       pos_scale, inv_freq, descs, tok_desc, n_map, layer);
+  return cudaGetLastError();
+}
+
 namespace {
 
 // One instantiation of the tensor-core kernel (its shared memory, above

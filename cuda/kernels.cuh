@@ -436,6 +436,20 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
 // when n_heads2 is 0) in place, token t's heads at position pos[t]. pos [n]
 // and inv_freq [head_dim/2] in device memory. One thread per rotated pair;
 // a token's heads of x first, then its heads of x2.
+// Pair k of a head v (of 2 * half elements) rotated in place by position
+// pos * pos_scale * inv_freq[k]; i0, i1: the pair's elements.
+__device__ __forceinline__ void rope_pair(float* v, int32_t pos, float pos_scale, const float* inv_freq, int k,
+                                          int half, bool neox, int& i0, int& i1) {
+  const float fp = (float)pos * pos_scale;
+  const float angle = fp * inv_freq[k];
+  float s, c;
+  sincosf(angle, &s, &c);
+  i0 = neox ? k : 2 * k, i1 = neox ? k + half : 2 * k + 1;
+  const float a0 = v[i0], a1 = v[i1];
+  v[i0] = a0 * c - a1 * s;
+  v[i1] = a0 * s + a1 * c;
+}
+
 __global__ void rope_kernel(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
                             const int32_t* pos, float pos_scale, const float* inv_freq) {
   const int half = head_dim / 2, heads = n_heads + n_heads2;
@@ -445,15 +459,9 @@ __global__ void rope_kernel(float* x, int n_heads, float* x2, int n_heads2, int6
     int64_t th = i / half;  // token * heads + head
     int64_t t = th / heads;
     const int h = (int)(th % heads);
-    float fp = (float)pos[t] * pos_scale;
-    float angle = fp * inv_freq[k];
-    float s, c;
-    sincosf(angle, &s, &c);
     float* v = h < n_heads ? x + (t * n_heads + h) * head_dim : x2 + (t * n_heads2 + (h - n_heads)) * head_dim;
-    int i0 = neox ? k : 2 * k, i1 = neox ? k + half : 2 * k + 1;
-    float a0 = v[i0], a1 = v[i1];
-    v[i0] = a0 * c - a1 * s;
-    v[i1] = a0 * s + a1 * c;
+    int i0, i1;
+    rope_pair(v, pos[t], pos_scale, inv_freq, k, half, neox, i0, i1);
   }
 }
 
@@ -463,19 +471,18 @@ using ::clade::kKVBlock;
 using ::clade::kv_k_row;
 using ::clade::kv_v_row;
 
-// One element of K and one of V, at element offsets ko and vo of a span of
-// KV type `type`, rounded to nearest even where it is 16-bit.
+// One element at element offset o of a span of KV type `type`, rounded to
+// nearest even where it is 16-bit.
+__device__ __forceinline__ void store_kv1(int type, void* span, int64_t o, float x) {
+  if (type == kKvF32) static_cast<float*>(span)[o] = x;
+  else if (type == kKvF16) static_cast<__half*>(span)[o] = __float2half_rn(x);
+  else static_cast<__nv_bfloat16*>(span)[o] = __float2bfloat16_rn(x);
+}
+
+// One element of K and one of V, at element offsets ko and vo.
 __device__ __forceinline__ void store_kv(int type, void* span, int64_t ko, int64_t vo, float kx, float vx) {
-  if (type == kKvF32) {
-    static_cast<float*>(span)[ko] = kx;
-    static_cast<float*>(span)[vo] = vx;
-  } else if (type == kKvF16) {
-    static_cast<__half*>(span)[ko] = __float2half_rn(kx);
-    static_cast<__half*>(span)[vo] = __float2half_rn(vx);
-  } else {
-    static_cast<__nv_bfloat16*>(span)[ko] = __float2bfloat16_rn(kx);
-    static_cast<__nv_bfloat16*>(span)[vo] = __float2bfloat16_rn(vx);
-  }
+  store_kv1(type, span, ko, kx);
+  store_kv1(type, span, vo, vx);
 }
 
 // Store n tokens' K and V ([n][kv_heads][head_dim] f32) into a span
@@ -511,6 +518,51 @@ __global__ void kv_write_many_kernel(const KvWriteDesc* descs, int layer, int kv
       const int h = i / head_dim, d = i - h * head_dim;
       const int64_t head = (int64_t)h * 2 * D.capacity * head_dim;
       store_kv(D.type, span, head + kro + d, head + vro + d, kr[i], vr[i]);
+    }
+  }
+}
+
+// rope_kernel of q [n][n_heads] and k [n][kv_heads] (heads of head_dim),
+// then kv_write_many_kernel of k and v,
+// with the same numbers: a block per token (any grid); token t's
+// destination is descs[tok_desc[t]] when t < n_map and that is >= 0
+// (else it is only rotated). A thread rotates a pair and, for k, stores
+// both elements; the threads after the pairs store v.
+__global__ void rope_kv_kernel(float* q, int n_heads, float* k, const float* v, int kv_heads, int64_t n,
+                               int head_dim, bool neox, const int32_t* pos, float pos_scale,
+                               const float* inv_freq, const KvWriteDesc* descs, const int32_t* tok_desc,
+                               int64_t n_map, int layer) {
+  const int half = head_dim / 2, pairs = (n_heads + kv_heads) * half, vel = kv_heads * head_dim;
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const int di = t < n_map ? tok_desc[t] : -1;
+    char* span = nullptr;
+    int type = 0, cap = 0;
+    int64_t kro = 0, vro = 0;
+    if (di >= 0) {
+      const KvWriteDesc D = descs[di];
+      span = static_cast<char*>(D.kv) + (int64_t)layer * D.layer_stride;
+      const int at = D.start + (int)(t - D.tok0);
+      kro = kv_k_row(at, D.capacity) * head_dim;
+      vro = kv_v_row(at, D.capacity) * head_dim;
+      type = D.type;
+      cap = D.capacity;
+    }
+    for (int i = threadIdx.x; i < pairs + vel; i += blockDim.x) {
+      if (i < pairs) {
+        const int h = i / half, kk = i - h * half;
+        const bool is_k = h >= n_heads;
+        float* x = is_k ? k + (t * kv_heads + (h - n_heads)) * head_dim : q + (t * n_heads + h) * head_dim;
+        int i0, i1;
+        rope_pair(x, pos[t], pos_scale, inv_freq, kk, half, neox, i0, i1);
+        if (is_k && span) {
+          const int64_t head = (int64_t)(h - n_heads) * 2 * cap * head_dim;
+          store_kv1(type, span, head + kro + i0, x[i0]);
+          store_kv1(type, span, head + kro + i1, x[i1]);
+        }
+      } else if (span) {
+        const int e = i - pairs, h = e / head_dim, d = e - h * head_dim;
+        store_kv1(type, span, (int64_t)h * 2 * cap * head_dim + vro + d, v[t * vel + e]);
+      }
     }
   }
 }

@@ -140,6 +140,15 @@ struct KvWriteDesc {
 cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_n, int layer, int kv_heads,
                                  int head_dim, const float* k, const float* v, cudaStream_t stream);
 
+// launch_rope of q and k (heads of head_dim, even), then
+// launch_kv_write_many of k and v, in one launch: token
+// t's destination is descs[tok_desc[t]] for t < n_map where that is >= 0
+// (each token at most one destination), else it is only rotated.
+cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int kv_heads, int64_t n, int head_dim,
+                           bool neox, const int32_t* pos, float pos_scale, const float* inv_freq,
+                           const KvWriteDesc* descs, const int32_t* tok_desc, int64_t n_map, int layer,
+                           cudaStream_t stream);
+
 // Query rows per attention work unit (at most).
 constexpr int kAttnRowGroup = 16;
 // ... of the tensor-core kernel, which takes F16 and BF16 KV at head

@@ -69,6 +69,12 @@ void Backend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n,
   matmul_swiglu(w_gate, w_up, xn, n, gate, up);
 }
 
+void Backend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, float* q, int32_t n_heads, float* k,
+                            const float* v, int32_t kv_heads, int64_t n, const int32_t* pos, const RopeParams& p) {
+  rope_qk(q, n_heads, k, kv_heads, n, pos, p);
+  kv_write_run(work, layer, kv_heads, head_dim, k, v);
+}
+
 void Backend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                            const float* v) {
   const int64_t row = (int64_t)kv_heads * head_dim;

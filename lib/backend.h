@@ -236,6 +236,12 @@ class Backend {
   virtual void kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n);
   virtual void kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int32_t head_dim, const float* k,
                             const float* v);
+  // rope_qk of q [n][n_heads] and k [n][kv_heads] (heads of head_dim,
+  // p.head_dim of them rotated), then kv_write_run of the rotated k and v:
+  // the default calls both; the CUDA backend does both in one launch, with
+  // the same numbers.
+  virtual void rope_kv_write(AttnWork& work, int layer, int32_t head_dim, float* q, int32_t n_heads, float* k,
+                             const float* v, int32_t kv_heads, int64_t n, const int32_t* pos, const RopeParams& p);
   // Copy keys [src_at, src_at + n) of one head of a span (src, capacity src_cap) to
   // positions [dst_at, dst_at + n) of one head of another (dst, dst_cap),
   // K and V. This default serves the row layout above with copy(); a

@@ -166,8 +166,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
         be_.add_bias(k, L.bk, T, kv_dim);
         be_.add_bias(v, L.bv, T, kv_dim);
       }
-      be_.rope_qk(q, nh, k, kvh, T, pos, rope_);
-      be_.kv_write_run(*work_, l, kvh, hd, k, v);
+      be_.rope_kv_write(*work_, l, hd, q, nh, k, v, kvh, T, pos, rope_);
       if (mode != CLADE_ATTENTION_NONE) {
         be_.attention_run(*work_, l, q);
         be_.merge(ml, hd, attn);

@@ -525,6 +525,19 @@ std::string kv_tag(clade_kv_type type, int hd) {
          std::to_string(hd);
 }
 
+// A KV destination of a batched write (KvDest) of layer stride `layer`.
+clade::KvDest kv_dest(void* kv, int64_t layer, int64_t tok0, int cap, int start, int n, clade_kv_type type) {
+  clade::KvDest kd;
+  kd.kv = kv;
+  kd.layer_stride = layer;
+  kd.tok0 = tok0;
+  kd.capacity = cap;
+  kd.start = start;
+  kd.n = n;
+  kd.type = (int32_t)type;
+  return kd;
+}
+
 // kv_write_prepare / kv_write_run (the CUDA backend: every destination of a
 // pass in one launch) against kv_write per destination on the same backend,
 // byte for byte: destinations of other capacities and starts, one across
@@ -555,15 +568,7 @@ void test_kv_write_many(Backend& be, clade_kv_type type, int hd) {
     be.copy_to(st, zero.data(), zero.size());
     be.copy_to(pl, zero.data(), layer);
     be.kv_write(pl, type, d.cap, kvh, hd, d.start, dk + (size_t)tok0 * row, dv + (size_t)tok0 * row, d.n);
-    clade::KvDest kd;
-    kd.kv = st;
-    kd.layer_stride = (int64_t)layer;
-    kd.tok0 = tok0;
-    kd.capacity = d.cap;
-    kd.start = d.start;
-    kd.n = d.n;
-    kd.type = (int32_t)type;
-    dests.push_back(kd);
+    dests.push_back(kv_dest(st, (int64_t)layer, tok0, d.cap, d.start, d.n, type));
     stores.push_back(st);
     plain.push_back(pl);
     tok0 += d.n;
@@ -887,6 +892,72 @@ void test_attention(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
   for (int d = 0; d < 2 * hd; d++) CHECK(out[1].merged[(size_t)nr * hd + d] == 0.0f);
 }
 
+// rope_kv_write (the CUDA backend: RoPE of q and k and the KV write in one
+// launch) exactly as the same backend's rope_qk then kv_write_run: q and k
+// rotated in place, every destination's K and V bytes, two tokens with no
+// destination (rotated only), and a pass where a token has two
+// destinations (the CUDA backend falls back to the two calls there).
+void test_rope_kv_write(Backend& be, clade_kv_type type, int hd, bool neox) {
+  const std::string tag = kv_tag(type, hd) + (neox ? " neox" : "");
+  const int kvh = 2, nh = 4;
+  struct D {
+    int cap, start, n, tok0;
+  };
+  for (bool twice : {false, true}) {
+    std::vector<D> ds = {{300, 0, 130, 0}, {5, 2, 3, 130}, {200, 127, 1, 133}, {140, 120, 20, 134}};
+    if (twice) ds.push_back({64, 10, 2, 5});  // tokens 5 and 6 again
+    const int T = 156;                        // tokens 154 and 155: no destination
+    const size_t es = clade::kv_type_size(type), row = (size_t)kvh * hd;
+    std::vector<float> q = randn((size_t)T * nh * hd), k = randn((size_t)T * row), v = randn((size_t)T * row);
+    std::vector<int32_t> pos((size_t)T);
+    for (int t = 0; t < T; t++) pos[(size_t)t] = (t * 37) % 500;
+    std::vector<float> inv((size_t)hd / 2);
+    for (int i = 0; i < hd / 2; i++) inv[(size_t)i] = std::pow(10000.0f, -2.0f * (float)i / (float)hd);
+    Arena a(be);
+    std::vector<float> got_q[2], got_k[2];
+    std::vector<std::vector<uint8_t>> kv[2];
+    for (int way = 0; way < 2; way++) {
+      float* dq = a.put(q);
+      float* dk = a.put(k);
+      float* dv = a.put(v);
+      std::vector<clade::KvDest> dests;
+      std::vector<uint8_t*> stores;
+      for (const D& d : ds) {
+        const size_t bytes = 2 * (size_t)kvh * 2 * d.cap * hd * es;  // two layers
+        const std::vector<uint8_t> zero(bytes, 0);
+        uint8_t* st = static_cast<uint8_t*>(a.raw(bytes));
+        be.copy_to(st, zero.data(), bytes);
+        dests.push_back(kv_dest(st, (int64_t)(bytes / 2), d.tok0, d.cap, d.start, d.n, type));
+        stores.push_back(st);
+      }
+      clade::RopeParams rp;
+      rp.head_dim = hd;
+      rp.neox = neox;
+      rp.pos_scale = 0.5f;
+      rp.inv_freq = a.put(inv);
+      const int32_t* dpos = a.put(pos);
+      std::unique_ptr<clade::AttnWork> work = be.make_attn_work();
+      be.kv_write_prepare(*work, dests.data(), dests.size());
+      if (way == 0) {
+        be.rope_kv_write(*work, 1, hd, dq, nh, dk, dv, kvh, T, dpos, rp);
+      } else {
+        be.rope_qk(dq, nh, dk, kvh, T, dpos, rp);
+        be.kv_write_run(*work, 1, kvh, hd, dk, dv);
+      }
+      got_q[way] = a.get(dq, q.size());
+      got_k[way] = a.get(dk, k.size());
+      for (size_t i = 0; i < ds.size(); i++)
+        kv[way].push_back(a.get(stores[i], 2 * (size_t)kvh * 2 * ds[i].cap * hd * es));
+    }
+    const std::string t2 = tag + (twice ? ", a token written twice" : "");
+    expect_equal("rope_kv_write q " + t2, got_q[0], got_q[1]);
+    expect_equal("rope_kv_write k " + t2, got_k[0], got_k[1]);
+    for (size_t i = 0; i < ds.size(); i++)
+      expect_equal("rope_kv_write destination " + std::to_string(i) + " " + t2, kv[0][i], kv[1][i]);
+    CHECK(got_q[0] != q);  // (rotated at all)
+  }
+}
+
 // A shared node's problem: many rows (several of the tensor-core kernel's
 // 64-row units, the last one partly filled) against a long span whose keys
 // are split into chunks, with causal limits, rows that see nothing, rows
@@ -1122,6 +1193,8 @@ int main(int argc, char** argv) {
         test_attention(*cpu, *gpu, kt, hd);
         test_attention_many_rows(*cpu, *gpu, kt, hd);
         test_kv_write_many(*gpu, kt, hd);
+        if (hd % 2 == 0)
+          for (bool neox : {false, true}) test_rope_kv_write(*gpu, kt, hd, neox);
         test_attention_tails(*cpu, *gpu, kt, hd);
       }
   } catch (const clade::Error& e) {
