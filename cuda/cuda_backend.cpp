@@ -164,8 +164,6 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
   void add(float* y, const float* x, int64_t n) override;
-  void add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                   float* y) override;
   void swiglu(float* gate, const float* up, int64_t n) override;
   Peaks measure_peaks() override;
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
@@ -838,16 +836,6 @@ void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_
   if (n <= 0 || dim <= 0) return;
   void* y16 = narrowed_copy(n * dim, "rmsnorm");
   launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, copy_type_ == 1, stream_), "rmsnorm");
-  keep_copy(y16, y, n * dim);
-}
-
-void CudaBackend::add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                              float* y) {
-  auto lock = gate();
-  enter();
-  if (n <= 0 || dim <= 0) return;
-  void* y16 = narrowed_copy(n * dim, "add_rmsnorm");
-  launched(cuda::launch_add_rmsnorm(x, d, weight, n, dim, eps, y, y16, copy_type_ == 1, stream_), "add_rmsnorm");
   keep_copy(y16, y, n * dim);
 }
 

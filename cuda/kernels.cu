@@ -57,13 +57,6 @@ cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64
   return cudaGetLastError();
 }
 
-cudaError_t launch_add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                               float* y, void* y16, bool bf16, cudaStream_t stream) {
-  if (n <= 0 || dim <= 0) return cudaSuccess;
-  add_rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream>>>(x, d, weight, n, dim, eps, y, y16, bf16);
-  return cudaGetLastError();
-}
-
 cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
   add_bias_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream>>>(y, bias, n, dim);

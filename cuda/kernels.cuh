@@ -164,26 +164,6 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, i
   }
 }
 
-// x [n][dim] += d, then y = rmsnorm(x) * weight, one block per row: the
-// same arithmetic in the same order as add_kernel then rmsnorm_kernel. y
-// may be d: each thread writes only the elements it read.
-__global__ void add_rmsnorm_kernel(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                                   float* y, void* y16, bool bf16) {
-  __shared__ float shared[33];
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    float* xr = x + r * dim;
-    const float* dr = d + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      const float v = xr[i] + dr[i];
-      xr[i] = v;
-      ss += v * v;
-    }
-    norm_row_out(xr, block_sum(ss, shared), weight, dim, eps, yr, y16, bf16, r * dim);
-  }
-}
-
 // y [n][dim] += bias [dim]
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t dim) {
   const int64_t total = n * dim;

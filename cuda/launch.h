@@ -62,11 +62,6 @@ cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cud
 cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
                            void* y16, bool bf16, cudaStream_t stream);
 
-// x [n][dim] += d, then y = rmsnorm(x) as launch_rmsnorm (y may be d); y16:
-// the copy
-cudaError_t launch_add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                               float* y, void* y16, bool bf16, cudaStream_t stream);
-
 // y [n][dim] += bias [dim]
 cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 

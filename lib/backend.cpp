@@ -25,10 +25,6 @@ void Backend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
   work.kv_dests.assign(dests, dests + n);
 }
 
-void Backend::add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
-  add(x, d, n * dim);
-  rmsnorm(x, weight, n, dim, eps, y);
-}
 
 void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
                       const RopeParams& p) {

@@ -176,11 +176,6 @@ class Backend {
   // y = x / sqrt(mean(x^2) + eps) * weight, per row of dim
   virtual void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
                        float* y) = 0;
-  // x += d (n rows of dim), then y = rmsnorm(x) as above: a residual add
-  // and the norm after it. y may be d. The default calls add and rmsnorm;
-  // the CUDA backend runs both in one launch, with the same results.
-  virtual void add_rmsnorm(float* x, const float* d, const float* weight, int64_t n, int64_t dim, float eps,
-                           float* y);
   // y[r] += bias, per row of dim
   virtual void add_bias(float* y, const float* bias, int64_t n, int64_t dim) = 0;
   // y += x, n elements

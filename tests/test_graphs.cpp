@@ -86,9 +86,6 @@ class GraphEmu final : public Backend {
   void add(float* y, const float* x, int64_t n) override {
     op([=] { in_->add(y, x, n); });
   }
-  void add_rmsnorm(float* x, const float* d, const float* w, int64_t n, int64_t dim, float eps, float* y) override {
-    op([=] { in_->add_rmsnorm(x, d, w, n, dim, eps, y); });
-  }
   void swiglu(float* gate, const float* up, int64_t n) override {
     op([=] { in_->swiglu(gate, up, n); });
   }
