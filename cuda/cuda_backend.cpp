@@ -265,6 +265,10 @@ class CudaBackend final : public Backend {
   // gemv_kernel launches instead of cuBLAS (CLADE_CUDA_GEMV_MAX_ROWS,
   // 0..kGemvMaxRows; 0: always cuBLAS).
   int32_t gemv_max_rows_ = cuda::kGemvMaxRows;
+  // RoPE and the KV write in one launch (CLADE_CUDA_ROPE_KV=0: two), and
+  // the FP32 attention units on the side stream (CLADE_CUDA_SIDE=0: after
+  // the tensor-core ones on the one stream): switches to measure each by.
+  bool rope_kv_ = true, use_side_ = true;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
@@ -334,6 +338,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const long k = std::strtol(keys_env, &end, 10);
     if (end != keys_env && !*end && k >= 0 && k <= INT32_MAX) mma_min_keys_ = (int32_t)k;
   }
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_}, {"CLADE_CUDA_SIDE", &use_side_}})
+    if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   if (const char* gemv_env = std::getenv("CLADE_CUDA_GEMV_MAX_ROWS")) {  // (another value is ignored)
     char* end = nullptr;
     const long r = std::strtol(gemv_env, &end, 10);
@@ -1092,7 +1098,7 @@ void CudaBackend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, flo
     CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
     // One launch where each token has at most one destination and every
     // element of a head is rotated; else the two calls.
-    if (w.n_kvw > 0 && w.tok_unique && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
+    if (rope_kv_ && w.n_kvw > 0 && w.tok_unique && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
         head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % 2 == 0 && p.inv_freq && pos) {
       enter();
       const uint8_t* tables = static_cast<const uint8_t*>(w.kvw.p);
@@ -1256,7 +1262,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    stream_, side_),
+                                    stream_, use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }
