@@ -269,6 +269,9 @@ class CudaBackend final : public Backend {
   // the FP32 attention units on the side stream (CLADE_CUDA_SIDE=0: after
   // the tensor-core ones on the one stream): switches to measure each by.
   bool rope_kv_ = true, use_side_ = true;
+  // FP32 units fewer than the multiprocessors join the tensor-core launch
+  // when there is one (CLADE_CUDA_MMA_FOLD=0: they keep their own).
+  bool mma_fold_ = true;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
@@ -338,7 +341,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const long k = std::strtol(keys_env, &end, 10);
     if (end != keys_env && !*end && k >= 0 && k <= INT32_MAX) mma_min_keys_ = (int32_t)k;
   }
-  for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_}, {"CLADE_CUDA_SIDE", &use_side_}})
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_}, {"CLADE_CUDA_SIDE", &use_side_},
+                                     {"CLADE_CUDA_MMA_FOLD", &mma_fold_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   if (const char* gemv_env = std::getenv("CLADE_CUDA_GEMV_MAX_ROWS")) {  // (another value is ignored)
     char* end = nullptr;
@@ -1160,8 +1164,24 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       // span) to the FP32 kernel, where they fill a unit.
       const bool mma = mma_type && (d.n_rows >= mma_min_rows_ || (mma_min_keys_ > 0 && d.len >= mma_min_keys_));
       w.use_mma.push_back(mma);
-      const int32_t group = mma ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
-      group_keys += (d.n_rows + group - 1) / group * (int64_t)d.len;
+    }
+    // FP32 units too few to fill the device by themselves (a single
+    // sequence's own spans beside a long span: at batch 1 on an H100 the
+    // separate launch made the shared step 5-7% slower than the flat one)
+    // go to the tensor-core launch too, when there is one.
+    if (mma_type) {
+      int64_t fp32_units = 0;
+      bool any_mma = false;
+      for (size_t i = 0; i < w.descs.size(); i++) {
+        any_mma = any_mma || w.use_mma[i];
+        if (!w.use_mma[i]) fp32_units += (w.descs[i].n_rows + cuda::kAttnRowGroup - 1) / cuda::kAttnRowGroup;
+      }
+      if (any_mma && fp32_units > 0 && fp32_units < (int64_t)sm_count_ && mma_fold_)
+        std::fill(w.use_mma.begin(), w.use_mma.end(), (uint8_t)1);
+    }
+    for (size_t i = 0; i < w.descs.size(); i++) {
+      const int32_t group = w.use_mma[i] ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
+      group_keys += (w.descs[i].n_rows + group - 1) / group * (int64_t)w.descs[i].len;
     }
     if (w.descs.empty()) continue;
     if (w.descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
