@@ -846,20 +846,37 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
     for (int a = 0; a < kOut; a++) acc[a] = 0.0f;
     const bool active = row0 < nr;  // the warp has rows in this unit
 
+    // K and V rows of a tile, 16 bytes at a time, into registers: a
+    // thread's kLoads pieces of each; keys past the unit's end are zeros
+    // (their weights are 0, and 0 * garbage could be NaN). The next tile's
+    // loads are issued before the current tile's products, so that they
+    // are in flight meanwhile.
+    constexpr int kPieces = kMmaKeys * (HD / kVec);
+    static_assert(kPieces % kMmaThreads == 0, "whole pieces per thread");
+    constexpr int kLoads = kPieces / kMmaThreads;
+    uint4 kreg[kLoads], vreg[kLoads];
+    auto load_tile = [&](int t0) {
+#pragma unroll
+      for (int n = 0; n < kLoads; n++) {
+        const int i = tid + n * kMmaThreads, j = i / (HD / kVec), c = (i - j * (HD / kVec)) * kVec;
+        kreg[n] = make_uint4(0, 0, 0, 0), vreg[n] = make_uint4(0, 0, 0, 0);
+        if (t0 + j < end) {
+          kreg[n] = *reinterpret_cast<const uint4*>(kv + kv_k_row(t0 + j, P.cap) * HD + c);
+          vreg[n] = *reinterpret_cast<const uint4*>(kv + kv_v_row(t0 + j, P.cap) * HD + c);
+        }
+      }
+    };
+    if (U.c0 < end) load_tile(U.c0);
+
     for (int j0 = U.c0; j0 < end; j0 += kMmaKeys) {
       const int jb = min(kMmaKeys, end - j0);
-      // K and V rows of the tile, 16 bytes at a time; keys past the tile's
-      // end are zeros (their weights are 0, and 0 * garbage could be NaN).
-      for (int i = tid; i < kMmaKeys * (HD / kVec); i += kMmaThreads) {
-        const int j = i / (HD / kVec), c = (i - j * (HD / kVec)) * kVec;
-        uint4 kval = make_uint4(0, 0, 0, 0), vval = make_uint4(0, 0, 0, 0);
-        if (j < jb) {
-          kval = *reinterpret_cast<const uint4*>(kv + kv_k_row(j0 + j, P.cap) * HD + c);
-          vval = *reinterpret_cast<const uint4*>(kv + kv_v_row(j0 + j, P.cap) * HD + c);
-        }
-        *reinterpret_cast<uint4*>(ks + j * L::ldq + c) = kval;
-        *reinterpret_cast<uint4*>(vs + j * L::ldq + c) = vval;
+#pragma unroll
+      for (int n = 0; n < kLoads; n++) {
+        const int i = tid + n * kMmaThreads, j = i / (HD / kVec), c = (i - j * (HD / kVec)) * kVec;
+        *reinterpret_cast<uint4*>(ks + j * L::ldq + c) = kreg[n];
+        *reinterpret_cast<uint4*>(vs + j * L::ldq + c) = vreg[n];
       }
+      if (j0 + kMmaKeys < end) load_tile(j0 + kMmaKeys);
       __syncthreads();
       if (active) {
         // S = Qhi K^T + Qlo K^T for the warp's 16 rows, 16 keys at a time.
