@@ -323,6 +323,17 @@ __device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const
   }
 }
 
+// Output row o of all the weights' rows: row o of weight m on return
+// (selected without indexing the parameter's arrays, which would copy them
+// to local memory).
+__device__ __forceinline__ void gemv_locate(const GemvArgs& a, int64_t& o, int& m) {
+  m = 0;
+  if (o >= a.rows[0]) {
+    o -= a.rows[0], m = 1;
+    if (o >= a.rows[1]) o -= a.rows[1], m = 2;
+  }
+}
+
 template <typename T, int R, bool SWIGLU>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
                                                            bool vec) {
@@ -356,9 +367,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
     int m = 0;
     int64_t o = g;
     if (!SWIGLU)
-      while (m < 2 && o >= a.rows[m]) o -= a.rows[m], m++;
+      gemv_locate(a, o, m);
     if (g < total) {
-      const T* w0 = static_cast<const T*>(a.w[m]) + o * k;
+      const T* w0 = static_cast<const T*>(m == 0 ? a.w[0] : m == 1 ? a.w[1] : a.w[2]) + o * k;
       const T* w1 = SWIGLU ? static_cast<const T*>(a.w[1]) + o * k : nullptr;
       if (vec) {
 #pragma unroll 2
@@ -403,8 +414,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
         int mj = 0;
         int64_t oj = gj;
         if (!SWIGLU)
-          while (mj < 2 && oj >= a.rows[mj]) oj -= a.rows[mj], mj++;
-        float* yo = a.y[mj] + r * a.rows[mj] + oj;
+          gemv_locate(a, oj, mj);
+        float* yo = (mj == 0 ? a.y[0] : mj == 1 ? a.y[1] : a.y[2]) +
+                    r * (mj == 0 ? a.rows[0] : mj == 1 ? a.rows[1] : a.rows[2]) + oj;
         *yo = SWIGLU ? silu_mul(t, u) : a.add ? *yo + t : t;
       }
     }
