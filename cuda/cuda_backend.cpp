@@ -272,6 +272,9 @@ class CudaBackend final : public Backend {
   // FP32 units fewer than the multiprocessors join the tensor-core launch
   // when there is one (CLADE_CUDA_MMA_FOLD=0: they keep their own).
   bool mma_fold_ = true;
+  // Work units aimed at per multiprocessor when a problem's keys are split
+  // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
+  int32_t units_per_sm_ = 8;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
@@ -332,23 +335,23 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   sync_each_op_ = env && *env && std::strcmp(env, "0") != 0;
   const char* mma_env = std::getenv("CLADE_CUDA_MMA");
   use_mma_ = !(mma_env && std::strcmp(mma_env, "0") == 0);
-  if (const char* rows_env = std::getenv("CLADE_CUDA_MMA_MIN_ROWS")) {
-    const long r = std::strtol(rows_env, nullptr, 10);
-    if (r >= 1 && r <= cuda::kAttnRowsMma) mma_min_rows_ = (int32_t)r;
-  }
-  if (const char* keys_env = std::getenv("CLADE_CUDA_MMA_MIN_KEYS")) {  // (another value is ignored)
+  // Integer settings: a value that is not a whole number in range is
+  // ignored.
+  auto env_int = [](const char* name, long lo, long hi, int32_t& out) {
+    const char* e = std::getenv(name);
+    if (!e) return;
     char* end = nullptr;
-    const long k = std::strtol(keys_env, &end, 10);
-    if (end != keys_env && !*end && k >= 0 && k <= INT32_MAX) mma_min_keys_ = (int32_t)k;
-  }
-  for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_}, {"CLADE_CUDA_SIDE", &use_side_},
-                                     {"CLADE_CUDA_MMA_FOLD", &mma_fold_}})
+    const long v = std::strtol(e, &end, 10);
+    if (end != e && !*end && v >= lo && v <= hi) out = (int32_t)v;
+  };
+  env_int("CLADE_CUDA_MMA_MIN_ROWS", 1, cuda::kAttnRowsMma, mma_min_rows_);
+  env_int("CLADE_CUDA_MMA_MIN_KEYS", 0, INT32_MAX, mma_min_keys_);
+  env_int("CLADE_CUDA_UNITS_PER_SM", 1, 64, units_per_sm_);
+  env_int("CLADE_CUDA_GEMV_MAX_ROWS", 0, cuda::kGemvMaxRows, gemv_max_rows_);
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_},
+                            {"CLADE_CUDA_SIDE", &use_side_},
+                            {"CLADE_CUDA_MMA_FOLD", &mma_fold_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
-  if (const char* gemv_env = std::getenv("CLADE_CUDA_GEMV_MAX_ROWS")) {  // (another value is ignored)
-    char* end = nullptr;
-    const long r = std::strtol(gemv_env, &end, 10);
-    if (end != gemv_env && !*end && r >= 0 && r <= cuda::kGemvMaxRows) gemv_max_rows_ = (int32_t)r;
-  }
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
   try {
@@ -1187,15 +1190,15 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     if (w.descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
     // Work units: groups of up to kAttnRowGroup rows, each against a chunk
     // of its problem's keys. A group with more than twice the mean work per
-    // unit slot (`per`: all groups' keys over kUnitsPerSm slots per
+    // unit slot (`per`: all groups' keys over units_per_sm_ slots per
     // multiprocessor) has its keys split into about equal chunks of whole
     // KV blocks (at least one), so that no unit holds much more than its
     // share: a single sequence's step (a few groups of long spans) and a
     // step of long shared nodes beside many short own spans both keep
     // every multiprocessor busy to the end. The chunks' partial rows are
     // combined after.
-    constexpr int64_t kUnitsPerSm = 8, kMinChunk = 128;
-    const int64_t target = (int64_t)sm_count_ * kUnitsPerSm;
+    constexpr int64_t kMinChunk = 128;
+    const int64_t target = (int64_t)sm_count_ * units_per_sm_;
     const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
     w.units.clear();
     w.mma_units.clear();
