@@ -1307,7 +1307,7 @@ uint64_t CudaBackend::state_key(const AttnWork& work, uint64_t key) const {
   const CudaAttnWork& w = static_cast<const CudaAttnWork&>(work);
   PassKey k{key};
   for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
-                        (const void*)x16_.p, (const void*)w16_.p})
+                        (const void*)x16_.p, (const void*)w16_.p, (const void*)argmax_parts_.p})
     k.add(p);
   for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.n_tok, (uint64_t)w.tok_unique,
                      (uint64_t)w.head_dim, (uint64_t)(copy_type_ + 1),
