@@ -11,11 +11,15 @@
 # on another machine (for a GPU machine that cannot build clade): nothing is
 # built, the meson test suites are skipped, and the bundle's syslib/ is put
 # on LD_LIBRARY_PATH.
-# usage: scripts/gpu_check.sh [--prebuilt] [--no-bench]
+# With --no-sanitizers, compute-sanitizer is not run (for a build whose
+# sanitizer runs were made on the same GPU earlier, when a lent machine's
+# time is short; say so where the results are reported).
+# usage: scripts/gpu_check.sh [--prebuilt] [--no-sanitizers] [--no-bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prebuilt=0
+prebuilt=0 sanitizers=1
 [ "${1:-}" == "--prebuilt" ] && { prebuilt=1; shift; }
+[ "${1:-}" == "--no-sanitizers" ] && { sanitizers=0; shift; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [ $prebuilt == 1 ]; then
   export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -28,7 +32,7 @@ fi
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 build-gpu/tests/test_cuda
 CLADE_CUDA_SYNC=1 build-gpu/tests/test_cuda > /dev/null
-if command -v compute-sanitizer > /dev/null; then
+if [ $sanitizers == 1 ] && command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda > /dev/null
   echo "compute-sanitizer memcheck: clean"
   # racecheck: a hazard in one of clade's kernels fails; cuBLAS's own GEMM
