@@ -1103,9 +1103,10 @@ void CudaBackend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, flo
   {
     auto lock = gate();
     CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
-    // One launch where each token has at most one destination and every
-    // element of a head is rotated; else the two calls.
-    if (rope_kv_ && w.n_kvw > 0 && w.tok_unique && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
+    // One launch where each token has at most one destination, every
+    // destination's tokens are among the n rotated, and every element of a
+    // head is rotated; else the two calls.
+    if (rope_kv_ && w.n_kvw > 0 && w.tok_unique && w.n_tok <= n && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
         head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % 2 == 0 && p.inv_freq && pos) {
       enter();
       const uint8_t* tables = static_cast<const uint8_t*>(w.kvw.p);

@@ -118,9 +118,10 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
                       cudaStream_t stream) {
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   const int split = gemv_split(k);
-  // At most one wave of blocks (8 of 256 threads per multiprocessor), so
-  // that a normed launch's blocks each norm the rows once for many
-  // output rows.
+  // At most 8 blocks of 256 threads per multiprocessor (one wave where
+  // the registers allow 8; the 7- and 8-row SwiGLU kernels take about
+  // 250 a thread, so 1), so that a normed launch's blocks each norm the
+  // rows once for many output rows.
   const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
                                                     8 * (int64_t)std::max(sm_count, 1));
   switch (n) {

@@ -976,7 +976,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 // Thread tid's elements d = tid + a * kMergeThreads (< head_dim) of the
 // weighted sum of n partial rows, the c-th at row idx(c) of part_o /
 // part_lse, with the weights w_c = (float)(exp(lse_c - max) / sum), computed
-// in fp64 as the CPU backend's merge_row does; returns their logsumexp.
+// in fp64 with the CPU backend's merge_row's formula (its sum of the exps
+// in another order: a tree across the block); returns their logsumexp.
 // No partial, or all lse = -inf, gives acc = 0 and -inf. The block's
 // threads share the work: each takes every kMergeThreads-th partial for
 // the max and the sum (reduced across the block), and computes the weights
