@@ -227,6 +227,17 @@ class CudaBackend final : public Backend {
   // are forgotten. norm: x normed first (rmsnorm's numbers); add: y +=.
   void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
             const float* norm = nullptr, float eps = 0.0f, bool add = false);
+  // The overrides of matmul_many, matmul_swiglu and their norm_ forms:
+  // under the lock, the few-row launch where gemv_takes (with swiglu,
+  // both weights of one n_out; with a norm, n_in == dim) and true; else
+  // false, and the caller runs Backend's default.
+  bool gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
+                     const float* norm = nullptr, float eps = 0.0f, int64_t dim = 0);
+  // A narrowed copy of activations that y [count] overlaps is stale once y
+  // is written: forget it.
+  void forget_narrowed(const float* y, int64_t count) {
+    if (narrowed_.x && y < narrowed_.x + narrowed_.count && narrowed_.x < y + count) narrowed_.x = nullptr;
+  }
   // matmul's body (callers hold mu_ and have entered); with add, y += the
   // product (cuBLAS's beta = 1).
   void matmul_locked(const Weight& w, const float* x, int64_t n, float* y, bool add);
@@ -688,13 +699,11 @@ void CudaBackend::matmul_locked(const Weight& w, const float* x, int64_t n, floa
   // y is written: a narrowed copy of activations it overlaps is stale after
   // this product (checked on the way out, after its own narrowing).
   struct Forget {
-    Narrowed& nw;
+    CudaBackend& be;
     const float* y;
     int64_t count;
-    ~Forget() {
-      if (nw.x && y < nw.x + nw.count && nw.x < y + count) nw.x = nullptr;
-    }
-  } forget{narrowed_, y, std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0)};
+    ~Forget() { be.forget_narrowed(y, count); }
+  } forget{*this, y, std::max<int64_t>(n, 0) * std::max<int64_t>(N, 0)};
   if (n <= 0 || N <= 0) return;
   if (K <= 0) {  // an empty product: zeros, or nothing to add
     if (!add) check(cudaMemsetAsync(y, 0, (size_t)(n * N) * sizeof(float), stream_), "matmul: cudaMemsetAsync");
@@ -767,68 +776,48 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
     a.w[i] = w[i]->data;
     a.y[i] = y[i];
     a.rows[i] = w[i]->n_out;
-    // A narrowed copy of activations that y overlaps is stale after this.
-    const int64_t len = n * w[i]->n_out;
-    if (narrowed_.x && y[i] < narrowed_.x + narrowed_.count && narrowed_.x < y[i] + len) narrowed_.x = nullptr;
+    forget_narrowed(y[i], n * w[i]->n_out);
   }
   copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
   launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, stream_),
            swiglu ? "matmul_swiglu" : "matmul");
 }
 
+bool CudaBackend::gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y,
+                                bool swiglu, const float* norm, float eps, int64_t dim) {
+  auto lock = gate();
+  if (!gemv_takes(w, count, n) || (swiglu && w[0]->n_out != w[1]->n_out) || (norm && w[0]->n_in != dim))
+    return false;
+  // (matmul_many keeps the narrowed copy as matmul does: the launch writes
+  // only y, whose overlap gemv forgets)
+  enter(!swiglu && !norm);
+  gemv(w, count, x, n, y, swiglu, norm, eps);
+  return true;
+}
+
 void CudaBackend::norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                    const Weight* const* w, int count, float* const* y) {
-  {
-    auto lock = gate();
-    if (gemv_takes(w, count, n) && w[0]->n_in == dim) {
-      enter();
-      gemv(w, count, x, n, y, false, weight, eps);
-      return;
-    }
-  }
-  Backend::norm_matmul_many(x, weight, n, dim, eps, xn, w, count, y);
+  if (!gemv_if_takes(w, count, x, n, y, false, weight, eps, dim))
+    Backend::norm_matmul_many(x, weight, n, dim, eps, xn, w, count, y);
 }
 
 void CudaBackend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
                                      float* xn, const Weight& w_gate, const Weight& w_up, float* g, float* u) {
-  {
-    auto lock = gate();
-    const Weight* w[2] = {&w_gate, &w_up};
-    if (gemv_takes(w, 2, n) && w_gate.n_out == w_up.n_out && w_gate.n_in == dim) {
-      enter();
-      float* y[2] = {g, u};
-      gemv(w, 2, x, n, y, true, weight, eps);
-      return;
-    }
-  }
-  Backend::norm_matmul_swiglu(x, weight, n, dim, eps, xn, w_gate, w_up, g, u);
+  const Weight* w[2] = {&w_gate, &w_up};
+  float* y[2] = {g, u};
+  if (!gemv_if_takes(w, 2, x, n, y, true, weight, eps, dim))
+    Backend::norm_matmul_swiglu(x, weight, n, dim, eps, xn, w_gate, w_up, g, u);
 }
 
 void CudaBackend::matmul_many(const Weight* const* w, int count, const float* x, int64_t n, float* const* y) {
-  {
-    auto lock = gate();
-    if (gemv_takes(w, count, n)) {
-      enter(true);
-      gemv(w, count, x, n, y, false);
-      return;
-    }
-  }
-  Backend::matmul_many(w, count, x, n, y);
+  if (!gemv_if_takes(w, count, x, n, y, false)) Backend::matmul_many(w, count, x, n, y);
 }
 
 void CudaBackend::matmul_swiglu(const Weight& w_gate, const Weight& w_up, const float* x, int64_t n, float* g,
                                 float* u) {
-  {
-    auto lock = gate();
-    const Weight* w[2] = {&w_gate, &w_up};
-    if (gemv_takes(w, 2, n) && w_gate.n_out == w_up.n_out) {
-      enter();
-      float* y[2] = {g, u};
-      gemv(w, 2, x, n, y, true);
-      return;
-    }
-  }
-  Backend::matmul_swiglu(w_gate, w_up, x, n, g, u);
+  const Weight* w[2] = {&w_gate, &w_up};
+  float* y[2] = {g, u};
+  if (!gemv_if_takes(w, 2, x, n, y, true)) Backend::matmul_swiglu(w_gate, w_up, x, n, g, u);
 }
 
 // ---- elementwise ----
@@ -1106,8 +1095,9 @@ void CudaBackend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, flo
     // One launch where each token has at most one destination, every
     // destination's tokens are among the n rotated, and every element of a
     // head is rotated; else the two calls.
-    if (rope_kv_ && w.n_kvw > 0 && w.tok_unique && w.n_tok <= n && k && kv_heads > 0 && n_heads > 0 && n > 0 && p.head_dim == head_dim &&
-        head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % 2 == 0 && p.inv_freq && pos) {
+    if (rope_kv_ && w.n_kvw > 0 && w.tok_unique && w.n_tok <= n && k && kv_heads > 0 && n_heads > 0 && n > 0 &&
+        p.head_dim == head_dim && head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % 2 == 0 && p.inv_freq &&
+        pos) {
       enter();
       const uint8_t* tables = static_cast<const uint8_t*>(w.kvw.p);
       launched(cuda::launch_rope_kv(q, n_heads, k, v, kv_heads, n, head_dim, p.neox, pos, p.pos_scale, p.inv_freq,

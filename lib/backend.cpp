@@ -25,7 +25,6 @@ void Backend::kv_write_prepare(AttnWork& work, const KvDest* dests, size_t n) {
   work.kv_dests.assign(dests, dests + n);
 }
 
-
 void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
                       const RopeParams& p) {
   rope(q, n, n_heads, pos, p);
