@@ -195,13 +195,18 @@ __device__ inline void argmax_pick(float& v, int32_t& i, float ov, int32_t oi) {
   if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
 }
 
+// The warp's pick of (v, at) over its lanes, in lane 0.
+__device__ inline void argmax_warp(float& v, int32_t& at) {
+  for (int off = 16; off > 0; off /= 2)
+    argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+}
+
 // The block's pick of (v, at) over its threads (the larger value, the
 // lower index among equal ones); valid in thread 0. shared: the block's
 // warps' picks.
 __device__ inline void argmax_block(float& v, int32_t& at, float* wv, int32_t* wi) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int off = 16; off > 0; off /= 2)
-    argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+  argmax_warp(v, at);
   if (lane == 0) wv[warp] = v, wi[warp] = at;
   __syncthreads();
   if (threadIdx.x == 0)
@@ -258,8 +263,7 @@ __global__ void argmax_parts_kernel(int64_t n, int n_chunks, const float* part_v
     float v = -INFINITY;
     int32_t at = -1;
     for (int c = lane; c < n_chunks; c += 32) argmax_pick(v, at, part_v[r * n_chunks + c], part_i[r * n_chunks + c]);
-    for (int off = 16; off > 0; off /= 2)
-      argmax_pick(v, at, __shfl_down_sync(0xffffffffu, v, off), __shfl_down_sync(0xffffffffu, at, off));
+    argmax_warp(v, at);
     if (lane == 0) out[r] = at;
   }
 }
