@@ -283,12 +283,16 @@ class CudaBackend final : public Backend {
   // FP32 units fewer than the multiprocessors join the tensor-core launch
   // when there is one (CLADE_CUDA_MMA_FOLD=0: they keep their own).
   bool mma_fold_ = true;
+  // The tensor-core units on attention_reg_kernel, accumulators in
+  // registers (CLADE_CUDA_MMA_REG=1), instead of attention_mma_kernel.
+  bool mma_reg_ = false;
   // Work units aimed at per multiprocessor when a problem's keys are split
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
-  // compute capability 8.6 and 8.9, where the 128 one's 120 KiB does not)
+  // compute capability 8.6 and 8.9, where attention_mma_kernel's 120 KiB
+  // at 128 does not; attention_reg_kernel takes 69 KiB there)
   // and was opted into it; else their problems take the FP32 kernel.
   bool mma_hd_[2] = {false, false};
   std::mutex mu_;
@@ -361,7 +365,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   env_int("CLADE_CUDA_GEMV_MAX_ROWS", 0, cuda::kGemvMaxRows, gemv_max_rows_);
   for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_},
                             {"CLADE_CUDA_SIDE", &use_side_},
-                            {"CLADE_CUDA_MMA_FOLD", &mma_fold_}})
+                            {"CLADE_CUDA_MMA_FOLD", &mma_fold_},
+                            {"CLADE_CUDA_MMA_REG", &mma_reg_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
@@ -385,7 +390,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           "cudaDeviceGetAttribute");
     for (int i = 0; i < 2; i++) {
       const int hd = i ? 128 : 64;
-      mma_hd_[i] = cuda::attention_mma_smem(hd) <= (size_t)smem_optin && cuda::attention_mma_setup(hd) == cudaSuccess;
+      mma_hd_[i] = cuda::attention_mma_smem(hd, mma_reg_) <= (size_t)smem_optin &&
+                   cuda::attention_mma_setup(hd, mma_reg_) == cudaSuccess;
       (void)cudaGetLastError();
     }
     size_t free_b = 0, total_b = 0;
@@ -1276,7 +1282,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    stream_, use_side_ ? side_ : cuda::SideStream{}),
+                                    mma_reg_, stream_, use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }

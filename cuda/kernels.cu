@@ -211,43 +211,51 @@ cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int 
 
 namespace {
 
-// One instantiation of the tensor-core kernel (its shared memory, above
-// the default 48 KiB, opted into by attention_mma_setup).
+// One instantiation of a tensor-core kernel (its shared memory, above the
+// default 48 KiB, opted into by attention_mma_setup): attention_reg_kernel
+// with reg, else attention_mma_kernel.
 template <int KV, int HD>
-cudaError_t launch_mma(const float* q, float scale, int layer, const AttnDesc* probs, const AttnUnit* units,
-                       int n_units, float* part_o, double* part_lse, cudaStream_t stream) {
-  attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, stream>>>(
-      q, scale, layer, probs, units, n_units, part_o, part_lse);
+cudaError_t launch_mma(bool reg, const float* q, float scale, int layer, const AttnDesc* probs,
+                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, cudaStream_t stream) {
+  if (reg)
+    attention_reg_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, RegSmem<HD>::bytes, stream>>>(
+        q, scale, layer, probs, units, n_units, part_o, part_lse);
+  else
+    attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, stream>>>(
+        q, scale, layer, probs, units, n_units, part_o, part_lse);
   return cudaGetLastError();
 }
 
 template <int HD>
-cudaError_t opt_in_mma() {
-  cudaError_t e = cudaFuncSetAttribute(attention_mma_kernel<kKvF16, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       MmaSmem<HD>::bytes);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(attention_mma_kernel<kKvBF16, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             MmaSmem<HD>::bytes);
+cudaError_t opt_in_mma(bool reg) {
+  const void* f16 = reg ? (const void*)attention_reg_kernel<kKvF16, HD> : (const void*)attention_mma_kernel<kKvF16, HD>;
+  const void* bf16 =
+      reg ? (const void*)attention_reg_kernel<kKvBF16, HD> : (const void*)attention_mma_kernel<kKvBF16, HD>;
+  const int bytes = reg ? RegSmem<HD>::bytes : MmaSmem<HD>::bytes;
+  cudaError_t e = cudaFuncSetAttribute(f16, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   return e;
 }
 
 }  // namespace
 
-size_t attention_mma_smem(int head_dim) {
-  return head_dim == 64 ? (size_t)MmaSmem<64>::bytes : head_dim == 128 ? (size_t)MmaSmem<128>::bytes : 0;
+size_t attention_mma_smem(int head_dim, bool reg) {
+  if (head_dim == 64) return (size_t)(reg ? RegSmem<64>::bytes : MmaSmem<64>::bytes);
+  if (head_dim == 128) return (size_t)(reg ? RegSmem<128>::bytes : MmaSmem<128>::bytes);
+  return 0;
 }
 
-cudaError_t attention_mma_setup(int head_dim) {
-  if (head_dim == 64) return opt_in_mma<64>();
-  if (head_dim == 128) return opt_in_mma<128>();
+cudaError_t attention_mma_setup(int head_dim, bool reg) {
+  if (head_dim == 64) return opt_in_mma<64>(reg);
+  if (head_dim == 128) return opt_in_mma<128>(reg);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
-                             int64_t split_rows, float* part_o, double* part_lse, cudaStream_t stream,
-                             const SideStream& side) {
+                             int64_t split_rows, float* part_o, double* part_lse, bool mma_reg,
+                             cudaStream_t stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (n_mma_units > 0 && !attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
   if (n_units > 0 && kv_type != kKvF32 && kv_type != kKvF16 && kv_type != kKvBF16) return cudaErrorInvalidValue;
@@ -265,11 +273,15 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
-                         : launch_mma<kKvF16, 128>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream);
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                                                  part_lse, stream)
+                         : launch_mma<kKvF16, 128>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                                                   part_lse, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream)
-                         : launch_mma<kKvBF16, 128>(q, scale, layer, probs, mma_units, n_mma_units, part_o, part_lse, stream);
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                                                   part_lse, stream)
+                         : launch_mma<kKvBF16, 128>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                                                    part_lse, stream);
     launch_status = e;
   }
   const unsigned grid = rows_grid(std::max(n_units, 1));

@@ -1179,6 +1179,19 @@ int main(int argc, char** argv) {
       std::unique_ptr<Backend> apart = clade::make_cuda_backend();
       for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
         for (int hd : {64, 128}) test_attention(*cpu, *apart, kt, hd);
+      unsetenv("CLADE_CUDA_MMA_FOLD");
+      // The tensor-core units on the other kernel (CLADE_CUDA_MMA_REG
+      // flips it; attention_reg_kernel or attention_mma_kernel): the same
+      // comparisons.
+      const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
+      setenv("CLADE_CUDA_MMA_REG", reg_env && std::strcmp(reg_env, "0") != 0 ? "0" : "1", 1);
+      std::unique_ptr<Backend> other = clade::make_cuda_backend();
+      for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
+        for (int hd : {64, 128}) {
+          test_attention(*cpu, *other, kt, hd);
+          test_attention_many_rows(*cpu, *other, kt, hd);
+          test_attention_tails(*cpu, *other, kt, hd);
+        }
     }
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
