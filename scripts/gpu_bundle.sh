@@ -22,6 +22,9 @@ for bin in "$stage/examples/clade" "$stage/libclade.so.1" "$stage/tests/test_cud
   ldd "$bin" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libclade' |
   while read -r lib; do cp -L "$lib" "$stage/syslib/"; done
+# The commit it was built from (and whether the tree differed), for the
+# reports of the scripts that run it.
+git describe --always --dirty > "$stage/COMMIT" 2> /dev/null || echo unknown > "$stage/COMMIT"
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -cJf "$out" .
 ls -l "$out"

@@ -1,0 +1,59 @@
+#!/bin/bash
+# A/B of CUDA backend settings on a GPU machine, in one call: the decode
+# cases that issue 25's targets name, each setting in turn, the whole
+# sequence twice (settings alternating, so that a drift of the machine
+# shows as a difference between the rounds, not between the settings).
+#
+#   SETTING: X (the defaults) or NAME=VALUE[,NAME=VALUE...] (environment
+#   variables of the CUDA backend, README.md "CUDA backend").
+#   Cases: the GQA-4 model at batch 1 x prefix 2048 and 8192 (shared, flat,
+#   noattn) and at batch 256 x 8192 (shared, flat); the multi-head model at
+#   batch 32 x 8192 (shared, flat, noattn). The models of scripts/gpu_check.sh.
+#
+# Writes OUT: a header naming the GPU, the commit and the date, then per
+# setting and round a "# SETTING round R" line and bench decode's CSVs.
+# --prebuilt: build-gpu/ holds a scripts/gpu_bundle.sh bundle (as
+# gpu_check.sh --prebuilt); else build-gpu/ is built here.
+# usage: scripts/gpu_ab.sh [--prebuilt] OUT SETTING...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prebuilt=0
+[ "${1:-}" == "--prebuilt" ] && { prebuilt=1; shift; }
+out=${1:?usage: gpu_ab.sh [--prebuilt] OUT SETTING...}
+shift
+[ $# -ge 1 ] || { echo "gpu_ab.sh: no SETTING given" >&2; exit 2; }
+for s in "$@"; do
+  [ "$s" == X ] || [[ "$s" =~ ^[A-Z_0-9]+=[^,]*(,[A-Z_0-9]+=[^,]*)*$ ]] ||
+    { echo "gpu_ab.sh: setting '$s' is neither X nor NAME=VALUE[,NAME=VALUE...]" >&2; exit 2; }
+done
+if [ $prebuilt == 1 ]; then
+  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
+  ninja -C build-gpu > /dev/null
+fi
+clade=build-gpu/examples/clade
+models=${CLADE_MODELS:-/tmp/clade-bench-models}
+mkdir -p "$models" "$(dirname "$out")"
+m4=$models/l8-d1024-h16-kv4-f16.gguf
+m16=$models/l8-d1024-h16-kv16-f16.gguf
+[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
+[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+common=(--backend cuda --past-context --gen 32 --rounds 3 --logits greedy --csv)
+{
+  echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)," \
+    "build $(cat build-gpu/COMMIT 2> /dev/null || git describe --always --dirty 2> /dev/null || echo unknown)"
+  echo "# clade bench decode ${common[*]}; settings alternating in the order shown"
+} > "$out"
+for round in 1 2; do
+  for s in "$@"; do
+    envs=()
+    [ "$s" == X ] || IFS=, read -r -a envs <<< "$s"
+    echo "# $s round $round" >> "$out"
+    run() { env "${envs[@]}" $clade bench decode "$@" "${common[@]}" >> "$out"; }
+    run -m "$m4" --batch 1 --prefix 2048,8192 --mode shared,flat,noattn
+    run -m "$m4" --batch 256 --prefix 8192 --mode shared,flat
+    run -m "$m16" --batch 32 --prefix 8192 --mode shared,flat,noattn
+  done
+done
+cat "$out"
