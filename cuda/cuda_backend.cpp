@@ -286,6 +286,12 @@ class CudaBackend final : public Backend {
   // The tensor-core units on attention_reg_kernel, accumulators in
   // registers (CLADE_CUDA_MMA_REG=1), instead of attention_mma_kernel.
   bool mma_reg_ = false;
+  // Kernels launched as programmatic dependent launches (CLADE_CUDA_PDL=1,
+  // compute capability 9.0 and up; launch.h's Stream): each one's launch,
+  // and a few-row product's L2 prefetch of its weights, overlap the end of
+  // the kernel before it.
+  bool pdl_ = false;
+  cuda::Stream launch_stream() const { return cuda::Stream(stream_, pdl_); }
   // Work units aimed at per multiprocessor when a problem's keys are split
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
@@ -366,7 +372,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_},
                             {"CLADE_CUDA_SIDE", &use_side_},
                             {"CLADE_CUDA_MMA_FOLD", &mma_fold_},
-                            {"CLADE_CUDA_MMA_REG", &mma_reg_}})
+                            {"CLADE_CUDA_MMA_REG", &mma_reg_},
+                            {"CLADE_CUDA_PDL", &pdl_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
@@ -374,6 +381,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     check(cudaSetDevice(device_), "cudaSetDevice");
     check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_), "cudaDeviceGetAttribute");
     sm_count_ = std::max(sm_count_, 1);
+    int cc_major = 0;
+    check(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
+    pdl_ = pdl_ && cc_major >= 9;
     int mem_khz = 0, bus_bits = 0, core_khz = 0;
     check(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device_), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_), "cudaDeviceGetAttribute");
@@ -664,7 +674,7 @@ const void* CudaBackend::narrow_x(const float* x, int64_t count, bool bf16) {
   if (narrowed_.x == x && narrowed_.count == count && narrowed_.bf16 == bf16) return x16_.p;
   narrowed_.x = nullptr;
   void* x16 = scratch(x16_, (size_t)count * 2, "matmul: activation scratch");
-  launched(cuda::launch_narrow(x, count, bf16, x16, stream_), "matmul: narrowing activations");
+  launched(cuda::launch_narrow(x, count, bf16, x16, launch_stream()), "matmul: narrowing activations");
   narrowed_ = Narrowed{x, count, bf16};
   return x16;
 }
@@ -749,7 +759,7 @@ void CudaBackend::matmul_locked(const Weight& w, const float* x, int64_t n, floa
       const uint64_t rb = row_bytes(w.type, K);
       for (int64_t o0 = 0; o0 < N; o0 += tile) {
         const int64_t rows = std::min(tile, N - o0);
-        launched(cuda::launch_dequant_rows_f16((int)w.type, w.data, rb, o0, rows, K, wt, stream_),
+        launched(cuda::launch_dequant_rows_f16((int)w.type, w.data, rb, o0, rows, K, wt, launch_stream()),
                  "matmul: widening quantized rows");
         // The next tile's widening is queued after this product on the same
         // stream, so reusing wt is safe.
@@ -785,7 +795,7 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
     forget_narrowed(y[i], n * w[i]->n_out);
   }
   copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
-  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, stream_),
+  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, launch_stream()),
            swiglu ? "matmul_swiglu" : "matmul");
 }
 
@@ -834,7 +844,7 @@ void CudaBackend::embed(const Weight& table, const int32_t* tokens, int64_t n, f
   if (n <= 0 || table.n_in <= 0) return;
   if (!weight_type_supported(table.type)) fail(CLADE_E_UNSUPPORTED, "cuda: embed: weight type not supported");
   launched(cuda::launch_embed((int)table.type, table.data, row_bytes(table.type, table.n_in), table.n_out, table.n_in,
-                              tokens, n, out, stream_),
+                              tokens, n, out, launch_stream()),
            "embed");
 }
 
@@ -843,7 +853,7 @@ void CudaBackend::rmsnorm(const float* x, const float* weight, int64_t n, int64_
   enter();
   if (n <= 0 || dim <= 0) return;
   void* y16 = narrowed_copy(n * dim, "rmsnorm");
-  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, copy_type_ == 1, stream_), "rmsnorm");
+  launched(cuda::launch_rmsnorm(x, weight, n, dim, eps, y, y16, copy_type_ == 1, launch_stream()), "rmsnorm");
   keep_copy(y16, y, n * dim);
 }
 
@@ -851,14 +861,14 @@ void CudaBackend::add_bias(float* y, const float* bias, int64_t n, int64_t dim) 
   auto lock = gate();
   enter();
   if (n <= 0 || dim <= 0) return;
-  launched(cuda::launch_add_bias(y, bias, n, dim, stream_), "add_bias");
+  launched(cuda::launch_add_bias(y, bias, n, dim, launch_stream()), "add_bias");
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
   auto lock = gate();
   enter();
   if (n <= 0) return;
-  launched(cuda::launch_add(y, x, n, stream_), "add");
+  launched(cuda::launch_add(y, x, n, launch_stream()), "add");
 }
 
 void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
@@ -866,7 +876,7 @@ void CudaBackend::swiglu(float* g, const float* up, int64_t n) {
   enter();
   if (n <= 0) return;
   void* g16 = narrowed_copy(n, "swiglu");
-  launched(cuda::launch_swiglu(g, up, n, g16, copy_type_ == 1, stream_), "swiglu");
+  launched(cuda::launch_swiglu(g, up, n, g16, copy_type_ == 1, launch_stream()), "swiglu");
   keep_copy(g16, g, n);
 }
 
@@ -956,7 +966,7 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
   if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: argmax: rows of over 2^31 elements");
   const size_t parts = cuda::argmax_parts_bytes(n, dim, sm_count_);
   void* p = parts ? scratch(argmax_parts_, parts, "argmax: chunk picks") : nullptr;
-  launched(cuda::launch_argmax(x, n, dim, out, sm_count_, p, stream_), "argmax");
+  launched(cuda::launch_argmax(x, n, dim, out, sm_count_, p, launch_stream()), "argmax");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {
@@ -975,7 +985,8 @@ void CudaBackend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads,
   if (!p.inv_freq || !pos) fail(CLADE_E_INVALID_ARG, "cuda: rope: positions or frequencies missing");
   // Both in device memory (backend.h): nothing to upload, so a pass's
   // launches depend on no host table.
-  launched(cuda::launch_rope(q, n_heads, k, kv_heads, n, p.head_dim, p.neox, pos, p.pos_scale, p.inv_freq, stream_),
+  launched(cuda::launch_rope(q, n_heads, k, kv_heads, n, p.head_dim, p.neox, pos, p.pos_scale, p.inv_freq,
+                             launch_stream()),
            "rope");
 }
 
@@ -988,7 +999,7 @@ void CudaBackend::kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, i
     fail(CLADE_E_INTERNAL, "cuda: kv_write: positions " + std::to_string(start) + ".." +
                                std::to_string((int64_t)start + n) + " beyond capacity " + std::to_string(capacity));
   if (!kv_type_valid(type)) fail(CLADE_E_INVALID_ARG, "cuda: kv_write: unknown KV type");
-  launched(cuda::launch_kv_write((int)type, kv_dst, capacity, kv_heads, head_dim, start, k, v, n, stream_),
+  launched(cuda::launch_kv_write((int)type, kv_dst, capacity, kv_heads, head_dim, start, k, v, n, launch_stream()),
            "kv_write");
 }
 
@@ -1087,7 +1098,7 @@ void CudaBackend::kv_write_run(AttnWork& work, int layer, int32_t kv_heads, int3
   CudaAttnWork& w = static_cast<CudaAttnWork&>(work);
   if (w.n_kvw == 0 || kv_heads <= 0 || head_dim <= 0) return;
   launched(cuda::launch_kv_write_many(static_cast<const cuda::KvWriteDesc*>(w.kvw.p), w.n_kvw, w.kvw_max_n, layer,
-                                      kv_heads, head_dim, k, v, stream_),
+                                      kv_heads, head_dim, k, v, launch_stream()),
            "kv_write");
 }
 
@@ -1109,7 +1120,7 @@ void CudaBackend::rope_kv_write(AttnWork& work, int layer, int32_t head_dim, flo
       launched(cuda::launch_rope_kv(q, n_heads, k, v, kv_heads, n, head_dim, p.neox, pos, p.pos_scale, p.inv_freq,
                                     reinterpret_cast<const cuda::KvWriteDesc*>(tables),
                                     reinterpret_cast<const int32_t*>(tables + (size_t)w.n_kvw * sizeof(KvDest)),
-                                    w.n_tok, layer, stream_),
+                                    w.n_tok, layer, launch_stream()),
                "rope_kv_write");
       return;
     }
@@ -1282,7 +1293,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    mma_reg_, stream_, use_side_ ? side_ : cuda::SideStream{}),
+                                    mma_reg_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }
@@ -1293,7 +1304,7 @@ void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
   if (list.n_out_rows <= 0 || head_dim <= 0) return;
   void* o16 = narrowed_copy(list.n_out_rows * head_dim, "merge");
   launched(cuda::launch_merge(list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim,
-                              out, o16, copy_type_ == 1, stream_),
+                              out, o16, copy_type_ == 1, launch_stream()),
            "merge");
   keep_copy(o16, out, list.n_out_rows * head_dim);
 }

@@ -1,6 +1,7 @@
 // Host launchers (launch.h) of the kernels in kernels.cuh: pick the grid and
 // the instantiation, enqueue, return the launch status.
 #include <algorithm>
+#include <utility>
 
 #include "kernels.cuh"
 #include "launch.h"
@@ -23,55 +24,75 @@ unsigned blocks_for(int64_t work, int threads) {
 // One block per row.
 unsigned rows_grid(int64_t rows) { return (unsigned)std::max<int64_t>(1, std::min(rows, kMaxBlocks)); }
 
+// kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent
+// launch when st.pdl (launch.h's Stream); returns the launch status.
+template <typename... Params, typename... Args>
+cudaError_t launch_k(const Stream& st, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st.s;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (st.pdl) {
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace
 
 cudaError_t launch_embed(int type, const void* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
-                         const int32_t* tokens, int64_t n, float* out, cudaStream_t stream) {
+                         const int32_t* tokens, int64_t n, float* out, Stream stream) {
   if (n <= 0 || width <= 0) return cudaSuccess;
-  embed_kernel<<<blocks_for(n * width, kThreads), kThreads, 0, stream>>>(
-      type, static_cast<const uint8_t*>(table), row_bytes, n_rows, width, tokens, n, out);
+  launch_k(stream, embed_kernel, blocks_for(n * width, kThreads), kThreads, 0, type, static_cast<const uint8_t*>(table),
+           row_bytes, n_rows, width, tokens, n, out);
   return cudaGetLastError();
 }
 
 cudaError_t launch_dequant_rows_f16(int type, const void* w, uint64_t row_bytes, int64_t o0, int64_t rows,
-                                    int64_t n_in, void* out_f16, cudaStream_t stream) {
+                                    int64_t n_in, void* out_f16, Stream stream) {
   if (rows <= 0 || n_in <= 0) return cudaSuccess;
-  dequant_rows_f16_kernel<<<blocks_for(rows * n_in, kThreads), kThreads, 0, stream>>>(
-      type, static_cast<const uint8_t*>(w), row_bytes, o0, rows, n_in, static_cast<__half*>(out_f16));
+  launch_k(stream, dequant_rows_f16_kernel, blocks_for(rows * n_in, kThreads), kThreads, 0, type,
+           static_cast<const uint8_t*>(w), row_bytes, o0, rows, n_in, static_cast<__half*>(out_f16));
   return cudaGetLastError();
 }
 
-cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cudaStream_t stream) {
+cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, Stream stream) {
   if (n <= 0) return cudaSuccess;
   if (bf16)
-    f32_to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(out16), n);
+    launch_k(stream, f32_to_bf16_kernel, blocks_for(n, kThreads), kThreads, 0, x, static_cast<__nv_bfloat16*>(out16),
+             n);
   else
-    f32_to_f16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, static_cast<__half*>(out16), n);
+    launch_k(stream, f32_to_f16_kernel, blocks_for(n, kThreads), kThreads, 0, x, static_cast<__half*>(out16), n);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
-                           void* y16, bool bf16, cudaStream_t stream) {
+                           void* y16, bool bf16, Stream stream) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
-  rmsnorm_kernel<<<rows_grid(n), kThreads, 0, stream>>>(x, weight, n, dim, eps, y, y16, bf16);
+  launch_k(stream, rmsnorm_kernel, rows_grid(n), kThreads, 0, x, weight, n, dim, eps, y, y16, bf16);
   return cudaGetLastError();
 }
 
-cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream) {
+cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, Stream stream) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
-  add_bias_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream>>>(y, bias, n, dim);
+  launch_k(stream, add_bias_kernel, blocks_for(n * dim, kThreads), kThreads, 0, y, bias, n, dim);
   return cudaGetLastError();
 }
 
-cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+cudaError_t launch_add(float* y, const float* x, int64_t n, Stream stream) {
   if (n <= 0) return cudaSuccess;
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(y, x, n);
+  launch_k(stream, add_kernel, blocks_for(n, kThreads), kThreads, 0, y, x, n);
   return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, cudaStream_t stream) {
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, Stream stream) {
   if (n <= 0) return cudaSuccess;
-  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n, gate16, bf16);
+  launch_k(stream, swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, gate, up, n, gate16, bf16);
   return cudaGetLastError();
 }
 
@@ -86,7 +107,7 @@ int argmax_chunks(int64_t n, int64_t dim, int sm_count) {
 }
 
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
-                          cudaStream_t stream) {
+                          Stream stream) {
   if (n <= 0) return cudaSuccess;
   const int chunks = argmax_chunks(n, dim, sm_count);
   if (chunks > 1 && !parts) return cudaErrorInvalidValue;
@@ -94,12 +115,12 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && dim % 4 == 0 && chunk % 4 == 0;
   float* part_v = static_cast<float*>(parts);
   int32_t* part_i = chunks > 1 ? reinterpret_cast<int32_t*>(part_v + n * chunks) : nullptr;
-  argmax_kernel<<<rows_grid(n * chunks), kArgmaxThreads, 0, stream>>>(x, n, dim, chunk, chunks, vec, out, part_v,
-                                                                      part_i);
+  launch_k(stream, argmax_kernel, rows_grid(n * chunks), kArgmaxThreads, 0, x, n, dim, chunk, chunks, vec, out, part_v,
+           part_i);
   if (chunks > 1) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    argmax_parts_kernel<<<blocks_for(n * 32, kThreads), kThreads, 0, stream>>>(n, chunks, part_v, part_i, out);
+    launch_k(stream, argmax_parts_kernel, blocks_for(n * 32, kThreads), kThreads, 0, n, chunks, part_v, part_i, out);
   }
   return cudaGetLastError();
 }
@@ -115,7 +136,7 @@ int gemv_split(int64_t k) {
 
 template <typename T, bool SWIGLU>
 cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool vec, int sm_count,
-                      cudaStream_t stream) {
+                      Stream stream) {
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   const int split = gemv_split(k);
   // At most 8 blocks of 256 threads per multiprocessor (one wave where
@@ -125,9 +146,9 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
   const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
                                                     8 * (int64_t)std::max(sm_count, 1));
   switch (n) {
-#define CLADE_GEMV_CASE(R) \
-  case R:                  \
-    gemv_kernel<T, R, SWIGLU><<<grid, kGemvThreads, 0, stream>>>(a, x, k, split, vec); \
+#define CLADE_GEMV_CASE(R)                                                                  \
+  case R:                                                                                   \
+    launch_k(stream, gemv_kernel<T, R, SWIGLU>, grid, kGemvThreads, 0, a, x, k, split, vec); \
     break;
     CLADE_GEMV_CASE(1) CLADE_GEMV_CASE(2) CLADE_GEMV_CASE(3) CLADE_GEMV_CASE(4)
     CLADE_GEMV_CASE(5) CLADE_GEMV_CASE(6) CLADE_GEMV_CASE(7) CLADE_GEMV_CASE(8)
@@ -140,7 +161,7 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
 }  // namespace
 
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        int sm_count, cudaStream_t stream) {
+                        int sm_count, Stream stream) {
   static_assert(kGemvMaxRows == 8, "gemv_rows instantiates 1..8 rows");
   if (n <= 0 || k <= 0) return cudaSuccess;
   if (n > kGemvMaxRows || (swiglu && a.add)) return cudaErrorInvalidValue;
@@ -148,36 +169,43 @@ cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k,
              reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
   for (int m = 0; m < 3; m++)
     if (a.rows[m] > 0) vec = vec && reinterpret_cast<uintptr_t>(a.w[m]) % 16 == 0;
+  // Under a programmatic launch the weights' L2 prefetch overlaps the
+  // kernel before.
+  GemvArgs ap = a;
+  ap.prefetch = stream.pdl ? 1 : 0;
   if (bf16)
-    return swiglu ? gemv_rows<__nv_bfloat16, true>(a, x, n, k, vec, sm_count, stream)
-                  : gemv_rows<__nv_bfloat16, false>(a, x, n, k, vec, sm_count, stream);
-  return swiglu ? gemv_rows<__half, true>(a, x, n, k, vec, sm_count, stream)
-                : gemv_rows<__half, false>(a, x, n, k, vec, sm_count, stream);
+    return swiglu ? gemv_rows<__nv_bfloat16, true>(ap, x, n, k, vec, sm_count, stream)
+                  : gemv_rows<__nv_bfloat16, false>(ap, x, n, k, vec, sm_count, stream);
+  return swiglu ? gemv_rows<__half, true>(ap, x, n, k, vec, sm_count, stream)
+                : gemv_rows<__half, false>(ap, x, n, k, vec, sm_count, stream);
 }
 
 cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
-                        const int32_t* pos, float pos_scale, const float* inv_freq, cudaStream_t stream) {
+                        const int32_t* pos, float pos_scale, const float* inv_freq, Stream stream) {
   const int64_t pairs = n * (n_heads + n_heads2) * (int64_t)(head_dim / 2);
   if (pairs <= 0) return cudaSuccess;
-  rope_kernel<<<blocks_for(pairs, kThreads), kThreads, 0, stream>>>(x, n_heads, x2, n_heads2, n, head_dim, neox, pos,
-                                                                     pos_scale, inv_freq);
+  launch_k(stream, rope_kernel, blocks_for(pairs, kThreads), kThreads, 0, x, n_heads, x2, n_heads2, n, head_dim, neox,
+           pos, pos_scale, inv_freq);
   return cudaGetLastError();
 }
 
 cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
-                            const float* k, const float* v, int64_t n, cudaStream_t stream) {
+                            const float* k, const float* v, int64_t n, Stream stream) {
   const int64_t total = n * kv_heads * (int64_t)head_dim;
   if (total <= 0) return cudaSuccess;
   const unsigned grid = blocks_for(total, kThreads);
   switch (kv_type) {
     case kKvF32:
-      kv_write_kernel<kKvF32><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      launch_k(stream, kv_write_kernel<kKvF32>, grid, kThreads, 0, kv_dst, capacity, kv_heads, head_dim, start, k, v,
+               n);
       break;
     case kKvF16:
-      kv_write_kernel<kKvF16><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      launch_k(stream, kv_write_kernel<kKvF16>, grid, kThreads, 0, kv_dst, capacity, kv_heads, head_dim, start, k, v,
+               n);
       break;
     case kKvBF16:
-      kv_write_kernel<kKvBF16><<<grid, kThreads, 0, stream>>>(kv_dst, capacity, kv_heads, head_dim, start, k, v, n);
+      launch_k(stream, kv_write_kernel<kKvBF16>, grid, kThreads, 0, kv_dst, capacity, kv_heads, head_dim, start, k, v,
+               n);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -186,7 +214,7 @@ cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_head
 }
 
 cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_n, int layer, int kv_heads,
-                                 int head_dim, const float* k, const float* v, cudaStream_t stream) {
+                                 int head_dim, const float* k, const float* v, Stream stream) {
   if (n_descs <= 0 || max_n <= 0 || kv_heads <= 0 || head_dim <= 0) return cudaSuccess;
   if (n_descs > 0x7fffffff) return cudaErrorInvalidValue;
   // Enough blocks per destination to spread a prefill's tokens; decode's
@@ -194,18 +222,18 @@ cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_
   const dim3 grid((unsigned)n_descs, (unsigned)std::min(max_n, 64));
   const int row = kv_heads * head_dim;
   const int threads = std::min(kThreads, (row + 31) / 32 * 32);
-  kv_write_many_kernel<<<grid, threads, 0, stream>>>(descs, layer, kv_heads, head_dim, k, v);
+  launch_k(stream, kv_write_many_kernel, grid, threads, 0, descs, layer, kv_heads, head_dim, k, v);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int kv_heads, int64_t n, int head_dim,
                            bool neox, const int32_t* pos, float pos_scale, const float* inv_freq,
                            const KvWriteDesc* descs, const int32_t* tok_desc, int64_t n_map, int layer,
-                           cudaStream_t stream) {
+                           Stream stream) {
   if (n <= 0 || n_heads + kv_heads <= 0 || head_dim <= 0) return cudaSuccess;
   if (head_dim % 2 != 0) return cudaErrorInvalidValue;
-  rope_kv_kernel<<<rows_grid(n), kThreads, 0, stream>>>(q, n_heads, k, v, kv_heads, n, head_dim, neox, pos,
-                                                       pos_scale, inv_freq, descs, tok_desc, n_map, layer);
+  launch_k(stream, rope_kv_kernel, rows_grid(n), kThreads, 0, q, n_heads, k, v, kv_heads, n, head_dim, neox, pos,
+           pos_scale, inv_freq, descs, tok_desc, n_map, layer);
   return cudaGetLastError();
 }
 
@@ -216,13 +244,13 @@ namespace {
 // with reg, else attention_mma_kernel.
 template <int KV, int HD>
 cudaError_t launch_mma(bool reg, const float* q, float scale, int layer, const AttnDesc* probs,
-                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, cudaStream_t stream) {
+                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
   if (reg)
-    attention_reg_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, RegSmem<HD>::bytes, stream>>>(
-        q, scale, layer, probs, units, n_units, part_o, part_lse);
+    launch_k(stream, attention_reg_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, RegSmem<HD>::bytes, q, scale, layer,
+             probs, units, n_units, part_o, part_lse);
   else
-    attention_mma_kernel<KV, HD><<<rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, stream>>>(
-        q, scale, layer, probs, units, n_units, part_o, part_lse);
+    launch_k(stream, attention_mma_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, q, scale, layer,
+             probs, units, n_units, part_o, part_lse);
   return cudaGetLastError();
 }
 
@@ -255,14 +283,14 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
                              int64_t split_rows, float* part_o, double* part_lse, bool mma_reg,
-                             cudaStream_t stream, const SideStream& side) {
+                             Stream stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (n_mma_units > 0 && !attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
   if (n_units > 0 && kv_type != kKvF32 && kv_type != kKvF16 && kv_type != kKvBF16) return cudaErrorInvalidValue;
   // Both kinds: the FP32 units on the side stream, forked here and joined
   // below whatever the launches gave (a capture must end joined).
   const bool fork = side.stream && n_units > 0 && n_mma_units > 0;
-  cudaStream_t fp32_stream = stream;
+  Stream fp32_stream = stream;
   if (fork) {
     cudaError_t e = cudaEventRecord(side.fork, stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(side.stream, side.fork, 0);
@@ -289,16 +317,16 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_units > 0 && launch_status == cudaSuccess) {
     switch (kv_type) {
       case kKvF32:
-        attention_kernel<kKvF32><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
-                                                                            n_units, part_o, part_lse);
+        launch_k(fp32_stream, attention_kernel<kKvF32>, grid, kAttnThreads, smem, q, head_dim, scale, layer, probs,
+                 units, n_units, part_o, part_lse);
         break;
       case kKvF16:
-        attention_kernel<kKvF16><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
-                                                                            n_units, part_o, part_lse);
+        launch_k(fp32_stream, attention_kernel<kKvF16>, grid, kAttnThreads, smem, q, head_dim, scale, layer, probs,
+                 units, n_units, part_o, part_lse);
         break;
       default:
-        attention_kernel<kKvBF16><<<grid, kAttnThreads, smem, fp32_stream>>>(q, head_dim, scale, layer, probs, units,
-                                                                             n_units, part_o, part_lse);
+        launch_k(fp32_stream, attention_kernel<kKvBF16>, grid, kAttnThreads, smem, q, head_dim, scale, layer, probs,
+                 units, n_units, part_o, part_lse);
         break;
     }
     launch_status = cudaGetLastError();
@@ -310,18 +338,18 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   }
   cudaError_t e = launch_status;
   if (e != cudaSuccess || n_splits <= 0 || split_rows <= 0) return e;
-  combine_kernel<<<rows_grid(split_rows), kMergeThreads, 0, stream>>>(probs, splits, split_row_begin, n_splits,
-                                                                      split_rows, part_o, part_lse, head_dim);
+  launch_k(stream, combine_kernel, rows_grid(split_rows), kMergeThreads, 0, probs, splits, split_row_begin, n_splits,
+           split_rows, part_o, part_lse, head_dim);
   return cudaGetLastError();
 }
 
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
                          const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
-                         bool bf16, cudaStream_t stream) {
+                         bool bf16, Stream stream) {
   if (n_out_rows <= 0 || head_dim <= 0) return cudaSuccess;
   if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  merge_kernel<<<rows_grid(n_out_rows), kMergeThreads, 0, stream>>>(n_out_rows, part_begin, part_rows, part_o,
-                                                                     part_lse, head_dim, out, out16, bf16);
+  launch_k(stream, merge_kernel, rows_grid(n_out_rows), kMergeThreads, 0, n_out_rows, part_begin, part_rows, part_o,
+           part_lse, head_dim, out, out16, bf16);
   return cudaGetLastError();
 }
 

@@ -36,6 +36,17 @@ constexpr int kMergeSlots = kMaxHeadDim / kMergeThreads;
 
 // ---- small helpers ----
 
+// The first statement of every kernel here (launch.h's Stream): under a
+// programmatic dependent launch, wait until the grids this one depends on
+// have completed and their memory is visible (a no-op otherwise), then let
+// the next kernel on the stream launch.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -110,6 +121,7 @@ __device__ __forceinline__ void store16(void* out16, bool bf16, int64_t i, float
 // A token outside [0, n_rows) gives a zero row rather than a wild read.
 __global__ void embed_kernel(int type, const uint8_t* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
                              const int32_t* tokens, int64_t n, float* out) {
+  pdl_enter();
   const int64_t total = n * width;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t t = i / width, c = i % width;
@@ -122,6 +134,7 @@ __global__ void embed_kernel(int type, const uint8_t* table, uint64_t row_bytes,
 // out [rows][n_in].
 __global__ void dequant_rows_f16_kernel(int type, const uint8_t* w, uint64_t row_bytes, int64_t o0, int64_t rows,
                                         int64_t n_in, __half* out) {
+  pdl_enter();
   const int64_t total = rows * n_in;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t r = i / n_in, c = i % n_in;
@@ -130,11 +143,13 @@ __global__ void dequant_rows_f16_kernel(int type, const uint8_t* w, uint64_t row
 }
 
 __global__ void f32_to_f16_kernel(const float* x, __half* y, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     y[i] = __float2half_rn(x[i]);
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     y[i] = __float2bfloat16_rn(x[i]);
 }
@@ -155,6 +170,7 @@ __device__ __forceinline__ void norm_row_out(const float* xr, float ss, const fl
 // y [n][dim] = x / sqrt(mean(x^2) + eps) * weight; one block per row.
 __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
                                void* y16, bool bf16) {
+  pdl_enter();
   __shared__ float shared[33];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     const float* xr = x + r * dim;
@@ -167,12 +183,14 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int64_t n, i
 
 // y [n][dim] += bias [dim]
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t n, int64_t dim) {
+  pdl_enter();
   const int64_t total = n * dim;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
     y[i] += bias[i % dim];
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     y[i] += x[i];
 }
@@ -183,6 +201,7 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 __device__ __forceinline__ float silu_mul(float g, float u) { return (g < -88.0f ? 0.0f : g / (1.0f + expf(-g))) * u; }
 
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n, void* gate16, bool bf16) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float v = silu_mul(gate[i], up[i]);
     gate[i] = v;
@@ -225,6 +244,7 @@ __device__ inline void argmax_block(float& v, int32_t& at, float* wv, int32_t* w
 // still the lowest index among its equal ones.
 __global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int64_t chunk, int n_chunks, bool vec,
                               int32_t* out, float* part_v, int32_t* part_i) {
+  pdl_enter();
   __shared__ float wv[kArgmaxThreads / 32];
   __shared__ int32_t wi[kArgmaxThreads / 32];
   const int64_t items = n * n_chunks;
@@ -258,6 +278,7 @@ __global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int64_t ch
 // out [n]: row r's pick over its n_chunks picks part_v, part_i [r *
 // n_chunks ..]; a warp per row, any grid.
 __global__ void argmax_parts_kernel(int64_t n, int n_chunks, const float* part_v, const int32_t* part_i, int32_t* out) {
+  pdl_enter();
   const int lane = threadIdx.x % 32;
   const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
   for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < n; r += warps) {
@@ -344,6 +365,31 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
                                                            bool vec) {
   __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R], red[33];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per_block = kGemvThreads / 32 / split;  // output rows per block
+  const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
+  // Warp `warp` takes slice warp % split of row base + warp / split; the
+  // slices are multiples of 8 elements.
+  const int64_t slice = ((k + split - 1) / split + 7) / 8 * 8;
+  const int s = warp % split;
+  const int64_t i_begin = s * slice, i_end = min(k, i_begin + slice);
+  if (a.prefetch) {
+    // The slices of the block's first rows into L2, 128 bytes a lane, while
+    // the kernel before this one ends (the weights are constant).
+    const int64_t g = (int64_t)blockIdx.x * per_block + warp / split;
+    if (g < total) {
+      int64_t o = g;
+      int m = 0;
+      if (!SWIGLU) gemv_locate(a, o, m);
+      const T* w0 = static_cast<const T*>(m == 0 ? a.w[0] : m == 1 ? a.w[1] : a.w[2]) + o * k;
+      const T* w1 = SWIGLU ? static_cast<const T*>(a.w[1]) + o * k : nullptr;
+      constexpr int kLine = 128 / (int)sizeof(T);
+      for (int64_t i = i_begin + (int64_t)lane * kLine; i < i_end; i += 32 * kLine) {
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(w0 + i)));
+        if (SWIGLU) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(w1 + i)));
+      }
+    }
+  }
+  pdl_enter();
   // With a norm: each row's 1 / rms as rmsnorm_kernel has it (the same
   // sum in the same order: blocks of 256 threads, block_sum).
   const float* nw = a.norm;
@@ -357,13 +403,6 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
       inv[r] = 1.0f / sqrtf(block_sum(ss, red) / (float)k + a.eps);
     }
   }
-  const int per_block = kGemvThreads / 32 / split;  // output rows per block
-  const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
-  // Warp `warp` takes slice warp % split of row base + warp / split; the
-  // slices are multiples of 8 elements.
-  const int64_t slice = ((k + split - 1) / split + 7) / 8 * 8;
-  const int s = warp % split;
-  const int64_t i_begin = s * slice, i_end = min(k, i_begin + slice);
   for (int64_t base = (int64_t)blockIdx.x * per_block; base < total; base += (int64_t)gridDim.x * per_block) {
     const int64_t g = base + warp / split;
     float acc[R], acc_u[R];  // (acc_u: SWIGLU's up rows)
@@ -449,6 +488,7 @@ __device__ __forceinline__ void rope_pair(float* v, int32_t pos, float pos_scale
 
 __global__ void rope_kernel(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
                             const int32_t* pos, float pos_scale, const float* inv_freq) {
+  pdl_enter();
   const int half = head_dim / 2, heads = n_heads + n_heads2;
   const int64_t total = n * heads * (int64_t)half;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -487,6 +527,7 @@ __device__ __forceinline__ void store_kv(int type, void* span, int64_t ko, int64
 template <int KV>
 __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int head_dim, int start, const float* k,
                                 const float* v, int64_t n) {
+  pdl_enter();
   const int64_t total = n * kv_heads * (int64_t)head_dim;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t d = i % head_dim, th = i / head_dim;
@@ -503,6 +544,7 @@ __global__ void kv_write_kernel(void* kv_dst, int capacity, int kv_heads, int he
 // across its threads).
 __global__ void kv_write_many_kernel(const KvWriteDesc* descs, int layer, int kv_heads, int head_dim, const float* k,
                                      const float* v) {
+  pdl_enter();
   const KvWriteDesc D = descs[blockIdx.x];
   const int64_t row = (int64_t)kv_heads * head_dim;
   char* span = static_cast<char*>(D.kv) + (int64_t)layer * D.layer_stride;
@@ -529,6 +571,7 @@ __global__ void rope_kv_kernel(float* q, int n_heads, float* k, const float* v, 
                                int head_dim, bool neox, const int32_t* pos, float pos_scale,
                                const float* inv_freq, const KvWriteDesc* descs, const int32_t* tok_desc,
                                int64_t n_map, int layer) {
+  pdl_enter();
   const int half = head_dim / 2, pairs = (n_heads + kv_heads) * half, vel = kv_heads * head_dim;
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
     const int di = t < n_map ? tok_desc[t] : -1;
@@ -620,6 +663,7 @@ template <int KV>
 __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const float* q, int head_dim, float scale, int layer,
                                                                 const AttnDesc* probs, const AttnUnit* units,
                                                                 int n_units, float* part_o, double* part_lse) {
+  pdl_enter();
   extern __shared__ float smem[];
   const int hd = head_dim, tk = attn_tile_keys(hd), ld = hd + 1;
   float* qs = smem;                              // [kAttnRowGroup][hd], scaled queries
@@ -816,6 +860,7 @@ template <int KV, int HD>
 __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
                                                                     int n_units, float* part_o, double* part_lse) {
+  pdl_enter();
   namespace wmma = nvcuda::wmma;
   using T = typename std::conditional<KV == kKvF16, __half, __nv_bfloat16>::type;
   using L = MmaSmem<HD>;
@@ -1095,6 +1140,7 @@ template <int KV, int HD>
 __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
                                                                     int n_units, float* part_o, double* part_lse) {
+  pdl_enter();
   using T = typename std::conditional<KV == kKvF16, __half, __nv_bfloat16>::type;
   using L = RegSmem<HD>;
   extern __shared__ __align__(128) unsigned char reg_smem[];
@@ -1374,6 +1420,7 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
                                                                const int64_t* row_begin, int n_splits,
                                                                int64_t total_rows, const float* part_o,
                                                                const double* part_lse, int head_dim) {
+  pdl_enter();
   __shared__ MergeShared sh;
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < total_rows; b += gridDim.x) {
@@ -1406,6 +1453,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows
                                                              const int32_t* part_rows, const float* part_o,
                                                              const double* part_lse, int head_dim, float* out,
                                                              void* out16, bool bf16) {
+  pdl_enter();
   __shared__ MergeShared sh;
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < n_out_rows; r += gridDim.x) {

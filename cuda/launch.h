@@ -18,6 +18,21 @@ namespace cuda {
 // Largest head dimension the attention kernel handles (as the CPU backend).
 constexpr int kMaxHeadDim = 256;
 
+// The stream a launcher enqueues its kernels on, and whether they may be
+// launched before the kernel ahead of them on the stream has ended
+// (programmatic dependent launch, compute capability 9.0 and up; the
+// caller sets pdl only there). Every kernel of kernels.cuh begins with
+// pdl_enter: it waits until the grids it depends on have completed and
+// their memory is visible before it reads or writes anything, so what
+// overlaps the previous kernel is only its launch and block setup (and
+// gemv_kernel's L2 prefetch of its weights, which nothing writes).
+struct Stream {
+  cudaStream_t s = nullptr;
+  bool pdl = false;
+  Stream(cudaStream_t stream = nullptr, bool programmatic = false) : s(stream), pdl(programmatic) {}
+  operator cudaStream_t() const { return s; }
+};
+
 // Weight type codes: TensorType's GGML numbers.
 constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeBF16 = 30;
 // KV type codes: clade_kv_type's values.
@@ -44,15 +59,15 @@ struct AttnDesc {
 // out [n][width] f32 = rows tokens[i] of table [n_rows][width] (type code,
 // row_bytes per row); a token outside [0, n_rows) gives a zero row.
 cudaError_t launch_embed(int type, const void* table, uint64_t row_bytes, int64_t n_rows, int64_t width,
-                         const int32_t* tokens, int64_t n, float* out, cudaStream_t stream);
+                         const int32_t* tokens, int64_t n, float* out, Stream stream);
 
 // out_f16 [rows][n_in] = rows [o0, o0 + rows) of weight w (Q8_0 or Q4_0,
 // row_bytes per row), widened to f16.
 cudaError_t launch_dequant_rows_f16(int type, const void* w, uint64_t row_bytes, int64_t o0, int64_t rows,
-                                    int64_t n_in, void* out_f16, cudaStream_t stream);
+                                    int64_t n_in, void* out_f16, Stream stream);
 
 // out16 [n] = x [n] narrowed to bf16 (bf16) or f16, round to nearest even.
-cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cudaStream_t stream);
+cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, Stream stream);
 
 // Three kernels whose output is the next product's input also store a
 // 16-bit copy of it for cuBLAS (out16 [same count], f16 or, with bf16,
@@ -60,16 +75,16 @@ cudaError_t launch_narrow(const float* x, int64_t n, bool bf16, void* out16, cud
 
 // y [n][dim] = x / sqrt(mean(x^2) + eps) * weight [dim]; y16: the copy
 cudaError_t launch_rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y,
-                           void* y16, bool bf16, cudaStream_t stream);
+                           void* y16, bool bf16, Stream stream);
 
 // y [n][dim] += bias [dim]
-cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
+cudaError_t launch_add_bias(float* y, const float* bias, int64_t n, int64_t dim, Stream stream);
 
 // y [n] += x [n]
-cudaError_t launch_add(float* y, const float* x, int64_t n, cudaStream_t stream);
+cudaError_t launch_add(float* y, const float* x, int64_t n, Stream stream);
 
 // gate [n] = silu(gate) * up; gate16: the copy
-cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, cudaStream_t stream);
+cudaError_t launch_swiglu(float* gate, const float* up, int64_t n, void* gate16, bool bf16, Stream stream);
 
 // out [n] = the index of each row's largest element of x [n][dim] (the
 // lowest among equal ones; NaN passed over; -1 when no element is above
@@ -83,7 +98,7 @@ inline size_t argmax_parts_bytes(int64_t n, int64_t dim, int sm_count) {
   return c > 1 ? (size_t)(n * c) * 8 : 0;
 }
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
-                          cudaStream_t stream);
+                          Stream stream);
 
 // Few-row products of 16-bit weights (gemv_kernel): y[m] [n][rows[m]] =
 // x [n][k] w[m]^T for m < count (1..3; unused entries: rows 0), w[m]
@@ -101,23 +116,24 @@ struct GemvArgs {
   int64_t rows[3];
   const float* norm;  // or null
   float eps;
-  int add;  // 0 or 1
+  int add;       // 0 or 1
+  int prefetch;  // 1: the block's first weight rows into L2 before pdl_enter (launch_gemv sets it)
 };
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        int sm_count, cudaStream_t stream);
+                        int sm_count, Stream stream);
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
 // when n_heads2 is 0) in place by pos [n] * pos_scale * inv_freq
 // [head_dim/2]; pairs (i, i + d/2) if neox, else (2i, 2i+1).
 cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,
-                        const int32_t* pos, float pos_scale, const float* inv_freq, cudaStream_t stream);
+                        const int32_t* pos, float pos_scale, const float* inv_freq, Stream stream);
 
 // Store k, v [n][kv_heads][head_dim] f32 into the span kv_dst
 // [kv_heads][2 * capacity][head_dim] (lib/backend.h's block layout) of KV
 // type kv_type at positions start .. start + n - 1 (the caller checks they
 // fit).
 cudaError_t launch_kv_write(int kv_type, void* kv_dst, int capacity, int kv_heads, int head_dim, int start,
-                            const float* k, const float* v, int64_t n, cudaStream_t stream);
+                            const float* k, const float* v, int64_t n, Stream stream);
 
 // One sequence's destination in a batched KV write (lib/backend.h's
 // KvDest, the same layout; cuda_backend.cpp checks it).
@@ -133,7 +149,7 @@ struct KvWriteDesc {
 // positions start.. of its span (kv + layer * layer_stride). max_n: the
 // largest n (the grid's second dimension covers it).
 cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_n, int layer, int kv_heads,
-                                 int head_dim, const float* k, const float* v, cudaStream_t stream);
+                                 int head_dim, const float* k, const float* v, Stream stream);
 
 // launch_rope of q and k (heads of head_dim, even), then
 // launch_kv_write_many of k and v, in one launch: token
@@ -142,7 +158,7 @@ cudaError_t launch_kv_write_many(const KvWriteDesc* descs, int n_descs, int max_
 cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int kv_heads, int64_t n, int head_dim,
                            bool neox, const int32_t* pos, float pos_scale, const float* inv_freq,
                            const KvWriteDesc* descs, const int32_t* tok_desc, int64_t n_map, int layer,
-                           cudaStream_t stream);
+                           Stream stream);
 
 // Query rows per attention work unit (at most).
 constexpr int kAttnRowGroup = 16;
@@ -202,7 +218,7 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, bool mma_reg, cudaStream_t stream, const SideStream& side);
+                             double* part_lse, bool mma_reg, Stream stream, const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
@@ -211,7 +227,7 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
 // out16: the copy.
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
                          const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
-                         bool bf16, cudaStream_t stream);
+                         bool bf16, Stream stream);
 
 }  // namespace cuda
 }  // namespace clade
