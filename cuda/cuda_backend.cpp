@@ -284,8 +284,11 @@ class CudaBackend final : public Backend {
   // when there is one (CLADE_CUDA_MMA_FOLD=0: they keep their own).
   bool mma_fold_ = true;
   // The tensor-core units on attention_reg_kernel, accumulators in
-  // registers (CLADE_CUDA_MMA_REG=1), instead of attention_mma_kernel.
-  bool mma_reg_ = false;
+  // registers (CLADE_CUDA_MMA_REG=1), instead of attention_mma_kernel;
+  // there, CLADE_CUDA_MMA_HILO=0 takes the queries and weights as single
+  // numbers of the KV type (cuda::kMmaRegSingle).
+  bool mma_reg_ = false, mma_hilo_ = true;
+  int mma_kernel_ = cuda::kMmaWmma;
   // Kernels launched as programmatic dependent launches (CLADE_CUDA_PDL=1,
   // compute capability 9.0 and up; launch.h's Stream): each one's launch,
   // and a few-row product's L2 prefetch of its weights, overlap the end of
@@ -373,8 +376,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_SIDE", &use_side_},
                             {"CLADE_CUDA_MMA_FOLD", &mma_fold_},
                             {"CLADE_CUDA_MMA_REG", &mma_reg_},
+                            {"CLADE_CUDA_MMA_HILO", &mma_hilo_},
                             {"CLADE_CUDA_PDL", &pdl_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
+  mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
   try {
@@ -400,8 +405,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           "cudaDeviceGetAttribute");
     for (int i = 0; i < 2; i++) {
       const int hd = i ? 128 : 64;
-      mma_hd_[i] = cuda::attention_mma_smem(hd, mma_reg_) <= (size_t)smem_optin &&
-                   cuda::attention_mma_setup(hd, mma_reg_) == cudaSuccess;
+      mma_hd_[i] = cuda::attention_mma_smem(hd, mma_kernel_) <= (size_t)smem_optin &&
+                   cuda::attention_mma_setup(hd, mma_kernel_) == cudaSuccess;
       (void)cudaGetLastError();
     }
     size_t free_b = 0, total_b = 0;
@@ -1293,7 +1298,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    mma_reg_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
+                                    mma_kernel_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }

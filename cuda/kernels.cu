@@ -239,50 +239,61 @@ cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int 
 
 namespace {
 
-// One instantiation of a tensor-core kernel (its shared memory, above the
-// default 48 KiB, opted into by attention_mma_setup): attention_reg_kernel
-// with reg, else attention_mma_kernel.
+// One instantiation of a tensor-core kernel (MmaKernel; its shared
+// memory, above the default 48 KiB, opted into by attention_mma_setup).
 template <int KV, int HD>
-cudaError_t launch_mma(bool reg, const float* q, float scale, int layer, const AttnDesc* probs,
+cudaError_t launch_mma(int kind, const float* q, float scale, int layer, const AttnDesc* probs,
                        const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
-  if (reg)
-    launch_k(stream, attention_reg_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, RegSmem<HD>::bytes, q, scale, layer,
-             probs, units, n_units, part_o, part_lse);
-  else
-    launch_k(stream, attention_mma_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, q, scale, layer,
-             probs, units, n_units, part_o, part_lse);
-  return cudaGetLastError();
+  const unsigned grid = rows_grid(n_units);
+  if (kind == kMmaReg)
+    return launch_k(stream, attention_reg_kernel<KV, HD, true>, grid, kMmaThreads, RegSmem<HD>::bytes, q, scale,
+                    layer, probs, units, n_units, part_o, part_lse);
+  if (kind == kMmaRegSingle)
+    return launch_k(stream, attention_reg_kernel<KV, HD, false>, grid, kMmaThreads, RegSmem<HD>::bytes, q, scale,
+                    layer, probs, units, n_units, part_o, part_lse);
+  return launch_k(stream, attention_mma_kernel<KV, HD>, grid, kMmaThreads, MmaSmem<HD>::bytes, q, scale, layer,
+                  probs, units, n_units, part_o, part_lse);
 }
 
 template <int HD>
-cudaError_t opt_in_mma(bool reg) {
-  const void* f16 = reg ? (const void*)attention_reg_kernel<kKvF16, HD> : (const void*)attention_mma_kernel<kKvF16, HD>;
-  const void* bf16 =
-      reg ? (const void*)attention_reg_kernel<kKvBF16, HD> : (const void*)attention_mma_kernel<kKvBF16, HD>;
-  const int bytes = reg ? RegSmem<HD>::bytes : MmaSmem<HD>::bytes;
-  cudaError_t e = cudaFuncSetAttribute(f16, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(bf16, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+cudaError_t opt_in_mma(int kind) {
+  const void* f[2];
+  int bytes = RegSmem<HD>::bytes;
+  if (kind == kMmaReg) {
+    f[0] = (const void*)attention_reg_kernel<kKvF16, HD, true>;
+    f[1] = (const void*)attention_reg_kernel<kKvBF16, HD, true>;
+  } else if (kind == kMmaRegSingle) {
+    f[0] = (const void*)attention_reg_kernel<kKvF16, HD, false>;
+    f[1] = (const void*)attention_reg_kernel<kKvBF16, HD, false>;
+  } else {
+    f[0] = (const void*)attention_mma_kernel<kKvF16, HD>;
+    f[1] = (const void*)attention_mma_kernel<kKvBF16, HD>;
+    bytes = MmaSmem<HD>::bytes;
+  }
+  cudaError_t e = cudaFuncSetAttribute(f[0], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(f[1], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   return e;
 }
 
 }  // namespace
 
-size_t attention_mma_smem(int head_dim, bool reg) {
+size_t attention_mma_smem(int head_dim, int mma_kernel) {
+  const bool reg = mma_kernel != kMmaWmma;
   if (head_dim == 64) return (size_t)(reg ? RegSmem<64>::bytes : MmaSmem<64>::bytes);
   if (head_dim == 128) return (size_t)(reg ? RegSmem<128>::bytes : MmaSmem<128>::bytes);
   return 0;
 }
 
-cudaError_t attention_mma_setup(int head_dim, bool reg) {
-  if (head_dim == 64) return opt_in_mma<64>(reg);
-  if (head_dim == 128) return opt_in_mma<128>(reg);
+cudaError_t attention_mma_setup(int head_dim, int mma_kernel) {
+  if (head_dim == 64) return opt_in_mma<64>(mma_kernel);
+  if (head_dim == 128) return opt_in_mma<128>(mma_kernel);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
-                             int64_t split_rows, float* part_o, double* part_lse, bool mma_reg,
+                             int64_t split_rows, float* part_o, double* part_lse, int mma_kernel,
                              Stream stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (n_mma_units > 0 && !attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
@@ -301,14 +312,14 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                   part_lse, stream)
-                         : launch_mma<kKvF16, 128>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                         : launch_mma<kKvF16, 128>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                    part_lse, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                    part_lse, stream)
-                         : launch_mma<kKvBF16, 128>(mma_reg, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                         : launch_mma<kKvBF16, 128>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                     part_lse, stream);
     launch_status = e;
   }

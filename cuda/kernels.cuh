@@ -1050,6 +1050,10 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 // 8): b0 = (c..c+1, g), b1 = (c+8..c+9, g); C (16 x 8, f32): c0, c1 =
 // (g, c..c+1), c2, c3 = (g + 8, c..c+1). The lower index of a pair is the
 // lower half of its register.
+// Without HILO the queries and weights are single numbers of the KV type,
+// as FlashAttention has them: half the products, and the scores' and
+// outputs' errors of an 11-bit (F16) or 8-bit (BF16) significand
+// (test_cuda states the bound).
 // Compute capability 8.0 and up (cp.async, ldmatrix, bf16 mma.sync).
 template <int HD>
 struct RegSmem {
@@ -1136,7 +1140,7 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
   return hu;
 }
 
-template <int KV, int HD>
+template <int KV, int HD, bool HILO>
 __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
                                                                     int n_units, float* part_o, double* part_lse) {
@@ -1173,7 +1177,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
     // The lane's two rows: g and g + 8 of the warp's (h = 0, 1); their
     // limits and masks are read from shared memory where they are used.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    uint32_t qh[kSteps][4], ql[kSteps][4];
+    uint32_t qh[kSteps][4], ql[HILO ? kSteps : 1][4];
     float o[kOutTiles][4];
 #pragma unroll
     for (int t = 0; t < kOutTiles; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
@@ -1191,7 +1195,9 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
           const float* qr = qrow[i & 1];
           const int d = 16 * s + c2 + 8 * (i >> 1);
           const float x0 = qr ? qr[d] * scale : 0.0f, x1 = qr ? qr[d + 1] * scale : 0.0f;
-          qh[s][i] = split_pair<T>(x0, x1, ql[s][i]);
+          uint32_t lo;
+          qh[s][i] = split_pair<T>(x0, x1, lo);
+          if constexpr (HILO) ql[s][i] = lo;
         }
     }
 
@@ -1232,9 +1238,11 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
             uint32_t b[4];
             ldsm_x4(ks + (uint32_t)((8 * t + (lane & 7)) * L::ld + 32 * p + (lane >> 3) * 8) * 2, b);
             mma16816<T>(s[t], qh[2 * p], b[0], b[1]);
-            mma16816<T>(s[t], ql[2 * p], b[0], b[1]);
             mma16816<T>(s[t], qh[2 * p + 1], b[2], b[3]);
-            mma16816<T>(s[t], ql[2 * p + 1], b[2], b[3]);
+            if constexpr (HILO) {
+              mma16816<T>(s[t], ql[2 * p], b[0], b[1]);
+              mma16816<T>(s[t], ql[2 * p + 1], b[2], b[3]);
+            }
           }
         }
         // Online softmax of the lane's two rows: element e of tile t is
@@ -1296,9 +1304,11 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
                                           (lane >> 4) * 8) * 2,
                           b);
             mma16816<T>(o[2 * d], ph, b[0], b[1]);
-            mma16816<T>(o[2 * d], pl, b[0], b[1]);
             mma16816<T>(o[2 * d + 1], ph, b[2], b[3]);
-            mma16816<T>(o[2 * d + 1], pl, b[2], b[3]);
+            if constexpr (HILO) {
+              mma16816<T>(o[2 * d], pl, b[0], b[1]);
+              mma16816<T>(o[2 * d + 1], pl, b[2], b[3]);
+            }
           }
         }
       }

@@ -169,13 +169,19 @@ constexpr int kAttnRowsMma = 64;
 inline bool attention_mma_supported(int kv_type, int head_dim) {
   return (kv_type == kKvF16 || kv_type == kKvBF16) && (head_dim == 64 || head_dim == 128);
 }
-// The dynamic shared memory per block of its kernel at a head dimension
-// (attention_reg_kernel with reg, else attention_mma_kernel; 0: not taken),
-// and the opt-in above the default 48 KiB for the current device (once per
-// device, head dimension and kernel, before the first launch; it fails
-// where the device's per-block limit is below attention_mma_smem).
-size_t attention_mma_smem(int head_dim, bool reg);
-cudaError_t attention_mma_setup(int head_dim, bool reg);
+// Its kernels, one chosen per backend: attention_mma_kernel (wmma, scores
+// and weights through shared memory), attention_reg_kernel (accumulators
+// in registers), both with queries and weights split hi + lo into two
+// numbers of the KV type; or attention_reg_kernel with single numbers
+// (half the products, the precision of the KV type's significand).
+enum MmaKernel { kMmaWmma = 0, kMmaReg = 1, kMmaRegSingle = 2 };
+// The dynamic shared memory per block of a kernel at a head dimension (0:
+// not taken), and its opt-in above the default 48 KiB for the current
+// device (once per device, head dimension and kernel, before the first
+// launch; it fails where the device's per-block limit is below
+// attention_mma_smem).
+size_t attention_mma_smem(int head_dim, int mma_kernel);
+cudaError_t attention_mma_setup(int head_dim, int mma_kernel);
 
 // A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
 // against keys [c0, c1) (the host starts chunks at KV block boundaries).
@@ -210,15 +216,13 @@ struct SideStream {
 // part_lse. Each problem's KV is its layer's: kv + layer * layer_stride.
 // Query row r of a problem is q + rows[r] * head_dim, scaled by
 // `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
-// sees no key). head_dim in 1 .. kMaxHeadDim. mma_reg: the tensor-core
-// units run on attention_reg_kernel (accumulators in registers), else on
-// attention_mma_kernel (wmma, through shared memory); same units, same
-// results within rounding.
+// sees no key). head_dim in 1 .. kMaxHeadDim. mma_kernel: the kernel of
+// the tensor-core units (MmaKernel).
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, bool mma_reg, Stream stream, const SideStream& side);
+                             double* part_lse, int mma_kernel, Stream stream, const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
