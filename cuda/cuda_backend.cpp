@@ -289,6 +289,9 @@ class CudaBackend final : public Backend {
   // numbers of the KV type (cuda::kMmaRegSingle).
   bool mma_reg_ = false, mma_hilo_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
+  // Rows per tensor-core unit: kAttnRowsMma, or with the register kernel
+  // CLADE_CUDA_MMA_ROWS=128 (cuda::kAttnRowsMmaMax).
+  int32_t mma_rows_ = cuda::kAttnRowsMma;
   // Kernels launched as programmatic dependent launches (CLADE_CUDA_PDL=1,
   // compute capability 9.0 and up; launch.h's Stream): each one's launch,
   // and a few-row product's L2 prefetch of its weights, overlap the end of
@@ -368,7 +371,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     const long v = std::strtol(e, &end, 10);
     if (end != e && !*end && v >= lo && v <= hi) out = (int32_t)v;
   };
-  env_int("CLADE_CUDA_MMA_MIN_ROWS", 1, cuda::kAttnRowsMma, mma_min_rows_);
+  env_int("CLADE_CUDA_MMA_MIN_ROWS", 1, cuda::kAttnRowsMmaMax, mma_min_rows_);
   env_int("CLADE_CUDA_MMA_MIN_KEYS", 0, INT32_MAX, mma_min_keys_);
   env_int("CLADE_CUDA_UNITS_PER_SM", 1, 64, units_per_sm_);
   env_int("CLADE_CUDA_GEMV_MAX_ROWS", 0, cuda::kGemvMaxRows, gemv_max_rows_);
@@ -380,6 +383,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_PDL", &pdl_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
+  env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
+  if (mma_kernel_ == cuda::kMmaWmma || mma_rows_ != cuda::kAttnRowsMmaMax) mma_rows_ = cuda::kAttnRowsMma;
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
   try {
@@ -405,8 +410,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
           "cudaDeviceGetAttribute");
     for (int i = 0; i < 2; i++) {
       const int hd = i ? 128 : 64;
-      mma_hd_[i] = cuda::attention_mma_smem(hd, mma_kernel_) <= (size_t)smem_optin &&
-                   cuda::attention_mma_setup(hd, mma_kernel_) == cudaSuccess;
+      const size_t smem = cuda::attention_mma_smem(hd, mma_kernel_, mma_rows_);
+      mma_hd_[i] = smem > 0 && smem <= (size_t)smem_optin &&
+                   cuda::attention_mma_setup(hd, mma_kernel_, mma_rows_) == cudaSuccess;
       (void)cudaGetLastError();
     }
     size_t free_b = 0, total_b = 0;
@@ -1174,7 +1180,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       d.len = std::max(p.len, 0);
       if (d.len > d.cap) fail(CLADE_E_INTERNAL, "cuda: attention: a problem is longer than its span");
       w.descs.push_back(d);
-      // Many rows go to the tensor cores (a unit of kAttnRowsMma rows costs
+      // Many rows go to the tensor cores (a unit of mma_rows_ rows costs
       // about what a unit of kAttnRowGroup does on the FP32 cores), and so
       // do long spans; few rows against a short span (a sequence's own
       // span) to the FP32 kernel, where they fill a unit.
@@ -1196,7 +1202,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
         std::fill(w.use_mma.begin(), w.use_mma.end(), (uint8_t)1);
     }
     for (size_t i = 0; i < w.descs.size(); i++) {
-      const int32_t group = w.use_mma[i] ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
+      const int32_t group = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
       group_keys += (w.descs[i].n_rows + group - 1) / group * (int64_t)w.descs[i].len;
     }
     if (w.descs.empty()) continue;
@@ -1233,7 +1239,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
         w.split_begin.push_back(w.split_begin.back() + d.n_rows);
         part_rows += (int64_t)split * d.n_rows;
       }
-      const int32_t group = w.use_mma[i] ? cuda::kAttnRowsMma : cuda::kAttnRowGroup;
+      const int32_t group = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
       std::vector<AttnUnit>& out = w.use_mma[i] ? w.mma_units : w.units;
       for (int32_t r0 = 0; r0 < d.n_rows; r0 += group) {
         const int32_t nr = std::min(group, d.n_rows - r0);
@@ -1298,7 +1304,7 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.n_splits, st.split_rows,
                                     st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
-                                    mma_kernel_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
+                                    mma_kernel_, mma_rows_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }

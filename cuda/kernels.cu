@@ -239,64 +239,80 @@ cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int 
 
 namespace {
 
-// One instantiation of a tensor-core kernel (MmaKernel; its shared
-// memory, above the default 48 KiB, opted into by attention_mma_setup).
-template <int KV, int HD>
-cudaError_t launch_mma(int kind, const float* q, float scale, int layer, const AttnDesc* probs,
+// One instantiation of a tensor-core kernel (MmaKernel, rows per unit;
+// its shared memory, above the default 48 KiB, opted into by
+// attention_mma_setup).
+template <int KV, int HD, bool HILO>
+cudaError_t launch_reg(int rows, const float* q, float scale, int layer, const AttnDesc* probs,
                        const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
   const unsigned grid = rows_grid(n_units);
-  if (kind == kMmaReg)
-    return launch_k(stream, attention_reg_kernel<KV, HD, true>, grid, kMmaThreads, RegSmem<HD>::bytes, q, scale,
+  if (rows == 128)
+    return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 128>, grid, 256, RegSmem<HD, 128>::bytes, q, scale,
                     layer, probs, units, n_units, part_o, part_lse);
-  if (kind == kMmaRegSingle)
-    return launch_k(stream, attention_reg_kernel<KV, HD, false>, grid, kMmaThreads, RegSmem<HD>::bytes, q, scale,
-                    layer, probs, units, n_units, part_o, part_lse);
-  return launch_k(stream, attention_mma_kernel<KV, HD>, grid, kMmaThreads, MmaSmem<HD>::bytes, q, scale, layer,
+  return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 64>, grid, 128, RegSmem<HD, 64>::bytes, q, scale, layer,
                   probs, units, n_units, part_o, part_lse);
 }
 
-template <int HD>
-cudaError_t opt_in_mma(int kind) {
-  const void* f[2];
-  int bytes = RegSmem<HD>::bytes;
-  if (kind == kMmaReg) {
-    f[0] = (const void*)attention_reg_kernel<kKvF16, HD, true>;
-    f[1] = (const void*)attention_reg_kernel<kKvBF16, HD, true>;
-  } else if (kind == kMmaRegSingle) {
-    f[0] = (const void*)attention_reg_kernel<kKvF16, HD, false>;
-    f[1] = (const void*)attention_reg_kernel<kKvBF16, HD, false>;
-  } else {
-    f[0] = (const void*)attention_mma_kernel<kKvF16, HD>;
-    f[1] = (const void*)attention_mma_kernel<kKvBF16, HD>;
-    bytes = MmaSmem<HD>::bytes;
-  }
-  cudaError_t e = cudaFuncSetAttribute(f[0], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(f[1], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+template <int KV, int HD>
+cudaError_t launch_mma(int kind, int rows, const float* q, float scale, int layer, const AttnDesc* probs,
+                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
+  if (kind == kMmaReg)
+    return launch_reg<KV, HD, true>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, stream);
+  if (kind == kMmaRegSingle)
+    return launch_reg<KV, HD, false>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, stream);
+  return launch_k(stream, attention_mma_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, q,
+                  scale, layer, probs, units, n_units, part_o, part_lse);
+}
+
+template <int HD, int ROWS>
+cudaError_t opt_in_reg(bool hilo) {
+  const void* f[2] = {hilo ? (const void*)attention_reg_kernel<kKvF16, HD, true, ROWS>
+                           : (const void*)attention_reg_kernel<kKvF16, HD, false, ROWS>,
+                      hilo ? (const void*)attention_reg_kernel<kKvBF16, HD, true, ROWS>
+                           : (const void*)attention_reg_kernel<kKvBF16, HD, false, ROWS>};
+  cudaError_t e = cudaSuccess;
+  for (const void* k : f)
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, RegSmem<HD, ROWS>::bytes);
   return e;
+}
+
+template <int HD>
+cudaError_t opt_in_mma(int kind, int rows) {
+  if (kind != kMmaWmma) return rows == 128 ? opt_in_reg<HD, 128>(kind == kMmaReg) : opt_in_reg<HD, 64>(kind == kMmaReg);
+  cudaError_t e = cudaSuccess;
+  for (const void* k : {(const void*)attention_mma_kernel<kKvF16, HD>, (const void*)attention_mma_kernel<kKvBF16, HD>})
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaSmem<HD>::bytes);
+  return e;
+}
+
+bool mma_choice_valid(int head_dim, int kind, int rows) {
+  return (head_dim == 64 || head_dim == 128) && (kind == kMmaWmma || kind == kMmaReg || kind == kMmaRegSingle) &&
+         (rows == 64 || (rows == 128 && kind != kMmaWmma));
 }
 
 }  // namespace
 
-size_t attention_mma_smem(int head_dim, int mma_kernel) {
-  const bool reg = mma_kernel != kMmaWmma;
-  if (head_dim == 64) return (size_t)(reg ? RegSmem<64>::bytes : MmaSmem<64>::bytes);
-  if (head_dim == 128) return (size_t)(reg ? RegSmem<128>::bytes : MmaSmem<128>::bytes);
-  return 0;
+size_t attention_mma_smem(int head_dim, int mma_kernel, int rows) {
+  if (!mma_choice_valid(head_dim, mma_kernel, rows)) return 0;
+  if (mma_kernel == kMmaWmma) return head_dim == 64 ? MmaSmem<64>::bytes : MmaSmem<128>::bytes;
+  if (rows == 128) return head_dim == 64 ? RegSmem<64, 128>::bytes : RegSmem<128, 128>::bytes;
+  return head_dim == 64 ? RegSmem<64, 64>::bytes : RegSmem<128, 64>::bytes;
 }
 
-cudaError_t attention_mma_setup(int head_dim, int mma_kernel) {
-  if (head_dim == 64) return opt_in_mma<64>(mma_kernel);
-  if (head_dim == 128) return opt_in_mma<128>(mma_kernel);
-  return cudaErrorInvalidValue;
+cudaError_t attention_mma_setup(int head_dim, int mma_kernel, int rows) {
+  if (!mma_choice_valid(head_dim, mma_kernel, rows)) return cudaErrorInvalidValue;
+  return head_dim == 64 ? opt_in_mma<64>(mma_kernel, rows) : opt_in_mma<128>(mma_kernel, rows);
 }
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
-                             int64_t split_rows, float* part_o, double* part_lse, int mma_kernel,
+                             int64_t split_rows, float* part_o, double* part_lse, int mma_kernel, int mma_rows,
                              Stream stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  if (n_mma_units > 0 && !attention_mma_supported(kv_type, head_dim)) return cudaErrorInvalidValue;
+  if (n_mma_units > 0 && (!attention_mma_supported(kv_type, head_dim) || !mma_choice_valid(head_dim, mma_kernel, mma_rows)))
+    return cudaErrorInvalidValue;
   if (n_units > 0 && kv_type != kKvF32 && kv_type != kKvF16 && kv_type != kKvBF16) return cudaErrorInvalidValue;
   // Both kinds: the FP32 units on the side stream, forked here and joined
   // below whatever the launches gave (a capture must end joined).
@@ -312,14 +328,14 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                   part_lse, stream)
-                         : launch_mma<kKvF16, 128>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                    part_lse, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                    part_lse, stream)
-                         : launch_mma<kKvBF16, 128>(mma_kernel, q, scale, layer, probs, mma_units, n_mma_units, part_o,
+                         : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
                                                     part_lse, stream);
     launch_status = e;
   }

@@ -1050,19 +1050,21 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 // 8): b0 = (c..c+1, g), b1 = (c+8..c+9, g); C (16 x 8, f32): c0, c1 =
 // (g, c..c+1), c2, c3 = (g + 8, c..c+1). The lower index of a pair is the
 // lower half of its register.
-// Without HILO the queries and weights are single numbers of the KV type,
+// ROWS (64 or 128, a warp per 16) is the unit's most rows: the host's row
+// groups (launch.h). Without HILO the queries and weights are single
+// numbers of the KV type,
 // as FlashAttention has them: half the products, and the scores' and
 // outputs' errors of an 11-bit (F16) or 8-bit (BF16) significand
 // (test_cuda states the bound).
 // Compute capability 8.0 and up (cp.async, ldmatrix, bf16 mma.sync).
-template <int HD>
+template <int HD, int ROWS>
 struct RegSmem {
   static constexpr int ld = HD + 8;               // 16-bit elements per K or V row: rows 16 bytes apart
                                                   // modulo 128, so ldmatrix's 8 rows hit distinct banks
   static constexpr int tile = kMmaKeys * ld * 2;  // bytes of a K (or V) tile; stage s: K at 2 s tile, V after
   static constexpr int mask = 4 * tile;           // uint64 per row, then ints per row, then the end slot
-  static constexpr int lim = mask + kAttnRowsMma * 8;
-  static constexpr int end_key = lim + kAttnRowsMma * 4;
+  static constexpr int lim = mask + ROWS * 8;
+  static constexpr int end_key = lim + ROWS * 4;
   static constexpr int bytes = end_key + 16;
   static_assert(tile % 128 == 0 && (ld * 2) % 16 == 0, "16-byte aligned rows for cp.async and ldmatrix");
 };
@@ -1140,13 +1142,14 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
   return hu;
 }
 
-template <int KV, int HD, bool HILO>
-__global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float* q, float scale, int layer,
+template <int KV, int HD, bool HILO, int ROWS>
+__global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
                                                                     int n_units, float* part_o, double* part_lse) {
   pdl_enter();
   using T = typename std::conditional<KV == kKvF16, __half, __nv_bfloat16>::type;
-  using L = RegSmem<HD>;
+  using L = RegSmem<HD, ROWS>;
+  constexpr int kThreads = ROWS * 2;  // a warp per 16 rows
   extern __shared__ __align__(128) unsigned char reg_smem[];
   uint64_t* msk = reinterpret_cast<uint64_t*>(reg_smem + L::mask);
   int* lim = reinterpret_cast<int*>(reg_smem + L::lim);
@@ -1159,14 +1162,14 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
   constexpr int kKeyTiles = kMmaKeys / 8;  // n tiles of S
   constexpr int kOutTiles = HD / 8;   // n tiles of O
   constexpr int kPieces = kMmaKeys * (HD / 8);  // 16-byte pieces of a K (or V) tile
-  static_assert(kPieces % kMmaThreads == 0 && HD % 32 == 0 && kMmaKeys % 16 == 0, "whole fragments and pieces");
+  static_assert(kPieces % kThreads == 0 && HD % 32 == 0 && kMmaKeys % 16 == 0, "whole fragments and pieces");
 
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const AttnUnit U = units[u];
     const AttnDesc P = probs[U.p];
     const T* kv = reinterpret_cast<const T*>(static_cast<const char*>(P.kv) + (int64_t)layer * P.layer_stride);
     const int nr = U.nr;
-    if (tid < kAttnRowsMma) {
+    if (tid < ROWS) {
       const int lm = tid < nr ? (P.limit ? P.limit[U.r0 + tid] : P.len) : 0;
       lim[tid] = max(0, min(lm, P.len));
       msk[tid] = (P.mask && tid < nr) ? P.mask[U.r0 + tid] : ~0ull;
@@ -1206,8 +1209,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_reg_kernel(const float*
     auto load_tile = [&](int t0, int st) {
       const uint32_t kdst = base + st * 2 * L::tile, vdst = kdst + L::tile;
 #pragma unroll
-      for (int n = 0; n < kPieces / kMmaThreads; n++) {
-        const int i = tid + n * kMmaThreads, j = i / (HD / 8), c = (i - j * (HD / 8)) * 8;
+      for (int n = 0; n < kPieces / kThreads; n++) {
+        const int i = tid + n * kThreads, j = i / (HD / 8), c = (i - j * (HD / 8)) * 8;
         const bool in = t0 + j < end;
         const int key = in ? t0 + j : t0;  // (t0 < end: an address inside the span, not read)
         const uint32_t at = (uint32_t)(j * L::ld + c) * 2;

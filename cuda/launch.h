@@ -162,10 +162,12 @@ cudaError_t launch_rope_kv(float* q, int n_heads, float* k, const float* v, int 
 
 // Query rows per attention work unit (at most).
 constexpr int kAttnRowGroup = 16;
-// ... of the tensor-core kernel, which takes F16 and BF16 KV at head
+// ... of the tensor-core kernels, which take F16 and BF16 KV at head
 // dimensions 64 and 128 (attention_mma_supported): many rows against one
-// span, the shared node's problem.
-constexpr int kAttnRowsMma = 64;
+// span, the shared node's problem. attention_reg_kernel also takes units
+// of kAttnRowsMmaMax rows (each unit's keys are read once for twice the
+// rows).
+constexpr int kAttnRowsMma = 64, kAttnRowsMmaMax = 128;
 inline bool attention_mma_supported(int kv_type, int head_dim) {
   return (kv_type == kKvF16 || kv_type == kKvBF16) && (head_dim == 64 || head_dim == 128);
 }
@@ -175,13 +177,14 @@ inline bool attention_mma_supported(int kv_type, int head_dim) {
 // numbers of the KV type; or attention_reg_kernel with single numbers
 // (half the products, the precision of the KV type's significand).
 enum MmaKernel { kMmaWmma = 0, kMmaReg = 1, kMmaRegSingle = 2 };
-// The dynamic shared memory per block of a kernel at a head dimension (0:
-// not taken), and its opt-in above the default 48 KiB for the current
-// device (once per device, head dimension and kernel, before the first
+// The dynamic shared memory per block of a kernel at a head dimension and
+// rows per unit (kAttnRowsMma, or kAttnRowsMmaMax with kMmaReg and
+// kMmaRegSingle; 0: not taken), and its opt-in above the default 48 KiB
+// for the current device (once per device and choice, before the first
 // launch; it fails where the device's per-block limit is below
 // attention_mma_smem).
-size_t attention_mma_smem(int head_dim, int mma_kernel);
-cudaError_t attention_mma_setup(int head_dim, int mma_kernel);
+size_t attention_mma_smem(int head_dim, int mma_kernel, int rows);
+cudaError_t attention_mma_setup(int head_dim, int mma_kernel, int rows);
 
 // A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
 // against keys [c0, c1) (the host starts chunks at KV block boundaries).
@@ -209,20 +212,21 @@ struct SideStream {
 
 // Attention of every row of the problems probs [n_probs] (device memory)
 // through the work units [n_units] (up to kAttnRowGroup rows each) and
-// mma_units [n_mma_units] (up to kAttnRowsMma rows each, on the tensor
+// mma_units [n_mma_units] (up to mma_rows rows each, on the tensor
 // cores; only where attention_mma_supported), then the combination of the split
 // problems [n_splits] (split_row_begin [n_splits + 1]: prefix sum of their
 // n_rows, split_rows its last entry) from part_o [.][head_dim] and
 // part_lse. Each problem's KV is its layer's: kv + layer * layer_stride.
 // Query row r of a problem is q + rows[r] * head_dim, scaled by
 // `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
-// sees no key). head_dim in 1 .. kMaxHeadDim. mma_kernel: the kernel of
-// the tensor-core units (MmaKernel).
+// sees no key). head_dim in 1 .. kMaxHeadDim. mma_kernel, mma_rows: the
+// kernel of the tensor-core units (MmaKernel) and their most rows.
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, int mma_kernel, Stream stream, const SideStream& side);
+                             double* part_lse, int mma_kernel, int mma_rows, Stream stream,
+                             const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights

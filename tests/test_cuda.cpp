@@ -1193,31 +1193,31 @@ int main(int argc, char** argv) {
       for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
         for (int hd : {64, 128}) test_attention(*cpu, *apart, kt, hd);
       unsetenv("CLADE_CUDA_MMA_FOLD");
-      // The tensor-core units on the other kernel (CLADE_CUDA_MMA_REG
-      // flips it; attention_reg_kernel or attention_mma_kernel): the same
-      // comparisons.
+      // The tensor-core units on the other kernels and unit sizes
+      // (attention_reg_kernel or attention_mma_kernel, whichever
+      // CLADE_CUDA_MMA_REG does not pick; the register kernel with 128-row
+      // units; with single numbers, CLADE_CUDA_MMA_HILO=0, within
+      // attn_tol's wider bound): the same comparisons.
       const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
-      setenv("CLADE_CUDA_MMA_REG", reg_env && std::strcmp(reg_env, "0") != 0 ? "0" : "1", 1);
-      std::unique_ptr<Backend> other = clade::make_cuda_backend();
-      for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
-        for (int hd : {64, 128}) {
-          test_attention(*cpu, *other, kt, hd);
-          test_attention_many_rows(*cpu, *other, kt, hd);
-          test_attention_tails(*cpu, *other, kt, hd);
-        }
-      // ... and on it with single numbers (CLADE_CUDA_MMA_HILO=0), within
-      // attn_tol's wider bound.
-      setenv("CLADE_CUDA_MMA_REG", "1", 1);
-      setenv("CLADE_CUDA_MMA_HILO", "0", 1);
-      std::unique_ptr<Backend> single = clade::make_cuda_backend();
-      g_attn_single = true;
-      for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
-        for (int hd : {64, 128}) {
-          test_attention(*cpu, *single, kt, hd);
-          test_attention_many_rows(*cpu, *single, kt, hd);
-          test_attention_tails(*cpu, *single, kt, hd);
-        }
-      g_attn_single = false;
+      const bool reg_default = reg_env && std::strcmp(reg_env, "0") != 0;
+      struct Variant {
+        const char *reg, *hilo, *rows;
+      };
+      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64"}, Variant{"1", "1", "128"},
+                               Variant{"1", "0", "64"}, Variant{"1", "0", "128"}}) {
+        setenv("CLADE_CUDA_MMA_REG", v.reg, 1);
+        setenv("CLADE_CUDA_MMA_HILO", v.hilo, 1);
+        setenv("CLADE_CUDA_MMA_ROWS", v.rows, 1);
+        std::unique_ptr<Backend> other = clade::make_cuda_backend();
+        g_attn_single = std::strcmp(v.hilo, "0") == 0;
+        for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
+          for (int hd : {64, 128}) {
+            test_attention(*cpu, *other, kt, hd);
+            test_attention_many_rows(*cpu, *other, kt, hd);
+            test_attention_tails(*cpu, *other, kt, hd);
+          }
+        g_attn_single = false;
+      }
     }
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
