@@ -188,6 +188,14 @@ class CudaBackend final : public Backend {
   friend struct CudaAttnWork;
 
   void destroy() noexcept;
+  // Whether programmatic launches work here (pdl_): CUDA 12.3 or newer
+  // (runtime and driver), kernels with pdl_enter's wait, and a probe (a
+  // copy and two dependent adds, plain and captured into a graph) gives
+  // the right sums. Called once, on stream_.
+  bool probe_pdl();
+  // A pass's recording failed: programmatic launches off if they were on
+  // (they may be what the capture refused), else graphs off.
+  void recording_failed();
   // The backend's lock, taken by every operation. While one thread
   // captures a pass, the others' operations wait here, so that none of
   // them is recorded into its graph.
@@ -428,6 +436,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     cost_.merge_per_row = 1e-9;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    pdl_ = pdl_ && probe_pdl();
     check(cudaEventCreateWithFlags(&side_.fork, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&side_.join, cudaEventDisableTiming), "cudaEventCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
@@ -446,6 +455,52 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     destroy();
     throw;
   }
+}
+
+bool CudaBackend::probe_pdl() {
+  int runtime = 0, driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess || cudaDriverGetVersion(&driver) != cudaSuccess ||
+      runtime < 12030 || driver < 12030 || !cuda::pdl_kernels()) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  float* d = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&d), 4 * sizeof(float)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  // d = {1, 2, ., .}; d[2..3] = d[0..1], then d[0..1] += d[2..3] twice:
+  // {3, 6}, once plainly and once as a replayed graph.
+  const cuda::Stream ps(stream_, true);
+  const float init[2] = {1.0f, 2.0f};
+  float got[2][2] = {{0, 0}, {0, 0}};
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  auto steps = [&] {  // (the copy from pageable memory is made before a capture)
+    cudaError_t e = cudaMemcpyAsync(d + 2, d, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream_);
+    if (e == cudaSuccess) e = cuda::launch_add(d, d + 2, 2, ps);
+    if (e == cudaSuccess) e = cuda::launch_add(d, d + 2, 2, ps);
+    return e;
+  };
+  auto reset = [&] { return cudaMemcpy(d, init, sizeof init, cudaMemcpyHostToDevice) == cudaSuccess; };
+  bool ok = reset() && steps() == cudaSuccess &&
+            cudaMemcpyAsync(got[0], d, sizeof got[0], cudaMemcpyDeviceToHost, stream_) == cudaSuccess &&
+            cudaStreamSynchronize(stream_) == cudaSuccess && reset();
+  if (ok && cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+    const cudaError_t e = steps();
+    ok = cudaStreamEndCapture(stream_, &graph) == cudaSuccess && e == cudaSuccess && graph &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaGraphLaunch(exec, stream_) == cudaSuccess &&
+         cudaMemcpyAsync(got[1], d, sizeof got[1], cudaMemcpyDeviceToHost, stream_) == cudaSuccess &&
+         cudaStreamSynchronize(stream_) == cudaSuccess;
+  } else {
+    ok = false;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaFree(d);
+  (void)cudaGetLastError();
+  for (const auto& g : got) ok = ok && g[0] == 3.0f && g[1] == 6.0f;
+  return ok;
 }
 
 void CudaBackend::destroy() noexcept {
@@ -1379,6 +1434,11 @@ Backend::PassMode CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
   return PassMode::recording;
 }
 
+void CudaBackend::recording_failed() {
+  if (pdl_) pdl_ = false;
+  else use_graphs_ = false;
+}
+
 bool CudaBackend::pass_end(bool ok) {
   auto lock = gate();
   if (capture_broken_) {  // given up on the way (no_capture): nothing of it ran
@@ -1392,10 +1452,11 @@ bool CudaBackend::pass_end(bool ok) {
   capture_cv_.notify_all();
   if (!ok || e != cudaSuccess || !graph) {
     // A recording that failed or threw (perhaps for being a recording):
-    // nothing ran, the caller runs the pass plainly, and no more recordings.
+    // nothing ran, the caller runs the pass plainly, and no more recordings
+    // (with programmatic launches on: none of those, then recordings again).
     if (graph) cudaGraphDestroy(graph);
     (void)cudaGetLastError();
-    use_graphs_ = false;
+    recording_failed();
     return false;
   }
   cudaGraphExec_t exec = nullptr;
@@ -1403,7 +1464,7 @@ bool CudaBackend::pass_end(bool ok) {
   cudaGraphDestroy(graph);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    use_graphs_ = false;
+    recording_failed();
     return false;
   }
   if (graphs_.size() >= kMaxGraphs) {  // the least recently used goes (freed once it has run)

@@ -370,6 +370,15 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   return cudaGetLastError();
 }
 
+bool pdl_kernels() {
+  cudaFuncAttributes a = {};
+  if (cudaFuncGetAttributes(&a, (const void*)add_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.ptxVersion >= 90;
+}
+
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
                          const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
                          bool bf16, Stream stream) {

@@ -39,7 +39,11 @@ constexpr int kMergeSlots = kMaxHeadDim / kMergeThreads;
 // The first statement of every kernel here (launch.h's Stream): under a
 // programmatic dependent launch, wait until the grids this one depends on
 // have completed and their memory is visible (a no-op otherwise), then let
-// the next kernel on the stream launch.
+// the next kernel on the stream launch. Nothing a kernel reads or writes
+// may be touched before it (what others write: no read-after-write; what
+// others read, such as a scratch buffer reused by the next product: no
+// write-after-read), and data an earlier kernel wrote is read with plain
+// loads, not __ldg (which the compiler may treat as invariant).
 __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -257,7 +261,7 @@ __global__ void argmax_kernel(const float* x, int64_t n, int64_t dim, int64_t ch
     if (vec) {
       const int64_t vend = c0 + (c1 - c0) / 4 * 4;
       for (int64_t k = c0 + 4 * (int64_t)threadIdx.x; k < vend; k += 4 * (int64_t)blockDim.x) {
-        const float4 e = __ldg(reinterpret_cast<const float4*>(xr + k));
+        const float4 e = *reinterpret_cast<const float4*>(xr + k);  // (plain: the kernel before wrote it)
         if (e.x > v) v = e.x, at = (int32_t)k;
         if (e.y > v) v = e.y, at = (int32_t)k + 1;
         if (e.z > v) v = e.z, at = (int32_t)k + 2;
@@ -335,8 +339,9 @@ __device__ __forceinline__ void gemv_fma8(float (&acc)[R], const float* w, const
   if (nw) na = __ldg(reinterpret_cast<const float4*>(nw + i)), nb = __ldg(reinterpret_cast<const float4*>(nw + i + 4));
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    float4 a = __ldg(reinterpret_cast<const float4*>(x + r * k + i));
-    float4 b = __ldg(reinterpret_cast<const float4*>(x + r * k + i + 4));
+    // (plain loads: x is the kernel before's output, read after pdl_enter)
+    float4 a = *reinterpret_cast<const float4*>(x + r * k + i);
+    float4 b = *reinterpret_cast<const float4*>(x + r * k + i + 4);
     if (nw) {
       const float s = inv[r];
       a = make_float4(a.x * s * na.x, a.y * s * na.y, a.z * s * na.z, a.w * s * na.w);

@@ -33,6 +33,11 @@ struct Stream {
   operator cudaStream_t() const { return s; }
 };
 
+// Whether the kernels loaded for the current device were compiled from PTX
+// 9.0 or newer, where pdl_enter waits (else it is empty, and a
+// programmatic launch would race).
+bool pdl_kernels();
+
 // Weight type codes: TensorType's GGML numbers.
 constexpr int kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ8_0 = 8, kTypeBF16 = 30;
 // KV type codes: clade_kv_type's values.
