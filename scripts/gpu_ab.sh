@@ -6,9 +6,10 @@
 #
 #   SETTING: X (the defaults) or NAME=VALUE[,NAME=VALUE...] (environment
 #   variables of the CUDA backend, README.md "CUDA backend").
-#   Cases: the GQA-4 model at batch 1 x prefix 2048 and 8192 (shared, flat,
-#   noattn) and at batch 256 x 8192 (shared, flat); the multi-head model at
-#   batch 32 x 8192 (shared, flat, noattn). The models of scripts/gpu_check.sh.
+#   Cases: the GQA-4 model at batch 1 x prefix 2048 and 8192 and at batch
+#   256 x 8192, the multi-head model at batch 32 x 8192, each shared, flat
+#   and noattn (the attention part: a mode's step less noattn's). The
+#   models of scripts/gpu_check.sh.
 #
 # Writes OUT: a header naming the GPU, the commit and the date, then per
 # setting and round a "# SETTING round R" line and bench decode's CSVs.
@@ -52,7 +53,7 @@ for round in 1 2; do
     echo "# $s round $round" >> "$out"
     run() { env "${envs[@]}" $clade bench decode "$@" "${common[@]}" >> "$out"; }
     run -m "$m4" --batch 1 --prefix 2048,8192 --mode shared,flat,noattn
-    run -m "$m4" --batch 256 --prefix 8192 --mode shared,flat
+    run -m "$m4" --batch 256 --prefix 8192 --mode shared,flat,noattn
     run -m "$m16" --batch 32 --prefix 8192 --mode shared,flat,noattn
   done
 done
