@@ -1,5 +1,6 @@
 #include "forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,15 +19,15 @@ Forward::Forward(const Model& model) : m_(model), be_(*model.backend), work_(be_
 }
 
 Forward::~Forward() {
-  for (Buf* b : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_, &argmax_,
-                 &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
+  for (Buf* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &tables_, &part_o_,
+                 &part_lse_, &inv_freq_})
     if (b->p) be_.release(b->p);
 }
 
 size_t Forward::workspace_bytes() const {
-  size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes();
-  for (const Buf* x : {&x_,   &xn_,  &q_,    &k_,      &v_,     &attn_,   &gate_,  &up_,     &logits_,   &sel_, &argmax_,
-                       &pos_, &tok_, &rows_, &limits_, &masks_, &pbegin_, &prows_, &part_o_, &part_lse_, &inv_freq_})
+  size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes() + staging_.capacity();
+  for (const Buf* x : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &tables_, &part_o_,
+                       &part_lse_, &inv_freq_})
     b += x->cap;
   return b;
 }
@@ -63,27 +64,38 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   shared_spans += (uint64_t)plan.n_shared;
   flat_spans += (uint64_t)plan.n_flat;
   const size_t n_part = plan.rows.size();
-  int32_t* tok = get<int32_t>(tok_, (size_t)T);
-  int32_t* pos = get<int32_t>(pos_, (size_t)T);
-  int32_t* rows = get<int32_t>(rows_, n_part);
-  int32_t* limits = get<int32_t>(limits_, n_part);
-  int32_t* pbegin = get<int32_t>(pbegin_, plan.part_begin.size());
-  int32_t* prows = get<int32_t>(prows_, plan.part_rows.size());
+  // The host tables, each at a multiple of 8 bytes (at least 8 each, so
+  // that none is empty), packed into staging_ and uploaded in one copy.
+  struct Table {
+    const void* src;
+    size_t bytes, at;
+  };
+  Table tables[7] = {{tokens, (size_t)T * 4, 0},
+                     {plan.pos.data(), (size_t)T * 4, 0},
+                     {plan.rows.data(), n_part * 4, 0},
+                     {plan.limits.data(), n_part * 4, 0},
+                     {plan.part_begin.data(), plan.part_begin.size() * 4, 0},
+                     {plan.part_rows.data(), plan.part_rows.size() * 4, 0},
+                     {plan.masks.data(), plan.masks.size() * 8, 0}};
+  size_t total = 0;
+  for (Table& t : tables) {
+    t.at = total;
+    total += std::max<size_t>(8, (t.bytes + 7) / 8 * 8);
+  }
+  staging_.resize(total);
+  for (const Table& t : tables)
+    if (t.bytes) std::memcpy(staging_.data() + t.at, t.src, t.bytes);
+  uint8_t* dev = get<uint8_t>(tables_, total);
+  be_.copy_to(dev, staging_.data(), total);
+  int32_t* tok = reinterpret_cast<int32_t*>(dev + tables[0].at);
+  int32_t* pos = reinterpret_cast<int32_t*>(dev + tables[1].at);
+  int32_t* rows = reinterpret_cast<int32_t*>(dev + tables[2].at);
+  int32_t* limits = reinterpret_cast<int32_t*>(dev + tables[3].at);
+  int32_t* pbegin = reinterpret_cast<int32_t*>(dev + tables[4].at);
+  int32_t* prows = reinterpret_cast<int32_t*>(dev + tables[5].at);
+  uint64_t* masks = plan.masks.empty() ? nullptr : reinterpret_cast<uint64_t*>(dev + tables[6].at);
   float* part_o = get<float>(part_o_, n_part * hd);
   double* part_lse = get<double>(part_lse_, n_part);
-  be_.copy_to(tok, tokens, (size_t)T * 4);
-  be_.copy_to(pos, plan.pos.data(), (size_t)T * 4);
-  if (n_part) {
-    be_.copy_to(rows, plan.rows.data(), n_part * 4);
-    be_.copy_to(limits, plan.limits.data(), n_part * 4);
-    be_.copy_to(prows, plan.part_rows.data(), plan.part_rows.size() * 4);
-  }
-  if (!plan.part_begin.empty()) be_.copy_to(pbegin, plan.part_begin.data(), plan.part_begin.size() * 4);
-  uint64_t* masks = nullptr;
-  if (!plan.masks.empty()) {
-    masks = get<uint64_t>(masks_, plan.masks.size());
-    be_.copy_to(masks, plan.masks.data(), plan.masks.size() * 8);
-  }
   plan.bind({rows, limits, masks, part_o, part_lse}, hd);
   const float scale = 1.0f / std::sqrt((float)hd);
   if (mode != CLADE_ATTENTION_NONE) be_.attention_prepare(*work_, hd, scale, plan.sets.data(), plan.sets.size());

@@ -61,7 +61,12 @@ class Forward {
   const Model& m_;
   Backend& be_;
   Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_, argmax_;
-  Buf pos_, tok_, rows_, limits_, masks_, pbegin_, prows_, part_o_, part_lse_, inv_freq_;
+  Buf part_o_, part_lse_, inv_freq_;
+  // A pass's host tables (tokens, positions, the plan's rows, limits,
+  // part lists and masks) in one backend buffer, uploaded from staging_
+  // in one copy (on a GPU, one transfer a step instead of six).
+  Buf tables_;
+  std::vector<uint8_t> staging_;
   std::unique_ptr<AttnWork> work_;
   std::vector<float> zero_;  // host zeros (attention NONE)
   std::vector<KvDest> kv_dests_;  // the pass's KV destinations
