@@ -274,7 +274,7 @@ class CudaBackend final : public Backend {
   bool sync_each_op_ = false;
   bool use_mma_ = true;  // the tensor-core attention kernel (CLADE_CUDA_MMA=0: off)
   // Problems of at least this many rows go to it (CLADE_CUDA_MMA_MIN_ROWS,
-  // 1..64, to measure where it starts to pay).
+  // 1..128, to measure where it starts to pay).
   int32_t mma_min_rows_ = 24;
   // ... and problems of at least this many keys whatever their rows (a
   // single sequence's span: its few rows against a long span read the KV
