@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -306,6 +307,10 @@ class CudaBackend final : public Backend {
   // the kernel before it.
   bool pdl_ = false;
   cuda::Stream launch_stream() const { return cuda::Stream(stream_, pdl_); }
+  // CLADE_CUDA_VERBOSE=1: the settings in effect (after the probes and the
+  // opt-ins) at construction, and each fallback from a failed recording,
+  // as lines on stderr that begin "clade cuda:" (for benchmark records).
+  bool verbose_ = false;
   // Work units aimed at per multiprocessor when a problem's keys are split
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
@@ -388,7 +393,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_MMA_FOLD", &mma_fold_},
                             {"CLADE_CUDA_MMA_REG", &mma_reg_},
                             {"CLADE_CUDA_MMA_HILO", &mma_hilo_},
-                            {"CLADE_CUDA_PDL", &pdl_}})
+                            {"CLADE_CUDA_PDL", &pdl_},
+                            {"CLADE_CUDA_VERBOSE", &verbose_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -436,7 +442,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     cost_.merge_per_row = 1e-9;
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    const bool pdl_asked = pdl_;
     pdl_ = pdl_ && probe_pdl();
+    if (pdl_asked && !pdl_ && verbose_) std::fprintf(stderr, "clade cuda: programmatic launches refused by the probe\n");
     check(cudaEventCreateWithFlags(&side_.fork, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&side_.join, cudaEventDisableTiming), "cudaEventCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
@@ -450,6 +458,17 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (cudaMallocHost(reinterpret_cast<void**>(&ring_), kRingBytes) != cudaSuccess) {
       (void)cudaGetLastError();
       ring_ = nullptr;
+    }
+    if (verbose_) {
+      cudaDeviceProp prop = {};
+      (void)cudaGetDeviceProperties(&prop, device_);
+      static const char* kKernels[] = {"wmma", "reg", "reg-single"};
+      std::fprintf(stderr,
+                   "clade cuda: %s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, "
+                   "128 %s; programmatic launches %s; graphs %s\n",
+                   prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_,
+                   mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off", pdl_ ? "on" : "off",
+                   use_graphs_ ? "on" : "off");
     }
   } catch (...) {
     destroy();
@@ -1435,6 +1454,9 @@ Backend::PassMode CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
 }
 
 void CudaBackend::recording_failed() {
+  if (verbose_)
+    std::fprintf(stderr, "clade cuda: a pass's recording failed: %s off\n",
+                 pdl_ ? "programmatic launches" : "graphs");
   if (pdl_) pdl_ = false;
   else use_graphs_ = false;
 }

@@ -51,10 +51,16 @@ for round in 1 2; do
     envs=()
     [ "$s" == X ] || IFS=, read -r -a envs <<< "$s"
     echo "# $s round $round" >> "$out"
-    run() { env "${envs[@]}" $clade bench decode "$@" "${common[@]}" >> "$out"; }
+    # (the backend's settings in effect and any fallback, as # lines)
+    run() {
+      env "${envs[@]}" CLADE_CUDA_VERBOSE=1 $clade bench decode "$@" "${common[@]}" >> "$out" 2> "$out.err" ||
+        { cat "$out.err" >&2; exit 1; }
+      { grep '^clade cuda:' "$out.err" || true; } | sort -u | sed 's/^/# /' >> "$out"
+    }
     run -m "$m4" --batch 1 --prefix 2048,8192 --mode shared,flat,noattn
     run -m "$m4" --batch 256 --prefix 8192 --mode shared,flat,noattn
     run -m "$m16" --batch 32 --prefix 8192 --mode shared,flat,noattn
   done
 done
+rm -f "$out.err"
 cat "$out"
