@@ -298,6 +298,10 @@ class CudaBackend final : public Backend {
   // numbers of the KV type (cuda::kMmaRegSingle).
   bool mma_reg_ = false, mma_hilo_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
+  // With the register kernel, a split group's combine runs in the group's
+  // last unit instead of a combine launch (CLADE_CUDA_FUSED_COMBINE=0: the
+  // launch).
+  bool fused_combine_ = true;
   // Rows per tensor-core unit: kAttnRowsMma, or with the register kernel
   // CLADE_CUDA_MMA_ROWS=128 (cuda::kAttnRowsMmaMax).
   int32_t mma_rows_ = cuda::kAttnRowsMma;
@@ -394,7 +398,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_MMA_REG", &mma_reg_},
                             {"CLADE_CUDA_MMA_HILO", &mma_hilo_},
                             {"CLADE_CUDA_PDL", &pdl_},
-                            {"CLADE_CUDA_VERBOSE", &verbose_}})
+                            {"CLADE_CUDA_VERBOSE", &verbose_},
+                            {"CLADE_CUDA_FUSED_COMBINE", &fused_combine_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -1099,13 +1104,14 @@ struct CudaAttnWork final : AttnWork {
     int type;
     size_t at;  // byte offset of its tables in `tables`
     int n_units, n_mma_units, n_splits;
-    int64_t split_rows;
+    int64_t split_rows;  // rows combine_kernel combines
+    int64_t part_rows;   // partial rows, theirs and the fused groups'
     size_t b_desc, b_unit, b_mma, b_split;
     size_t part_o_at, part_lse_at;  // byte offsets in `part`
   };
   explicit CudaAttnWork(CudaBackend& be) : be_(be) {}
   ~CudaAttnWork() override {
-    for (Scratch* s : {&tables, &part, &kvw})
+    for (Scratch* s : {&tables, &part, &kvw, &counters})
       if (s->p) be_.release(s->p);
   }
   CudaBackend& be_;
@@ -1113,6 +1119,9 @@ struct CudaAttnWork final : AttnWork {
   float scale = 1.0f;
   std::vector<Set> sets;
   Scratch tables, part;
+  // int counters of the row groups whose combine is fused (AttnUnit::group),
+  // zero between launches (the kernel sets each back; zeroed when grown).
+  Scratch counters;
   // The pass's KV destinations (KvWriteDesc [n_kvw]), then each token's
   // destination (int32 [n_tok], -1: none) for rope_kv_write; tok_unique:
   // no token has two.
@@ -1225,6 +1234,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
   w.sets.clear();
   w.staging.clear();
   size_t part_bytes = 0;
+  int64_t n_groups = 0;  // fused row groups over all sets: counters [n_groups]
   for (size_t si = 0; si < n_sets; si++) {
     const AttnSet& set = sets[si];
     if (!kv_type_valid(set.type)) fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
@@ -1298,6 +1308,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     w.splits.clear();
     w.split_begin.assign(1, 0);
     int64_t part_rows = 0;
+    const bool fuse = fused_combine_ && mma_kernel_ != cuda::kMmaWmma;
     for (size_t i = 0; i < w.descs.size(); i++) {
       const AttnDesc& d = w.descs[i];
       int64_t chunk = d.len;
@@ -1308,19 +1319,27 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
         split = (int32_t)((d.len + chunk - 1) / chunk);
       }
       const int64_t part_at = part_rows;
+      // A split problem's partial rows are combined by its units' last
+      // one per row group (fused: tensor-core units of the register
+      // kernel) or by combine_kernel.
+      const bool fused = split > 1 && fuse && w.use_mma[i];
       if (split > 1) {
-        w.splits.push_back(AttnSplit{part_at, (int32_t)i, split});
-        w.split_begin.push_back(w.split_begin.back() + d.n_rows);
+        if (!fused) {
+          w.splits.push_back(AttnSplit{part_at, (int32_t)i, split});
+          w.split_begin.push_back(w.split_begin.back() + d.n_rows);
+        }
         part_rows += (int64_t)split * d.n_rows;
       }
-      const int32_t group = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
+      const int32_t rows = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
       std::vector<AttnUnit>& out = w.use_mma[i] ? w.mma_units : w.units;
-      for (int32_t r0 = 0; r0 < d.n_rows; r0 += group) {
-        const int32_t nr = std::min(group, d.n_rows - r0);
+      for (int32_t r0 = 0; r0 < d.n_rows; r0 += rows) {
+        const int32_t nr = std::min(rows, d.n_rows - r0);
+        const int32_t group = fused ? (int32_t)n_groups++ : -1;
         for (int32_t c = 0; c < split; c++) {
           const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
           const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
-          out.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1});
+          out.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1,
+                                 group, split, part_at});
         }
       }
     }
@@ -1336,6 +1355,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     st.n_mma_units = (int)w.mma_units.size();
     st.n_splits = (int)w.splits.size();
     st.split_rows = w.split_begin.back();
+    st.part_rows = part_rows;
     st.b_desc = w.descs.size() * sizeof(AttnDesc);
     st.b_unit = w.units.size() * sizeof(AttnUnit);
     st.b_mma = w.mma_units.size() * sizeof(AttnUnit);
@@ -1356,6 +1376,14 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     w.sets.push_back(st);
   }
   if (w.staging.empty()) return;
+  if (n_groups > (int64_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many row groups");
+  const size_t counter_bytes = (size_t)n_groups * sizeof(int);
+  if (counter_bytes > w.counters.cap) {
+    // Zeroed once when grown; each launch leaves them at zero.
+    w.grows++;
+    void* c = scratch(w.counters, counter_bytes, "attention: combine counters");
+    check(cudaMemsetAsync(c, 0, w.counters.cap, stream_), "attention: zeroing combine counters");
+  }
   if (w.staging.size() > w.tables.cap || part_bytes > w.part.cap) w.grows++;
   uint8_t* dev = static_cast<uint8_t*>(scratch(w.tables, w.staging.size(), "attention: tables"));
   if (part_bytes) scratch(w.part, part_bytes, "attention: partial rows");
@@ -1376,8 +1404,9 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     reinterpret_cast<const AttnSplit*>(splits),
                                     reinterpret_cast<const int64_t*>(splits + st.b_split),
                                     st.n_splits, st.split_rows,
-                                    st.split_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
-                                    st.split_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
+                                    st.part_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
+                                    st.part_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
+                                    static_cast<int*>(w.counters.p),
                                     mma_kernel_, mma_rows_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
@@ -1400,6 +1429,7 @@ uint64_t CudaBackend::state_key(const AttnWork& work, uint64_t key) const {
   const CudaAttnWork& w = static_cast<const CudaAttnWork&>(work);
   PassKey k{key};
   for (const void* p : {(const void*)&work, (const void*)w.tables.p, (const void*)w.part.p, (const void*)w.kvw.p,
+                        (const void*)w.counters.p,
                         (const void*)x16_.p, (const void*)w16_.p, (const void*)argmax_parts_.p})
     k.add(p);
   for (uint64_t v : {(uint64_t)w.n_kvw, (uint64_t)w.kvw_max_n, (uint64_t)w.n_tok, (uint64_t)w.tok_unique,
@@ -1412,7 +1442,8 @@ uint64_t CudaBackend::state_key(const AttnWork& work, uint64_t key) const {
   for (const CudaAttnWork::Set& st : w.sets)
     for (uint64_t v : {(uint64_t)st.type, (uint64_t)st.at, (uint64_t)st.n_units, (uint64_t)st.n_mma_units,
                        (uint64_t)st.n_splits, (uint64_t)st.split_rows, (uint64_t)st.b_desc, (uint64_t)st.b_unit,
-                       (uint64_t)st.b_mma, (uint64_t)st.b_split, (uint64_t)st.part_o_at, (uint64_t)st.part_lse_at})
+                       (uint64_t)st.b_mma, (uint64_t)st.b_split, (uint64_t)st.part_o_at, (uint64_t)st.part_lse_at,
+                       (uint64_t)st.part_rows})
       k.add(v);
   return k.h;
 }

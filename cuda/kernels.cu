@@ -244,22 +244,25 @@ namespace {
 // attention_mma_setup).
 template <int KV, int HD, bool HILO>
 cudaError_t launch_reg(int rows, const float* q, float scale, int layer, const AttnDesc* probs,
-                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
+                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, int* counters,
+                       Stream stream) {
   const unsigned grid = rows_grid(n_units);
   if (rows == 128)
     return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 128>, grid, 256, RegSmem<HD, 128>::bytes, q, scale,
-                    layer, probs, units, n_units, part_o, part_lse);
+                    layer, probs, units, n_units, part_o, part_lse, counters);
   return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 64>, grid, 128, RegSmem<HD, 64>::bytes, q, scale, layer,
-                  probs, units, n_units, part_o, part_lse);
+                  probs, units, n_units, part_o, part_lse, counters);
 }
 
 template <int KV, int HD>
 cudaError_t launch_mma(int kind, int rows, const float* q, float scale, int layer, const AttnDesc* probs,
-                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, Stream stream) {
+                       const AttnUnit* units, int n_units, float* part_o, double* part_lse, int* counters,
+                       Stream stream) {
   if (kind == kMmaReg)
-    return launch_reg<KV, HD, true>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, stream);
+    return launch_reg<KV, HD, true>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, counters, stream);
   if (kind == kMmaRegSingle)
-    return launch_reg<KV, HD, false>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, stream);
+    return launch_reg<KV, HD, false>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, counters,
+                                     stream);
   return launch_k(stream, attention_mma_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, q,
                   scale, layer, probs, units, n_units, part_o, part_lse);
 }
@@ -307,8 +310,8 @@ cudaError_t attention_mma_setup(int head_dim, int mma_kernel, int rows) {
 
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
-                             const AttnSplit* splits, const int64_t* split_row_begin, int n_splits,
-                             int64_t split_rows, float* part_o, double* part_lse, int mma_kernel, int mma_rows,
+                             const AttnSplit* splits, const int64_t* split_row_begin, int n_splits, int64_t split_rows,
+                             float* part_o, double* part_lse, int* counters, int mma_kernel, int mma_rows,
                              Stream stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (n_mma_units > 0 && (!attention_mma_supported(kv_type, head_dim) || !mma_choice_valid(head_dim, mma_kernel, mma_rows)))
@@ -328,15 +331,15 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
-                                                  part_lse, stream)
-                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
-                                                   part_lse, stream);
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+                                                  part_o, part_lse, counters, stream)
+                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+                                                   part_o, part_lse, counters, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
-                                                   part_lse, stream)
-                         : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units, part_o,
-                                                    part_lse, stream);
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+                                                   part_o, part_lse, counters, stream)
+                         : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units,
+                                                    n_mma_units, part_o, part_lse, counters, stream);
     launch_status = e;
   }
   const unsigned grid = rows_grid(std::max(n_units, 1));

@@ -1147,10 +1147,44 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
   return hu;
 }
 
+// A warp's combine of one row from its `split` partial rows (partial c at
+// row at + c * stride of part_o [.][HD] and part_lse), merge_partials'
+// arithmetic (weights exp(lse_c - max) / sum in fp64, rounded to f32, the
+// products added in order c = 0, 1, ...; its fp64 sum in another order):
+// o [HD] and *lse. The partials were written by other blocks of this grid:
+// read past L1 (__ldcg), after the caller's fence.
+template <int HD>
+__device__ __forceinline__ void merge_row_warp(int split, int64_t at, int64_t stride, const float* part_o,
+                                               const double* part_lse, float* o, double* lse) {
+  const int lane = threadIdx.x & 31;
+  double mx = -(double)INFINITY, sum = 0.0;
+  for (int c = lane; c < split; c += 32) mx = fmax(mx, __ldcg(part_lse + at + c * stride));
+  for (int off = 16; off > 0; off >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  constexpr int kPer = HD / 32;
+  float acc[kPer];
+#pragma unroll
+  for (int a = 0; a < kPer; a++) acc[a] = 0.0f;
+  if (mx != -(double)INFINITY) {
+    for (int c = lane; c < split; c += 32) sum += exp(__ldcg(part_lse + at + c * stride) - mx);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    for (int c = 0; c < split; c++) {
+      const int64_t row = at + c * stride;
+      const float w = (float)(exp(__ldcg(part_lse + row) - mx) / sum);
+      if (w > 0.0f)
+#pragma unroll
+        for (int a = 0; a < kPer; a++) acc[a] += w * __ldcg(part_o + row * HD + lane + 32 * a);
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < kPer; a++) o[lane + 32 * a] = acc[a];
+  if (lane == 0) *lse = mx == -(double)INFINITY ? mx : mx + log(sum);
+}
+
 template <int KV, int HD, bool HILO, int ROWS>
 __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
-                                                                    int n_units, float* part_o, double* part_lse) {
+                                                                    int n_units, float* part_o, double* part_lse,
+                                                                    int* counters) {
   pdl_enter();
   using T = typename std::conditional<KV == kKvF16, __half, __nv_bfloat16>::type;
   using L = RegSmem<HD, ROWS>;
@@ -1346,7 +1380,23 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
         }
       }
     }
-    __syncthreads();  // lim and the stages are rewritten by the next unit
+    if (U.group >= 0) {
+      // The combine fused: every thread's partial stores are made visible
+      // device-wide, then the group's counter counts this unit; the last
+      // of the group's units combines its rows, a warp a row.
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) end_key[1] = atomicAdd(counters + U.group, 1) == U.split - 1;
+      __syncthreads();
+      if (end_key[1]) {
+        __threadfence();
+        for (int r = warp; r < nr; r += kThreads / 32)
+          merge_row_warp<HD>(U.split, U.part_at + U.r0 + r, P.n_rows, part_o, part_lse,
+                             P.o + (int64_t)(U.r0 + r) * HD, P.lse + U.r0 + r);
+        if (tid == 0) counters[U.group] = 0;  // for the next launch
+      }
+    }
+    __syncthreads();  // lim, the stages and the flag are rewritten by the next unit
   }
 }
 

@@ -198,6 +198,14 @@ cudaError_t attention_mma_setup(int head_dim, int mma_kernel, int rows);
 struct AttnUnit {
   int64_t part;
   int32_t p, r0, nr, c0, c1;
+  // With its combine fused (attention_reg_kernel; group >= 0): the row
+  // group's counter, counters[group], which each of its `split` units
+  // increments when its partial rows are written; the last one combines
+  // the group's rows from the partials at part_at (AttnSplit's) and sets
+  // the counter back to 0. group < 0: combined by combine_kernel (a split
+  // unit) or not split.
+  int32_t group, split;
+  int64_t part_at;
 };
 // A problem whose keys were split over `split` units per row group: the
 // partial of row r for chunk c is part_at + c * n_rows + r.
@@ -226,11 +234,14 @@ struct SideStream {
 // `scale`; outputs o and lse (natural log; -inf and o = 0 for a row that
 // sees no key). head_dim in 1 .. kMaxHeadDim. mma_kernel, mma_rows: the
 // kernel of the tensor-core units (MmaKernel) and their most rows.
+// counters: device ints, zero between launches, for the units whose
+// combine is fused (AttnUnit::group; only on attention_reg_kernel), whose
+// problems are then not among the splits.
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, int mma_kernel, int mma_rows, Stream stream,
+                             double* part_lse, int* counters, int mma_kernel, int mma_rows, Stream stream,
                              const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
