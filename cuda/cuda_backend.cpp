@@ -298,10 +298,10 @@ class CudaBackend final : public Backend {
   // numbers of the KV type (cuda::kMmaRegSingle).
   bool mma_reg_ = false, mma_hilo_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
-  // With the register kernel, a split group's combine runs in the group's
-  // last unit instead of a combine launch (CLADE_CUDA_FUSED_COMBINE=0: the
-  // launch).
-  bool fused_combine_ = true;
+  // With the register kernel, a split row group of at most this many
+  // partial rows (its rows x its chunks) is combined by its last unit
+  // instead of the combine launch (CLADE_CUDA_FUSE_MAX_PARTS, 0: never).
+  int32_t fuse_max_parts_ = 256;
   // Rows per tensor-core unit: kAttnRowsMma, or with the register kernel
   // CLADE_CUDA_MMA_ROWS=128 (cuda::kAttnRowsMmaMax).
   int32_t mma_rows_ = cuda::kAttnRowsMma;
@@ -398,11 +398,11 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_MMA_REG", &mma_reg_},
                             {"CLADE_CUDA_MMA_HILO", &mma_hilo_},
                             {"CLADE_CUDA_PDL", &pdl_},
-                            {"CLADE_CUDA_VERBOSE", &verbose_},
-                            {"CLADE_CUDA_FUSED_COMBINE", &fused_combine_}})
+                            {"CLADE_CUDA_VERBOSE", &verbose_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
+  env_int("CLADE_CUDA_FUSE_MAX_PARTS", 0, INT32_MAX, fuse_max_parts_);
   if (mma_kernel_ == cuda::kMmaWmma || mma_rows_ != cuda::kAttnRowsMmaMax) mma_rows_ = cuda::kAttnRowsMma;
   const char* graphs_env = std::getenv("CLADE_CUDA_GRAPHS");
   use_graphs_ = !(graphs_env && std::strcmp(graphs_env, "0") == 0) && !sync_each_op_;
@@ -470,9 +470,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       static const char* kKernels[] = {"wmma", "reg", "reg-single"};
       std::fprintf(stderr,
                    "clade cuda: %s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, "
-                   "128 %s; programmatic launches %s; graphs %s\n",
+                   "128 %s, fused combine up to %d partial rows; programmatic launches %s; graphs %s\n",
                    prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_,
-                   mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off", pdl_ ? "on" : "off",
+                   mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
+                   mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, pdl_ ? "on" : "off",
                    use_graphs_ ? "on" : "off");
     }
   } catch (...) {
@@ -1308,7 +1309,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     w.splits.clear();
     w.split_begin.assign(1, 0);
     int64_t part_rows = 0;
-    const bool fuse = fused_combine_ && mma_kernel_ != cuda::kMmaWmma;
+    const bool fuse = mma_kernel_ != cuda::kMmaWmma;
     for (size_t i = 0; i < w.descs.size(); i++) {
       const AttnDesc& d = w.descs[i];
       int64_t chunk = d.len;
@@ -1321,8 +1322,11 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       const int64_t part_at = part_rows;
       // A split problem's partial rows are combined by its units' last
       // one per row group (fused: tensor-core units of the register
-      // kernel) or by combine_kernel.
-      const bool fused = split > 1 && fuse && w.use_mma[i];
+      // kernel, where a group has at most fuse_max_parts_ partial rows, so
+      // that its last unit's 4-8 warps do not hold the launch's end up for
+      // long) or by combine_kernel (a block a row, the whole device).
+      const bool fused = split > 1 && fuse && w.use_mma[i] &&
+                         (int64_t)std::min(mma_rows_, d.n_rows) * split <= (int64_t)fuse_max_parts_;
       if (split > 1) {
         if (!fused) {
           w.splits.push_back(AttnSplit{part_at, (int32_t)i, split});

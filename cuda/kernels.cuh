@@ -1151,8 +1151,9 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
 // row at + c * stride of part_o [.][HD] and part_lse), merge_partials'
 // arithmetic (weights exp(lse_c - max) / sum in fp64, rounded to f32, the
 // products added in order c = 0, 1, ...; its fp64 sum in another order):
-// o [HD] and *lse. The partials were written by other blocks of this grid:
-// read past L1 (__ldcg), after the caller's fence.
+// o [HD] and *lse. Lane l computes the weights of partials l, l + 32, ...
+// and passes them round. The partials were written by other blocks of
+// this grid: read past L1 (__ldcg), after the caller's fence.
 template <int HD>
 __device__ __forceinline__ void merge_row_warp(int split, int64_t at, int64_t stride, const float* part_o,
                                                const double* part_lse, float* o, double* lse) {
@@ -1167,12 +1168,18 @@ __device__ __forceinline__ void merge_row_warp(int split, int64_t at, int64_t st
   if (mx != -(double)INFINITY) {
     for (int c = lane; c < split; c += 32) sum += exp(__ldcg(part_lse + at + c * stride) - mx);
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    for (int c = 0; c < split; c++) {
-      const int64_t row = at + c * stride;
-      const float w = (float)(exp(__ldcg(part_lse + row) - mx) / sum);
-      if (w > 0.0f)
+    for (int c0 = 0; c0 < split; c0 += 32) {
+      const int c = c0 + lane;
+      const float mine = c < split ? (float)(exp(__ldcg(part_lse + at + c * stride) - mx) / sum) : 0.0f;
+      const int n = min(32, split - c0);
+      for (int j = 0; j < n; j++) {
+        const float w = __shfl_sync(0xffffffffu, mine, j);
+        if (w > 0.0f) {
+          const float* row = part_o + (at + (int64_t)(c0 + j) * stride) * HD + lane;
 #pragma unroll
-        for (int a = 0; a < kPer; a++) acc[a] += w * __ldcg(part_o + row * HD + lane + 32 * a);
+          for (int a = 0; a < kPer; a++) acc[a] += w * __ldcg(row + 32 * a);
+        }
+      }
     }
   }
 #pragma unroll
@@ -1393,7 +1400,7 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
         for (int r = warp; r < nr; r += kThreads / 32)
           merge_row_warp<HD>(U.split, U.part_at + U.r0 + r, P.n_rows, part_o, part_lse,
                              P.o + (int64_t)(U.r0 + r) * HD, P.lse + U.r0 + r);
-        if (tid == 0) counters[U.group] = 0;  // for the next launch
+        if (tid == 0) atomicExch(counters + U.group, 0);  // for the next launch
       }
     }
     __syncthreads();  // lim, the stages and the flag are rewritten by the next unit

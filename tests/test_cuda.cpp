@@ -1015,6 +1015,20 @@ void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, in
     be.attention(dq, hd, scale, type, p, 2);
     o[b] = a.get(dout, (size_t)2 * nr * hd);
     lse[b] = a.get(dlse, (size_t)2 * nr);
+    // The same problems through one prepared work, run three times (the
+    // CUDA backend reuses its combine counters from launch to launch):
+    // the same numbers each time.
+    std::unique_ptr<clade::AttnWork> work = be.make_attn_work();
+    clade::AttnSet set;
+    set.type = type;
+    set.problems = p;
+    set.n_problems = 2;
+    be.attention_prepare(*work, hd, scale, &set, 1);
+    for (int run = 0; run < 3; run++) {
+      be.attention_run(*work, 0, dq);
+      expect_equal(std::string(be.name()) + " attention many rows run " + std::to_string(run) + " " + tag,
+                   a.get(dout, (size_t)2 * nr * hd), o[b]);
+    }
   }
   expect_rel("attention many rows o " + tag, o[1], o[0], 0, attn_tol(type));
   expect_rel("attention many rows lse " + tag, lse[1], lse[0], 0, attn_tol(type));
@@ -1223,19 +1237,23 @@ int main(int argc, char** argv) {
       }
       // The tensor-core units on the other kernels and unit sizes
       // (attention_reg_kernel or attention_mma_kernel, whichever
-      // CLADE_CUDA_MMA_REG does not pick; the register kernel with 128-row
-      // units; with single numbers, CLADE_CUDA_MMA_HILO=0, within
-      // attn_tol's wider bound): the same comparisons.
+      // CLADE_CUDA_MMA_REG does not pick; the register kernel with its
+      // split groups combined by the combine launch, by their last unit
+      // when small (the default) and always, and with 128-row units; with
+      // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
+      // bound): the same comparisons.
       const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
       const bool reg_default = reg_env && std::strcmp(reg_env, "0") != 0;
       const bool single_default = g_attn_single;
       struct Variant {
-        const char *reg, *hilo, *rows;
+        const char *reg, *hilo, *rows, *fused;
       };
-      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64"}, Variant{"1", "1", "128"},
-                               Variant{"1", "0", "64"}, Variant{"1", "0", "128"}}) {
+      for (const Variant& v :
+           {Variant{reg_default ? "0" : "1", "1", "64", "256"}, Variant{"1", "1", "64", "0"},
+            Variant{"1", "1", "128", "1000000"}, Variant{"1", "0", "64", "1000000"},
+            Variant{"1", "0", "128", "256"}}) {
         ScopedEnv reg("CLADE_CUDA_MMA_REG", v.reg), hilo("CLADE_CUDA_MMA_HILO", v.hilo),
-            rows("CLADE_CUDA_MMA_ROWS", v.rows);
+            rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused);
         std::unique_ptr<Backend> other = clade::make_cuda_backend();
         g_attn_single = env_single();
         for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
