@@ -293,10 +293,12 @@ class CudaBackend final : public Backend {
   // when there is one (CLADE_CUDA_MMA_FOLD=0: they keep their own).
   bool mma_fold_ = true;
   // The tensor-core units on attention_reg_kernel, accumulators in
-  // registers (CLADE_CUDA_MMA_REG=1), instead of attention_mma_kernel;
-  // there, CLADE_CUDA_MMA_HILO=0 takes the queries and weights as single
-  // numbers of the KV type (cuda::kMmaRegSingle).
-  bool mma_reg_ = false, mma_hilo_ = true;
+  // registers (CLADE_CUDA_MMA_REG=0: attention_mma_kernel, WMMA fragments
+  // through shared memory; the register kernel's shared attention at batch
+  // 256 x 8192 took 0.72x the time on an H100, bench/results/
+  // gpu-h100-ab-1127.txt); there, CLADE_CUDA_MMA_HILO=0 takes the queries
+  // and weights as single numbers of the KV type (cuda::kMmaRegSingle).
+  bool mma_reg_ = true, mma_hilo_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
   // With the register kernel, a split row group of at most this many
   // partial rows (its rows x its chunks) is combined by its last unit
@@ -305,11 +307,12 @@ class CudaBackend final : public Backend {
   // Rows per tensor-core unit: kAttnRowsMma, or with the register kernel
   // CLADE_CUDA_MMA_ROWS=128 (cuda::kAttnRowsMmaMax).
   int32_t mma_rows_ = cuda::kAttnRowsMma;
-  // Kernels launched as programmatic dependent launches (CLADE_CUDA_PDL=1,
-  // compute capability 9.0 and up; launch.h's Stream): each one's launch,
-  // and a few-row product's L2 prefetch of its weights, overlap the end of
-  // the kernel before it.
-  bool pdl_ = false;
+  // Kernels launched as programmatic dependent launches (compute
+  // capability 9.0 and up, where the probe passes; CLADE_CUDA_PDL=0: plain
+  // launches; launch.h's Stream): each one's launch, and a few-row
+  // product's L2 prefetch of its weights, overlap the end of the kernel
+  // before it (a batch-1 step without attention 0.90x the time on an H100).
+  bool pdl_ = true;
   cuda::Stream launch_stream() const { return cuda::Stream(stream_, pdl_); }
   // CLADE_CUDA_VERBOSE=1: the settings in effect (after the probes and the
   // opt-ins) at construction, and each fallback from a failed recording,

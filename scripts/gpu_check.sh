@@ -32,9 +32,9 @@ fi
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 build-gpu/tests/test_cuda
 CLADE_CUDA_SYNC=1 build-gpu/tests/test_cuda > /dev/null
-# The opt-in launch mode (README.md: programmatic dependent launches)
-# under the same comparisons.
-CLADE_CUDA_PDL=1 build-gpu/tests/test_cuda > /dev/null
+# Plain launches (README.md: CLADE_CUDA_PDL=0; programmatic dependent
+# launches are the default on Hopper) under the same comparisons.
+CLADE_CUDA_PDL=0 build-gpu/tests/test_cuda > /dev/null
 if [ $sanitizers == 1 ] && command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda > /dev/null
   echo "compute-sanitizer memcheck: clean"
@@ -46,9 +46,9 @@ if [ $sanitizers == 1 ] && command -v compute-sanitizer > /dev/null; then
   echo "compute-sanitizer racecheck: no hazard in clade's kernels"
 fi
 bash tests/cli.sh build-gpu/examples/clade
-# Whole passes (graphs included) with the opt-in switches: the same
-# tokens as the CPU backend.
-CLADE_CUDA_PDL=1 CLADE_CUDA_MMA_REG=1 bash tests/cli.sh build-gpu/examples/clade
+# Whole passes (graphs included) with plain launches and the WMMA
+# attention kernel: the same tokens as the CPU backend.
+CLADE_CUDA_PDL=0 CLADE_CUDA_MMA_REG=0 bash tests/cli.sh build-gpu/examples/clade
 [ $prebuilt == 1 ] || meson test -C build-gpu --suite unit --suite cuda
 [ "${1:-}" == "--no-bench" ] && exit 0
 clade=build-gpu/examples/clade

@@ -76,7 +76,7 @@ struct Arena {
 
 // The attention bound: 1e-4 absolute; on a backend whose tensor-core
 // units take the queries and weights as single numbers of the KV type
-// (CLADE_CUDA_MMA_REG=1 with CLADE_CUDA_MMA_HILO=0), 8 unit roundoffs of
+// (the register kernel with CLADE_CUDA_MMA_HILO=0), 8 unit roundoffs of
 // its significand (2^-11 F16, 2^-8 BF16): a score is then off by up to
 // u * sum |q_d k_d|, about 1.8e-3 (F16) and 1.1e-2 (BF16) at worst on this
 // test's data in an fp64 model of that rounding (1.1e-3 and 7.2e-3 in a
@@ -109,7 +109,7 @@ struct ScopedEnv {
 bool env_single() {
   const char* reg = std::getenv("CLADE_CUDA_MMA_REG");
   const char* hilo = std::getenv("CLADE_CUDA_MMA_HILO");
-  return reg && std::strcmp(reg, "0") != 0 && hilo && std::strcmp(hilo, "0") == 0;
+  return !(reg && std::strcmp(reg, "0") == 0) && hilo && std::strcmp(hilo, "0") == 0;
 }
 
 // Compare got against want: |got - want| <= bound[i] (NaN fails). Prints the
@@ -1243,7 +1243,7 @@ int main(int argc, char** argv) {
       // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
       // bound): the same comparisons.
       const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
-      const bool reg_default = reg_env && std::strcmp(reg_env, "0") != 0;
+      const bool reg_default = !(reg_env && std::strcmp(reg_env, "0") == 0);
       const bool single_default = g_attn_single;
       struct Variant {
         const char *reg, *hilo, *rows, *fused;
