@@ -1,0 +1,63 @@
+#!/bin/bash
+# Nsight Compute profiles of the attention kernels on a GPU machine, for the
+# cases that issue 25's targets name: what bounds each kernel (throughput
+# against the device's peaks, achieved occupancy and what limits it, the
+# warps' stall reasons, registers and shared memory a block), where a
+# decode step's timing (gpu_check.sh, gpu_ab.sh) says only how long.
+#
+#   b256: the GQA-4 model, batch 256 x prefix 8192, shared
+#         (attention_reg_kernel against its roofline)
+#   mha:  the multi-head model, batch 32 x prefix 8192, shared
+#   b1:   the GQA-4 model, batch 1 x prefix 2048 (the latency of a step:
+#         every kernel, times only)
+#
+# The steps run without graphs (CLADE_CUDA_GRAPHS=0) so that each launch is
+# profiled on its own; ncu replays each profiled kernel once per metric pass,
+# which leaves its time as measured alone (--clock-control none: at the
+# clocks the benchmarks run at).
+# Writes OUT/ncu-CASE.csv (ncu --csv --page details) and OUT/ncu-CASE.err.
+# --prebuilt: build-gpu/ holds a scripts/gpu_bundle.sh bundle.
+# usage: scripts/gpu_profile.sh [--prebuilt] OUT [CASE...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prebuilt=0
+[ "${1:-}" == "--prebuilt" ] && { prebuilt=1; shift; }
+out=${1:?usage: gpu_profile.sh [--prebuilt] OUT [CASE...]}
+shift
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(b256 mha b1)
+for c in "${cases[@]}"; do
+  case $c in b256 | mha | b1) ;; *) echo "gpu_profile.sh: unknown case '$c' (b256, mha, b1)" >&2; exit 2 ;; esac
+done
+command -v ncu > /dev/null || { echo "gpu_profile.sh: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
+if [ $prebuilt == 1 ]; then
+  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
+  ninja -C build-gpu > /dev/null
+fi
+export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so CLADE_CUDA_GRAPHS=0
+clade=build-gpu/examples/clade
+models=${CLADE_MODELS:-/tmp/clade-bench-models}
+mkdir -p "$models" "$out"
+m4=$models/l8-d1024-h16-kv4-f16.gguf
+m16=$models/l8-d1024-h16-kv16-f16.gguf
+[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
+[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+step=(bench decode --backend cuda --past-context --mode shared --gen 2 --rounds 1 --logits greedy)
+sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+  --section MemoryWorkloadAnalysis)
+# The attention kernels of one layer's worth of launches and more (8
+# layers; the first step's are skipped as warm-up by --launch-skip).
+attn='regex:attention|combine|merge'
+for c in "${cases[@]}"; do
+  case $c in
+    b256) args=(-m "$m4" --batch 256 --prefix 8192) ncu=(-k "$attn" --launch-skip 24 --launch-count 12 "${sections[@]}") ;;
+    mha) args=(-m "$m16" --batch 32 --prefix 8192) ncu=(-k "$attn" --launch-skip 24 --launch-count 12 "${sections[@]}") ;;
+    b1) args=(-m "$m4" --batch 1 --prefix 2048) ncu=(--launch-skip 200 --launch-count 80 --metrics "gpu__time_duration.sum,launch__grid_size,launch__block_size") ;;
+  esac
+  echo "# $c: ncu ${ncu[*]} clade ${step[*]} ${args[*]}" > "$out/ncu-$c.err"
+  ncu --clock-control none --csv --page details "${ncu[@]}" $clade "${step[@]}" "${args[@]}" \
+    > "$out/ncu-$c.csv" 2>> "$out/ncu-$c.err" || echo "gpu_profile.sh: ncu failed on $c (see $out/ncu-$c.err)" >&2
+done
+ls -l "$out"
