@@ -138,6 +138,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   const char* name() const override { return "cuda"; }
+  std::string settings() const override;
   // From the device's properties (cost_, set at construction): HBM at its
   // nominal bandwidth x 0.7, the FP32 cores that this backend's attention
   // kernels use at 30% (many rows) and 10% (few rows) of their peak, and a
@@ -467,22 +468,25 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       (void)cudaGetLastError();
       ring_ = nullptr;
     }
-    if (verbose_) {
-      cudaDeviceProp prop = {};
-      (void)cudaGetDeviceProperties(&prop, device_);
-      static const char* kKernels[] = {"wmma", "reg", "reg-single"};
-      std::fprintf(stderr,
-                   "clade cuda: %s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, "
-                   "128 %s, fused combine up to %d partial rows; programmatic launches %s; graphs %s\n",
-                   prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_,
-                   mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
-                   mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, pdl_ ? "on" : "off",
-                   use_graphs_ ? "on" : "off");
-    }
+    if (verbose_) std::fprintf(stderr, "clade cuda: %s\n", settings().c_str());
   } catch (...) {
     destroy();
     throw;
   }
+}
+
+std::string CudaBackend::settings() const {
+  cudaDeviceProp prop = {};
+  if (cudaGetDeviceProperties(&prop, device_) != cudaSuccess) (void)cudaGetLastError();
+  static const char* kKernels[] = {"wmma", "reg", "reg-single"};
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, 128 %s, fused "
+                "combine up to %d partial rows; programmatic launches %s; graphs %s",
+                prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_, mma_hd_[0] ? "on" : "off",
+                mma_hd_[1] ? "on" : "off", mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_,
+                pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
+  return line;
 }
 
 bool CudaBackend::probe_pdl() {

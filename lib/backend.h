@@ -302,6 +302,11 @@ class Backend {
     double copy_bytes_per_s = 0, f16_flop_per_s = 0;
   };
   virtual Peaks measure_peaks();
+  // The settings in effect now, after the backend's probes and fallbacks,
+  // as one line (what CLADE_CUDA_VERBOSE=1 prints for the CUDA backend;
+  // tests check that the kernel they compare is the one asked for). Empty
+  // where a backend has none to tell.
+  virtual std::string settings() const { return {}; }
 
   virtual PassMode pass_begin(const AttnWork& work, uint64_t key) {
     (void)work;

@@ -112,6 +112,29 @@ bool env_single() {
   return !(reg && std::strcmp(reg, "0") == 0) && hilo && std::strcmp(hilo, "0") == 0;
 }
 
+// What a CUDA backend made now should name in its settings() line: the
+// tensor-core kernel and the rows of its units that the environment asks
+// for (CLADE_CUDA_MMA, _REG, _HILO, _ROWS), and head dim 64 on them: a
+// kernel that failed its setup and left its problems to another would
+// pass the comparisons unseen.
+void check_settings(const Backend& be) {
+  auto is0 = [](const char* name) {
+    const char* e = std::getenv(name);
+    return e && std::strcmp(e, "0") == 0;
+  };
+  const std::string line = be.settings();
+  std::string want;
+  if (is0("CLADE_CUDA_MMA")) {
+    want = "tensor-core attention off,";
+  } else {
+    const bool reg = !is0("CLADE_CUDA_MMA_REG");
+    const char* rows = std::getenv("CLADE_CUDA_MMA_ROWS");
+    want = std::string("tensor-core attention ") + (!reg ? "wmma" : is0("CLADE_CUDA_MMA_HILO") ? "reg-single" : "reg") +
+           (reg && rows && std::strcmp(rows, "128") == 0 ? ", 128" : ", 64") + " rows a unit, head dim 64 on,";
+  }
+  CHECK_MSG(line.find(want) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), want.c_str());
+}
+
 // Compare got against want: |got - want| <= bound[i] (NaN fails). Prints the
 // worst element.
 template <class T>
@@ -1181,6 +1204,8 @@ int main(int argc, char** argv) {
     try {
       gpu = clade::make_cuda_backend();
       g_attn_single = env_single();
+      check_settings(*gpu);
+      std::printf("%s\n", gpu->settings().c_str());
     } catch (const clade::Error& e) {
       std::printf("SKIP: %s\n", e.what());
       return 77;
@@ -1256,6 +1281,7 @@ int main(int argc, char** argv) {
             rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused);
         std::unique_ptr<Backend> other = clade::make_cuda_backend();
         g_attn_single = env_single();
+        check_settings(*other);
         for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
           for (int hd : {64, 128}) {
             test_attention(*cpu, *other, kt, hd);
