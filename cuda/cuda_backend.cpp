@@ -322,6 +322,14 @@ class CudaBackend final : public Backend {
   // Work units aimed at per multiprocessor when a problem's keys are split
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
+  // The fewest keys a split chunk of a tensor-core problem holds
+  // (CLADE_CUDA_MMA_MIN_CHUNK, 128..1048576; the FP32 units' floor is
+  // kMinChunk, 128). On an H100, 4 units a multiprocessor instead of 8 made
+  // the multi-head shared attention at batch 32 x 8192 (32 rows against
+  // 8192 keys a problem, split in 64 chunks of 128) 0.85x the time and its
+  // flat side (one row a problem, split in 2) 1.37x: a floor for the
+  // tensor-core chunks alone, to time against that.
+  int32_t mma_min_chunk_ = 128;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where attention_mma_kernel's 120 KiB
@@ -395,6 +403,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   env_int("CLADE_CUDA_MMA_MIN_ROWS", 1, cuda::kAttnRowsMmaMax, mma_min_rows_);
   env_int("CLADE_CUDA_MMA_MIN_KEYS", 0, INT32_MAX, mma_min_keys_);
   env_int("CLADE_CUDA_UNITS_PER_SM", 1, 64, units_per_sm_);
+  env_int("CLADE_CUDA_MMA_MIN_CHUNK", 128, 1 << 20, mma_min_chunk_);
   env_int("CLADE_CUDA_GEMV_MAX_ROWS", 0, cuda::kGemvMaxRows, gemv_max_rows_);
   for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_},
                             {"CLADE_CUDA_SIDE", &use_side_},
@@ -482,9 +491,9 @@ std::string CudaBackend::settings() const {
   char line[512];
   std::snprintf(line, sizeof line,
                 "%s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, 128 %s, fused "
-                "combine up to %d partial rows; programmatic launches %s; graphs %s",
+                "combine up to %d partial rows, chunks from %d keys; programmatic launches %s; graphs %s",
                 prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_, mma_hd_[0] ? "on" : "off",
-                mma_hd_[1] ? "on" : "off", mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_,
+                mma_hd_[1] ? "on" : "off", mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_,
                 pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
   return line;
 }
@@ -1311,6 +1320,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     constexpr int64_t kMinChunk = 128;
     const int64_t target = (int64_t)sm_count_ * units_per_sm_;
     const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
+    const int64_t per_mma = std::max<int64_t>(per, mma_min_chunk_);
     w.units.clear();
     w.mma_units.clear();
     w.splits.clear();
@@ -1321,8 +1331,9 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       const AttnDesc& d = w.descs[i];
       int64_t chunk = d.len;
       int32_t split = 1;
-      if (d.len > 2 * per) {
-        const int64_t n = (d.len + per - 1) / per;
+      const int64_t p = w.use_mma[i] ? per_mma : per;
+      if (d.len > 2 * p) {
+        const int64_t n = (d.len + p - 1) / p;
         chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
         split = (int32_t)((d.len + chunk - 1) / chunk);
       }

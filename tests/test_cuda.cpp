@@ -1266,19 +1266,20 @@ int main(int argc, char** argv) {
       // split groups combined by the combine launch, by their last unit
       // when small (the default) and always, and with 128-row units; with
       // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
-      // bound): the same comparisons.
+      // bound; with chunks of at least 1024 keys): the same comparisons.
       const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
       const bool reg_default = !(reg_env && std::strcmp(reg_env, "0") == 0);
       const bool single_default = g_attn_single;
       struct Variant {
-        const char *reg, *hilo, *rows, *fused;
+        const char *reg, *hilo, *rows, *fused, *chunk;
       };
-      for (const Variant& v :
-           {Variant{reg_default ? "0" : "1", "1", "64", "256"}, Variant{"1", "1", "64", "0"},
-            Variant{"1", "1", "128", "1000000"}, Variant{"1", "0", "64", "1000000"},
-            Variant{"1", "0", "128", "256"}}) {
+      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64", "256", "128"},
+                               Variant{"1", "1", "64", "0", "128"}, Variant{"1", "1", "128", "1000000", "128"},
+                               Variant{"1", "0", "64", "1000000", "128"}, Variant{"1", "0", "128", "256", "128"},
+                               Variant{"1", "1", "64", "256", "1024"}}) {
         ScopedEnv reg("CLADE_CUDA_MMA_REG", v.reg), hilo("CLADE_CUDA_MMA_HILO", v.hilo),
-            rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused);
+            rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused),
+            chunk("CLADE_CUDA_MMA_MIN_CHUNK", v.chunk);
         std::unique_ptr<Backend> other = clade::make_cuda_backend();
         g_attn_single = env_single();
         check_settings(*other);
