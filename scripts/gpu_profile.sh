@@ -9,13 +9,16 @@
 #         (attention_reg_kernel against its roofline)
 #   mha:  the multi-head model, batch 32 x prefix 8192, shared
 #   b1:   the GQA-4 model, batch 1 x prefix 2048 (the latency of a step:
-#         every kernel, times only)
+#         times only)
 #
 # The steps run without graphs (CLADE_CUDA_GRAPHS=0) so that each launch is
 # profiled on its own; ncu replays each profiled kernel once per metric pass,
 # which leaves its time as measured alone (--clock-control none: at the
 # clocks the benchmarks run at).
-# Writes OUT/ncu-CASE.csv (ncu --csv --page details) and OUT/ncu-CASE.err.
+# Writes OUT/ncu-CASE-times.csv (every kernel's time, grid and block, the
+# prefill's included: the decode steps' are the last), OUT/ncu-CASE.csv
+# (b256, mha: the sections of the second decode step's attention launches;
+# ncu --csv --page details) and OUT/ncu-CASE.err.
 # --prebuilt: build-gpu/ holds a scripts/gpu_bundle.sh bundle.
 # usage: scripts/gpu_profile.sh [--prebuilt] OUT [CASE...]
 set -euo pipefail
@@ -47,17 +50,34 @@ m16=$models/l8-d1024-h16-kv16-f16.gguf
 step=(bench decode --backend cuda --past-context --mode shared --gen 2 --rounds 1 --logits greedy)
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
   --section MemoryWorkloadAnalysis)
-# The attention kernels of one layer's worth of launches and more (8
-# layers; the first step's are skipped as warm-up by --launch-skip).
-attn='regex:attention|combine|merge'
+times=(--metrics "gpu__time_duration.sum,launch__grid_size,launch__block_size")
+attn='attention|combine|merge'
 for c in "${cases[@]}"; do
   case $c in
-    b256) args=(-m "$m4" --batch 256 --prefix 8192) ncu=(-k "$attn" --launch-skip 24 --launch-count 12 "${sections[@]}") ;;
-    mha) args=(-m "$m16" --batch 32 --prefix 8192) ncu=(-k "$attn" --launch-skip 24 --launch-count 12 "${sections[@]}") ;;
-    b1) args=(-m "$m4" --batch 1 --prefix 2048) ncu=(--launch-skip 200 --launch-count 80 --metrics "gpu__time_duration.sum,launch__grid_size,launch__block_size") ;;
+    b256) args=(-m "$m4" --batch 256 --prefix 8192) ;;
+    mha) args=(-m "$m16" --batch 32 --prefix 8192) ;;
+    b1) args=(-m "$m4" --batch 1 --prefix 2048) ;;
   esac
-  echo "# $c: ncu ${ncu[*]} clade ${step[*]} ${args[*]}" > "$out/ncu-$c.err"
-  ncu --clock-control none --csv --page details "${ncu[@]}" $clade "${step[@]}" "${args[@]}" \
-    > "$out/ncu-$c.csv" 2>> "$out/ncu-$c.err" || echo "gpu_profile.sh: ncu failed on $c (see $out/ncu-$c.err)" >&2
+  # Every kernel's time, the prefix's prefill included (the decode steps'
+  # launches are the last ones).
+  echo "# $c: clade ${step[*]} ${args[*]}" > "$out/ncu-$c.err"
+  ncu --clock-control none --csv --page details "${times[@]}" $clade "${step[@]}" "${args[@]}" \
+    > "$out/ncu-$c-times.csv" 2>> "$out/ncu-$c.err" || { echo "gpu_profile.sh: ncu failed on $c" >&2; continue; }
+  [ "$c" == b1 ] && continue
+  # The sections of the last 12 attention launches (the second decode
+  # step's): the same run again, the launches before them skipped (its
+  # launches are the same in number each run).
+  # (ncu's report follows the program's own output and its ==PROF== lines)
+  n=$(python3 -c '
+import csv, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+at = next((i for i, l in enumerate(lines) if l.startswith("\"ID\",")), len(lines))
+ids = {r["ID"] for r in csv.DictReader(lines[at:]) if re.search(sys.argv[2], r.get("Kernel Name") or "")}
+print(len(ids))' "$out/ncu-$c-times.csv" "$attn")
+  skip=$(( n > 12 ? n - 12 : 0 ))
+  echo "# $c: $n attention launches, sections of the last from $skip" >> "$out/ncu-$c.err"
+  ncu --clock-control none --csv --page details -k "regex:$attn" --launch-skip $skip --launch-count 12 \
+    "${sections[@]}" $clade "${step[@]}" "${args[@]}" > "$out/ncu-$c.csv" 2>> "$out/ncu-$c.err" ||
+    echo "gpu_profile.sh: ncu failed on $c (see $out/ncu-$c.err)" >&2
 done
 ls -l "$out"
