@@ -1,0 +1,60 @@
+#!/bin/bash
+# One call on a lent GPU machine whose time is short (15 minutes a session,
+# the start included): a scripts/gpu_bundle.sh bundle unpacked into
+# build-gpu/, then, each step cut off at its share of SECONDS so that the
+# call ends in time and what ran comes back:
+#
+#   1. test_cuda (every comparison against the CPU backend);
+#   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels;
+#   3. scripts/gpu_ab.sh of the defaults against each SETTING given;
+#   4. scripts/gpu_check.sh --prebuilt: the tests again with SYNC and
+#      without PDL, compute-sanitizer, the CLI test and the decode sweep
+#      whose CSVs bench/README.md and README.md report.
+#
+# Everything lands in OUT (on the device tool's machine: $OUT), with a log
+# of each step and its exit status in OUT/session.log.
+# usage: scripts/gpu_session.sh BUNDLE OUT SECONDS [SETTING...]
+#   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+bundle=${1:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
+out=${2:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
+seconds=${3:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
+shift 3
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 120 ]; then
+  echo "gpu_session.sh: SECONDS must be a whole number of at least 120, not '$seconds'" >&2
+  exit 2
+fi
+[ -f "$bundle" ] || { echo "gpu_session.sh: no bundle '$bundle'" >&2; exit 2; }
+mkdir -p "$out"
+t0=$(date +%s)
+log() { echo "[t=$(($(date +%s) - t0))s] $*" | tee -a "$out/session.log"; }
+left() { echo $((seconds - ($(date +%s) - t0))); }
+# step NAME SHARE CMD...: runs CMD for at most SHARE seconds and never
+# past the end (less 10 s to copy the results), its output in OUT/NAME.txt.
+step() {
+  local name=$1 share=$2
+  shift 2
+  local t
+  t=$(left)
+  t=$((t - 10 < share ? t - 10 : share))
+  if [ $t -lt 15 ]; then
+    log "$name: skipped, ${t}s left"
+    return
+  fi
+  log "$name: up to ${t}s"
+  timeout "$t" "$@" > "$out/$name.txt" 2>&1
+  log "$name: exit $?"
+}
+rm -rf build-gpu && mkdir -p build-gpu && tar xf "$bundle" -C build-gpu
+log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+export LD_LIBRARY_PATH=$PWD/build-gpu/syslib CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
+step test_cuda 90 build-gpu/tests/test_cuda
+step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof"
+[ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
+step gpu_check 400 scripts/gpu_check.sh --prebuilt
+for f in bench/results/gpu-machine.csv bench/results/gpu-machine-torch.csv bench/results/gpu-decode-kv4.csv \
+  bench/results/gpu-decode-kv16.csv bench/results/gpu-decode-kv4-greedy.csv; do
+  [ -f "$f" ] && cp "$f" "$out/"
+done
+log "done"
