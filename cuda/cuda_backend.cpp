@@ -322,12 +322,12 @@ class CudaBackend final : public Backend {
   // Work units aimed at per multiprocessor when a problem's keys are split
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
-  // The fewest keys a split chunk of a tensor-core problem holds
-  // (CLADE_CUDA_MMA_MIN_CHUNK, 128..1048576; the FP32 units' floor is
-  // kMinChunk, 128). On an H100, 4 units a multiprocessor instead of 8 made
-  // the multi-head shared attention at batch 32 x 8192 (32 rows against
-  // 8192 keys a problem, split in 64 chunks of 128) 0.85x the time and its
-  // flat side (one row a problem, split in 2) 1.37x: a floor for the
+  // The keys that a split tensor-core problem's chunks but its last hold
+  // at least (CLADE_CUDA_MMA_MIN_CHUNK, 128..1048576; attn_plan.h). On an
+  // H100, 4 units a multiprocessor instead of 8 made the multi-head shared
+  // attention at batch 32 x 8192 (32 rows against 8192 keys a problem,
+  // split in 64 chunks of 128) 0.85x the time and its flat side (one row a
+  // problem, split in 3, with 4 units not split) 1.37x: a floor for the
   // tensor-core chunks alone, to time against that.
   int32_t mma_min_chunk_ = 128;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
@@ -1149,10 +1149,9 @@ struct CudaAttnWork final : AttnWork {
   std::vector<uint8_t> kvw_staging;
   std::vector<uint8_t> staging;
   std::vector<AttnDesc> descs;
-  std::vector<AttnUnit> units, mma_units;
   std::vector<uint8_t> use_mma;  // per descriptor
-  std::vector<AttnSplit> splits;
-  std::vector<int64_t> split_begin;
+  std::vector<cuda::PlanProblem> plan_in;
+  cuda::AttnPlan plan;
 };
 
 static_assert(sizeof(KvDest) == sizeof(cuda::KvWriteDesc) && offsetof(KvDest, kv) == offsetof(cuda::KvWriteDesc, kv) &&
@@ -1259,7 +1258,6 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     w.use_mma.clear();
     const bool mma_type = use_mma_ && cuda::attention_mma_supported((int)set.type, head_dim) &&
                           mma_hd_[head_dim == 128 ? 1 : 0];
-    int64_t group_keys = 0;  // keys over all row groups
     for (size_t i = 0; i < set.n_problems; i++) {
       const AttnProblem& p = set.problems[i];
       // attention_tails() is false, so the plan gives none: tails run one
@@ -1302,70 +1300,24 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
       if (any_mma && fp32_units > 0 && fp32_units < (int64_t)sm_count_ && mma_fold_)
         std::fill(w.use_mma.begin(), w.use_mma.end(), (uint8_t)1);
     }
-    for (size_t i = 0; i < w.descs.size(); i++) {
-      const int32_t group = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
-      group_keys += (w.descs[i].n_rows + group - 1) / group * (int64_t)w.descs[i].len;
-    }
     if (w.descs.empty()) continue;
     if (w.descs.size() > (size_t)INT_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many problems");
-    // Work units: groups of up to kAttnRowGroup rows, each against a chunk
-    // of its problem's keys. A group with more than twice the mean work per
-    // unit slot (`per`: all groups' keys over units_per_sm_ slots per
-    // multiprocessor) has its keys split into about equal chunks of whole
-    // KV blocks (at least one), so that no unit holds much more than its
-    // share: a single sequence's step (a few groups of long spans) and a
-    // step of long shared nodes beside many short own spans both keep
-    // every multiprocessor busy to the end. The chunks' partial rows are
-    // combined after.
-    constexpr int64_t kMinChunk = 128;
-    const int64_t target = (int64_t)sm_count_ * units_per_sm_;
-    const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
-    const int64_t per_mma = std::max<int64_t>(per, mma_min_chunk_);
-    w.units.clear();
-    w.mma_units.clear();
-    w.splits.clear();
-    w.split_begin.assign(1, 0);
-    int64_t part_rows = 0;
-    const bool fuse = mma_kernel_ != cuda::kMmaWmma;
-    for (size_t i = 0; i < w.descs.size(); i++) {
-      const AttnDesc& d = w.descs[i];
-      int64_t chunk = d.len;
-      int32_t split = 1;
-      const int64_t p = w.use_mma[i] ? per_mma : per;
-      if (d.len > 2 * p) {
-        const int64_t n = (d.len + p - 1) / p;
-        chunk = ((d.len + n - 1) / n + kMinChunk - 1) / kMinChunk * kMinChunk;
-        split = (int32_t)((d.len + chunk - 1) / chunk);
-      }
-      const int64_t part_at = part_rows;
-      // A split problem's partial rows are combined by its units' last
-      // one per row group (fused: tensor-core units of the register
-      // kernel, where a group has at most fuse_max_parts_ partial rows, so
-      // that its last unit's 4-8 warps do not hold the launch's end up for
-      // long) or by combine_kernel (a block a row, the whole device).
-      const bool fused = split > 1 && fuse && w.use_mma[i] &&
-                         (int64_t)std::min(mma_rows_, d.n_rows) * split <= (int64_t)fuse_max_parts_;
-      if (split > 1) {
-        if (!fused) {
-          w.splits.push_back(AttnSplit{part_at, (int32_t)i, split});
-          w.split_begin.push_back(w.split_begin.back() + d.n_rows);
-        }
-        part_rows += (int64_t)split * d.n_rows;
-      }
-      const int32_t rows = w.use_mma[i] ? mma_rows_ : cuda::kAttnRowGroup;
-      std::vector<AttnUnit>& out = w.use_mma[i] ? w.mma_units : w.units;
-      for (int32_t r0 = 0; r0 < d.n_rows; r0 += rows) {
-        const int32_t nr = std::min(rows, d.n_rows - r0);
-        const int32_t group = fused ? (int32_t)n_groups++ : -1;
-        for (int32_t c = 0; c < split; c++) {
-          const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
-          const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
-          out.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1,
-                                 group, split, part_at});
-        }
-      }
-    }
-    if (w.units.size() > (size_t)INT_MAX || w.mma_units.size() > (size_t)INT_MAX || w.splits.size() > (size_t)INT_MAX)
+    // The work units (attn_plan.h).
+    w.plan_in.resize(w.descs.size());
+    for (size_t i = 0; i < w.descs.size(); i++)
+      w.plan_in[i] = cuda::PlanProblem{w.descs[i].n_rows, w.descs[i].len, w.use_mma[i] != 0};
+    cuda::PlanRule rule;
+    rule.target_units = (int64_t)sm_count_ * units_per_sm_;
+    rule.fp32_rows = cuda::kAttnRowGroup;
+    rule.mma_rows = mma_rows_;
+    rule.mma_min_chunk = mma_min_chunk_;
+    rule.fuse = mma_kernel_ != cuda::kMmaWmma;
+    rule.fuse_max_parts = fuse_max_parts_;
+    cuda::plan_attention(w.plan_in.data(), w.plan_in.size(), rule, w.plan, n_groups);
+    const cuda::AttnPlan& plan = w.plan;
+    const int64_t part_rows = plan.part_rows;
+    if (plan.units.size() > (size_t)INT_MAX || plan.mma_units.size() > (size_t)INT_MAX ||
+        plan.splits.size() > (size_t)INT_MAX)
       fail(CLADE_E_UNSUPPORTED, "cuda: attention: too many work units");
     // [descs][units][mma units][splits][split_begin]; each part's size is a multiple
     // of 8 bytes, so every part stays 8-byte aligned.
@@ -1373,23 +1325,23 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     CudaAttnWork::Set st;
     st.type = (int)set.type;
     st.at = w.staging.size();
-    st.n_units = (int)w.units.size();
-    st.n_mma_units = (int)w.mma_units.size();
-    st.n_splits = (int)w.splits.size();
-    st.split_rows = w.split_begin.back();
+    st.n_units = (int)plan.units.size();
+    st.n_mma_units = (int)plan.mma_units.size();
+    st.n_splits = (int)plan.splits.size();
+    st.split_rows = plan.split_begin.back();
     st.part_rows = part_rows;
     st.b_desc = w.descs.size() * sizeof(AttnDesc);
-    st.b_unit = w.units.size() * sizeof(AttnUnit);
-    st.b_mma = w.mma_units.size() * sizeof(AttnUnit);
-    st.b_split = w.splits.size() * sizeof(AttnSplit);
-    const size_t b_begin = w.split_begin.size() * sizeof(int64_t);
+    st.b_unit = plan.units.size() * sizeof(AttnUnit);
+    st.b_mma = plan.mma_units.size() * sizeof(AttnUnit);
+    st.b_split = plan.splits.size() * sizeof(AttnSplit);
+    const size_t b_begin = plan.split_begin.size() * sizeof(int64_t);
     w.staging.resize(st.at + st.b_desc + st.b_unit + st.b_mma + st.b_split + b_begin);
     uint8_t* h = w.staging.data() + st.at;
     std::memcpy(h, w.descs.data(), st.b_desc);
-    if (st.b_unit) std::memcpy(h + st.b_desc, w.units.data(), st.b_unit);
-    if (st.b_mma) std::memcpy(h + st.b_desc + st.b_unit, w.mma_units.data(), st.b_mma);
-    if (st.b_split) std::memcpy(h + st.b_desc + st.b_unit + st.b_mma, w.splits.data(), st.b_split);
-    std::memcpy(h + st.b_desc + st.b_unit + st.b_mma + st.b_split, w.split_begin.data(), b_begin);
+    if (st.b_unit) std::memcpy(h + st.b_desc, plan.units.data(), st.b_unit);
+    if (st.b_mma) std::memcpy(h + st.b_desc + st.b_unit, plan.mma_units.data(), st.b_mma);
+    if (st.b_split) std::memcpy(h + st.b_desc + st.b_unit + st.b_mma, plan.splits.data(), st.b_split);
+    std::memcpy(h + st.b_desc + st.b_unit + st.b_mma + st.b_split, plan.split_begin.data(), b_begin);
     // Partial rows: o [part_rows][head_dim] f32, then lse [part_rows] f64.
     st.part_o_at = part_bytes;
     part_bytes += ((size_t)part_rows * head_dim * sizeof(float) + 7) / 8 * 8;

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "attn_plan.h"
+
 namespace clade {
 namespace cuda {
 
@@ -191,28 +193,7 @@ enum MmaKernel { kMmaWmma = 0, kMmaReg = 1, kMmaRegSingle = 2 };
 size_t attention_mma_smem(int head_dim, int mma_kernel, int rows);
 cudaError_t attention_mma_setup(int head_dim, int mma_kernel, int rows);
 
-// A work unit: rows [r0, r0 + nr) of problem p (nr <= kAttnRowGroup)
-// against keys [c0, c1) (the host starts chunks at KV block boundaries).
-// part < 0: the unit covers every key of the problem and writes its
-// outputs; else it writes partial rows part .. part + nr - 1.
-struct AttnUnit {
-  int64_t part;
-  int32_t p, r0, nr, c0, c1;
-  // With its combine fused (attention_reg_kernel; group >= 0): the row
-  // group's counter, counters[group], which each of its `split` units
-  // increments when its partial rows are written; the last one combines
-  // the group's rows from the partials at part_at (AttnSplit's) and sets
-  // the counter back to 0. group < 0: combined by combine_kernel (a split
-  // unit) or not split.
-  int32_t group, split;
-  int64_t part_at;
-};
-// A problem whose keys were split over `split` units per row group: the
-// partial of row r for chunk c is part_at + c * n_rows + r.
-struct AttnSplit {
-  int64_t part_at;
-  int32_t p, split;
-};
+// The work units and split problems (AttnUnit, AttnSplit): attn_plan.h.
 
 // The FP32 kernel's units and the tensor-core kernel's run side by side
 // when both are there: the former on `side` (not null), forked from and

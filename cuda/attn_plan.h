@@ -1,0 +1,142 @@
+// The CUDA backend's attention work plan: how a set's problems become work
+// units (rows of a problem against a chunk of its keys), which problems
+// are split over their keys, where the split units write their partial
+// rows and who combines them. Plain C++ with no CUDA header, so that
+// tests/test_attn_plan.cpp checks it on every machine: a unit missed or
+// counted twice, or two problems' partial rows in one place, would show
+// on a GPU only as wrong numbers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kv_layout.h"
+
+namespace clade {
+namespace cuda {
+
+// A work unit: rows [r0, r0 + nr) of problem p against keys [c0, c1) (the
+// chunks start at KV block boundaries). part < 0: the unit covers every
+// key of the problem and writes its outputs; else it writes partial rows
+// part .. part + nr - 1.
+struct AttnUnit {
+  int64_t part;
+  int32_t p, r0, nr, c0, c1;
+  // With its combine fused (attention_reg_kernel; group >= 0): the row
+  // group's counter, counters[group], which each of its `split` units
+  // increments when its partial rows are written; the last one combines
+  // the group's rows from the partials at part_at (AttnSplit's) and sets
+  // the counter back to 0. group < 0: combined by combine_kernel (a split
+  // unit) or not split.
+  int32_t group, split;
+  int64_t part_at;
+};
+// A problem whose keys were split over `split` units per row group: the
+// partial of row r for chunk c is part_at + c * n_rows + r.
+struct AttnSplit {
+  int64_t part_at;
+  int32_t p, split;
+};
+
+// What the plan needs of a problem: its rows, its keys, and whether it
+// runs on the tensor-core kernel.
+struct PlanProblem {
+  int32_t n_rows;  // > 0
+  int32_t len;     // >= 0
+  bool mma;
+};
+
+struct PlanRule {
+  int64_t target_units = 1;  // unit slots: multiprocessors x units a multiprocessor
+  int32_t fp32_rows = 16;    // rows a unit of the FP32 kernel (kAttnRowGroup)
+  int32_t mma_rows = 64;     // rows a tensor-core unit
+  // A split tensor-core problem's chunks but its last hold at least this
+  // many keys (CLADE_CUDA_MMA_MIN_CHUNK); kMinChunk where it is smaller.
+  int32_t mma_min_chunk = 128;
+  bool fuse = false;           // the tensor-core kernel combines its split groups (attention_reg_kernel)
+  int32_t fuse_max_parts = 0;  // ... those of at most this many partial rows (rows x chunks)
+};
+
+// The chunks' floor and granularity: whole KV blocks.
+constexpr int64_t kMinChunk = 128;
+static_assert(kMinChunk % kKVBlock == 0, "chunks start at KV block boundaries");
+
+struct AttnPlan {
+  std::vector<AttnUnit> units, mma_units;  // the FP32 kernel's, the tensor-core kernel's
+  std::vector<AttnSplit> splits;           // the split problems combine_kernel combines
+  std::vector<int64_t> split_begin;        // [splits + 1]: their first rows, prefix sums of n_rows
+  int64_t part_rows = 0;                   // partial rows, all split problems'
+};
+
+// Plans probs[0..n) (kept in the vectors of `out`, which are reused).
+// n_groups: the fused row groups planned so far (the counters' count,
+// across sets), advanced by this set's.
+//
+// Units: groups of up to fp32_rows or mma_rows rows, each against a chunk
+// of its problem's keys. A group with more than twice the mean work per
+// unit slot (`per`: all groups' keys over target_units) has its keys split
+// into about equal chunks of whole KV blocks (at least one), so that no
+// unit holds much more than its share: a single sequence's step (a few
+// groups of long spans) and a step of long shared nodes beside many short
+// own spans both keep every multiprocessor busy to the end. The chunks'
+// partial rows are combined after: by the last unit of each row group
+// (fused: tensor-core units with rule.fuse, where a group has at most
+// fuse_max_parts partial rows, so that its last unit's 4-8 warps do not
+// hold the launch's end up for long) or by combine_kernel (a block a row,
+// the whole device).
+inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& rule, AttnPlan& out,
+                           int64_t& n_groups) {
+  out.units.clear();
+  out.mma_units.clear();
+  out.splits.clear();
+  out.split_begin.assign(1, 0);
+  out.part_rows = 0;
+  int64_t group_keys = 0;  // keys over all row groups
+  for (size_t i = 0; i < n; i++) {
+    const int32_t rows = probs[i].mma ? rule.mma_rows : rule.fp32_rows;
+    group_keys += (probs[i].n_rows + rows - 1) / rows * (int64_t)probs[i].len;
+  }
+  const int64_t target = std::max<int64_t>(rule.target_units, 1);
+  const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
+  // Where the tensor-core floor binds, chunks of at least that many keys
+  // (the count rounded down); else as any problem's.
+  const int64_t per_mma = std::max<int64_t>(per, rule.mma_min_chunk);
+  for (size_t i = 0; i < n; i++) {
+    const PlanProblem& d = probs[i];
+    int64_t chunk = d.len;
+    int32_t split = 1;
+    const bool floor = d.mma && per_mma > per;
+    const int64_t p = floor ? per_mma : per;
+    if (d.len > 2 * p) {
+      const int64_t parts = floor ? d.len / p : (d.len + p - 1) / p;
+      chunk = ((d.len + parts - 1) / parts + kMinChunk - 1) / kMinChunk * kMinChunk;
+      split = (int32_t)((d.len + chunk - 1) / chunk);
+    }
+    const int64_t part_at = out.part_rows;
+    const bool fused = split > 1 && rule.fuse && d.mma &&
+                       (int64_t)std::min(rule.mma_rows, d.n_rows) * split <= (int64_t)rule.fuse_max_parts;
+    if (split > 1) {
+      if (!fused) {
+        out.splits.push_back(AttnSplit{part_at, (int32_t)i, split});
+        out.split_begin.push_back(out.split_begin.back() + d.n_rows);
+      }
+      out.part_rows += (int64_t)split * d.n_rows;
+    }
+    const int32_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
+    std::vector<AttnUnit>& dst = d.mma ? out.mma_units : out.units;
+    for (int32_t r0 = 0; r0 < d.n_rows; r0 += rows) {
+      const int32_t nr = std::min(rows, d.n_rows - r0);
+      const int32_t group = fused ? (int32_t)n_groups++ : -1;
+      for (int32_t c = 0; c < split; c++) {
+        const int32_t c0 = split == 1 ? 0 : (int32_t)(c * chunk);
+        const int32_t c1 = split == 1 ? d.len : (int32_t)std::min<int64_t>(d.len, c0 + chunk);
+        dst.push_back(AttnUnit{split == 1 ? -1 : part_at + (int64_t)c * d.n_rows + r0, (int32_t)i, r0, nr, c0, c1,
+                               group, split, part_at});
+      }
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace clade

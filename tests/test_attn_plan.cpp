@@ -1,0 +1,206 @@
+// The CUDA backend's attention work plan (cuda/attn_plan.h), on every
+// machine: for random sets of problems and rules, every row of every
+// problem meets every one of its keys in exactly one unit of its kernel,
+// every partial row is written by exactly one unit and belongs to one
+// problem, each split problem is combined exactly once (by its row groups'
+// last units or by combine_kernel's list), and the chunks keep the rule's
+// bounds. Then the plans of the H100 benchmark's shapes that
+// bench/README.md reports.
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../cuda/attn_plan.h"
+#include "check.h"
+
+namespace {
+
+using clade::cuda::AttnPlan;
+using clade::cuda::AttnUnit;
+using clade::cuda::kMinChunk;
+using clade::cuda::plan_attention;
+using clade::cuda::PlanProblem;
+using clade::cuda::PlanRule;
+
+// The mean keys per unit slot the plan splits by (restated plainly).
+int64_t per_slot(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
+  int64_t keys = 0;
+  for (const PlanProblem& d : probs) {
+    const int64_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
+    keys += (d.n_rows + rows - 1) / rows * (int64_t)d.len;
+  }
+  const int64_t target = rule.target_units < 1 ? 1 : rule.target_units;
+  return std::max<int64_t>(kMinChunk, (keys + target - 1) / target);
+}
+
+// Every property above, for one plan; `what` names the case in messages.
+void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, const PlanRule& rule,
+                const AttnPlan& plan, int64_t groups_before, int64_t groups_after) {
+  const int64_t per = per_slot(probs, rule);
+  const int64_t per_mma = std::max<int64_t>(per, rule.mma_min_chunk);
+  // Units by problem and row group: (p, r0) -> their chunks.
+  std::map<std::pair<int32_t, int32_t>, std::vector<const AttnUnit*>> by_group;
+  std::vector<uint8_t> written((size_t)std::max<int64_t>(plan.part_rows, 0), 0);
+  bool parts_ok = true;
+  for (int kind = 0; kind < 2; kind++) {
+    for (const AttnUnit& u : kind ? plan.mma_units : plan.units) {
+      CHECK_MSG(u.p >= 0 && (size_t)u.p < probs.size(), "%s: unit of problem %d", what.c_str(), u.p);
+      if (u.p < 0 || (size_t)u.p >= probs.size()) return;
+      CHECK_MSG(probs[(size_t)u.p].mma == (kind == 1), "%s: problem %d's unit on the wrong kernel", what.c_str(), u.p);
+      by_group[{u.p, u.r0}].push_back(&u);
+      if (u.part >= 0)
+        for (int64_t r = u.part; r < u.part + u.nr; r++) {
+          if (r >= plan.part_rows || written[(size_t)r]++) parts_ok = false;
+        }
+    }
+  }
+  CHECK_MSG(parts_ok, "%s: a partial row outside the %lld or written twice", what.c_str(), (long long)plan.part_rows);
+  for (size_t r = 0; r < written.size() && parts_ok; r++)
+    CHECK_MSG(written[r] == 1, "%s: partial row %zu never written", what.c_str(), r);
+  int64_t part_rows = 0, next_group = groups_before;
+  size_t next_split = 0;
+  for (size_t i = 0; i < probs.size(); i++) {
+    const PlanProblem& d = probs[i];
+    const int32_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
+    const bool floor = d.mma && per_mma > per;
+    const int64_t p = floor ? per_mma : per;
+    int32_t split = -1;
+    int64_t part_at = -1;
+    bool fused = false;
+    for (int32_t r0 = 0; r0 < d.n_rows; r0 += rows) {
+      auto it = by_group.find({(int32_t)i, r0});
+      CHECK_MSG(it != by_group.end(), "%s: problem %zu rows from %d have no unit", what.c_str(), i, r0);
+      if (it == by_group.end()) return;
+      std::vector<const AttnUnit*>& us = it->second;
+      const int32_t nr = std::min(rows, d.n_rows - r0);
+      // The chunks, in order, tile [0, len).
+      int32_t at = 0;
+      for (size_t c = 0; c < us.size(); c++) {
+        const AttnUnit& u = *us[c];
+        CHECK_MSG(u.nr == nr && u.c0 == at && (u.c1 > u.c0 || d.len == 0) && u.c1 <= d.len,
+                  "%s: problem %zu group %d chunk %zu: rows %d keys [%d, %d) after %d of %d", what.c_str(), i, r0, c,
+                  u.nr, u.c0, u.c1, at, d.len);
+        CHECK_MSG(u.c0 % kMinChunk == 0, "%s: a chunk starts at %d", what.c_str(), u.c0);
+        CHECK_MSG(u.c1 - u.c0 <= 2 * p + kMinChunk, "%s: a unit of %d keys against %lld a slot", what.c_str(),
+                  u.c1 - u.c0, (long long)p);
+        if (floor && us.size() > 1 && c + 1 < us.size())
+          CHECK_MSG(u.c1 - u.c0 >= rule.mma_min_chunk, "%s: a chunk of %d keys under the floor %d", what.c_str(),
+                    u.c1 - u.c0, rule.mma_min_chunk);
+        CHECK_MSG(u.split == (int32_t)us.size(), "%s: split %d of %zu chunks", what.c_str(), u.split, us.size());
+        at = u.c1;
+      }
+      CHECK_MSG(at == d.len, "%s: problem %zu group %d ends at key %d of %d", what.c_str(), i, r0, at, d.len);
+      if (split < 0) split = (int32_t)us.size();
+      CHECK_MSG(split == (int32_t)us.size(), "%s: problem %zu's groups split differently", what.c_str(), i);
+      CHECK_MSG(split == 1 || d.len > 2 * p, "%s: problem %zu of %d keys split at %lld a slot", what.c_str(), i,
+                d.len, (long long)p);
+      if (split > 1) {
+        if (part_at < 0) part_at = us[0]->part_at;
+        const int32_t group = us[0]->group;
+        fused = group >= 0;
+        for (size_t c = 0; c < us.size(); c++) {
+          CHECK_MSG(us[c]->part == part_at + (int64_t)c * d.n_rows + r0 && us[c]->part_at == part_at &&
+                        us[c]->group == group,
+                    "%s: problem %zu group %d chunk %zu: part %lld, part_at %lld, group %d", what.c_str(), i, r0, c,
+                    (long long)us[c]->part, (long long)us[c]->part_at, us[c]->group);
+        }
+        if (fused) CHECK_MSG(group == next_group++, "%s: row group counter %d, %lld next", what.c_str(), group,
+                             (long long)(next_group - 1));
+      } else {
+        CHECK_MSG(us[0]->part == -1 && us[0]->group == -1, "%s: an unsplit unit with part %lld group %d",
+                  what.c_str(), (long long)us[0]->part, us[0]->group);
+      }
+      by_group.erase(it);
+    }
+    if (split > 1) {
+      CHECK_MSG(part_at == part_rows, "%s: problem %zu's partial rows at %lld, %lld expected", what.c_str(), i,
+                (long long)part_at, (long long)part_rows);
+      part_rows += (int64_t)split * d.n_rows;
+      const bool want_fused = rule.fuse && d.mma && (int64_t)std::min(rule.mma_rows, d.n_rows) * split <=
+                                                       (int64_t)rule.fuse_max_parts;
+      CHECK_MSG(fused == want_fused, "%s: problem %zu fused %d, %d by the rule", what.c_str(), i, fused, want_fused);
+      if (!fused) {
+        // Listed once for combine_kernel, in order.
+        const bool listed = next_split < plan.splits.size() && plan.splits[next_split].p == (int32_t)i &&
+                            plan.splits[next_split].split == split && plan.splits[next_split].part_at == part_at &&
+                            plan.split_begin[next_split + 1] - plan.split_begin[next_split] == d.n_rows;
+        CHECK_MSG(listed, "%s: split problem %zu not listed for the combine", what.c_str(), i);
+        next_split++;
+      }
+    }
+  }
+  CHECK_MSG(by_group.empty(), "%s: %zu unit groups of no problem's rows", what.c_str(), by_group.size());
+  CHECK_MSG(part_rows == plan.part_rows, "%s: %lld partial rows planned, %lld used", what.c_str(),
+            (long long)plan.part_rows, (long long)part_rows);
+  CHECK_MSG(next_split == plan.splits.size() && plan.split_begin.size() == plan.splits.size() + 1 &&
+                plan.split_begin[0] == 0,
+            "%s: %zu splits listed, %zu combined", what.c_str(), plan.splits.size(), next_split);
+  CHECK_MSG(groups_after == next_group, "%s: %lld row group counters, %lld used", what.c_str(),
+            (long long)groups_after, (long long)next_group);
+}
+
+// The plan of one shape: split count of problem 0, its chunk, whether fused.
+std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len, bool mma, int32_t min_chunk,
+                                         int32_t max_parts = 256) {
+  std::vector<PlanProblem> probs((size_t)n_probs, PlanProblem{rows, len, mma});
+  PlanRule rule;
+  rule.target_units = 132 * 8;  // an H100's multiprocessors x CLADE_CUDA_UNITS_PER_SM's default
+  rule.mma_min_chunk = min_chunk;
+  rule.fuse = true;
+  rule.fuse_max_parts = max_parts;
+  AttnPlan plan;
+  int64_t groups = 0;
+  plan_attention(probs.data(), probs.size(), rule, plan, groups);
+  check_plan("shape", probs, rule, plan, 0, groups);
+  const AttnUnit& u = mma ? plan.mma_units.at(0) : plan.units.at(0);
+  return {u.split, u.c1 - u.c0, u.group >= 0};
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(20261127);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  AttnPlan plan;  // reused, as the backend reuses its vectors
+  for (int iter = 0; iter < 3000; iter++) {
+    std::vector<PlanProblem> probs((size_t)pick(1, iter % 10 == 0 ? 400 : 12));
+    const int64_t max_len = pick(0, 3) == 0 ? 300 : 40000;
+    for (PlanProblem& d : probs)
+      d = PlanProblem{(int32_t)(pick(0, 2) == 0 ? pick(1, 4) : pick(1, 1100)), (int32_t)pick(0, max_len),
+                      pick(0, 1) == 1};
+    PlanRule rule;
+    rule.target_units = pick(0, 3) == 0 ? pick(-2, 4) : pick(1, 2000);
+    rule.fp32_rows = 16;
+    rule.mma_rows = pick(0, 1) ? 64 : 128;
+    rule.mma_min_chunk = pick(0, 1) ? 128 : (int32_t)pick(1, 40) * 64;
+    rule.fuse = pick(0, 1) == 1;
+    rule.fuse_max_parts = (int32_t)(pick(0, 3) == 0 ? 0 : pick(1, 3000));
+    const int64_t before = pick(0, 1) ? 0 : pick(1, 1000);
+    int64_t groups = before;
+    plan_attention(probs.data(), probs.size(), rule, plan, groups);
+    check_plan("random case " + std::to_string(iter), probs, rule, plan, before, groups);
+    if (check_failures() > 20) break;
+  }
+  // The shapes of bench/README.md's H100 runs (GQA 4: 4 KV heads of 4
+  // query heads; multi-head: 16 KV heads), 8 units per multiprocessor.
+  // Multi-head batch 32 x 8192 shared: 16 problems of 32 rows, 64 chunks of
+  // 128 keys, combined by combine_kernel; with a 512-key floor, 16 of 512.
+  CHECK((shape(16, 32, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
+  CHECK((shape(16, 32, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
+  // Its flat side: 512 problems of one row, 3 chunks of 2816 combined in
+  // the kernel, the floor not binding.
+  CHECK((shape(512, 1, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{3, 2816, true}));
+  CHECK((shape(512, 1, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{3, 2816, true}));
+  // GQA 4 batch 256 x 8192 shared: 4 problems of 1024 rows, 16 chunks of 512.
+  CHECK((shape(4, 1024, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
+  // Batch 1 x 2048: 4 problems of 4 rows, 16 chunks of 128, combined in the
+  // kernel (4 x 16 = 64 partial rows a group, at most 256).
+  CHECK((shape(4, 4, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
+  // At CLADE_CUDA_FUSE_MAX_PARTS=64 still (at most), at 63 not.
+  CHECK((shape(4, 4, 2048, true, 128, 64) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
+  CHECK((shape(4, 4, 2048, true, 128, 63) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
+  return check_exit();
+}
