@@ -17,8 +17,9 @@
 # clocks the benchmarks run at).
 # Writes OUT/ncu-CASE-times.csv (every kernel's time, grid and block, the
 # prefill's included: the decode steps' are the last), OUT/ncu-CASE.csv
-# (b256, mha: the sections of the second decode step's attention launches;
-# ncu --csv --page details) and OUT/ncu-CASE.err.
+# (b256, mha: the sections of the last 12 attention launches, the last
+# layers of the second decode step; ncu --csv --page details) and
+# OUT/ncu-CASE.err.
 # --prebuilt: build-gpu/ holds a scripts/gpu_bundle.sh bundle.
 # usage: scripts/gpu_profile.sh [--prebuilt] OUT [CASE...]
 set -euo pipefail
@@ -64,16 +65,20 @@ for c in "${cases[@]}"; do
   ncu --clock-control none --csv --page details "${times[@]}" $clade "${step[@]}" "${args[@]}" \
     > "$out/ncu-$c-times.csv" 2>> "$out/ncu-$c.err" || { echo "gpu_profile.sh: ncu failed on $c" >&2; continue; }
   [ "$c" == b1 ] && continue
-  # The sections of the last 12 attention launches (the second decode
-  # step's): the same run again, the launches before them skipped (its
-  # launches are the same in number each run).
+  # The sections of the last 12 attention launches (the last layers of
+  # the second decode step): the same run again, the launches before them
+  # skipped (its launches are the same in number each run).
   # (ncu's report follows the program's own output and its ==PROF== lines)
   n=$(python3 -c '
 import csv, re, sys
 lines = open(sys.argv[1]).read().splitlines()
 at = next((i for i, l in enumerate(lines) if l.startswith("\"ID\",")), len(lines))
 ids = {r["ID"] for r in csv.DictReader(lines[at:]) if re.search(sys.argv[2], r.get("Kernel Name") or "")}
-print(len(ids))' "$out/ncu-$c-times.csv" "$attn")
+print(len(ids) if at < len(lines) else -1)' "$out/ncu-$c-times.csv" "$attn") || n=-1
+  if [ "$n" -lt 0 ]; then
+    echo "gpu_profile.sh: no ncu report in $out/ncu-$c-times.csv; $c's sections skipped" >&2
+    continue
+  fi
   skip=$(( n > 12 ? n - 12 : 0 ))
   echo "# $c: $n attention launches, sections of the last from $skip" >> "$out/ncu-$c.err"
   ncu --clock-control none --csv --page details -k "regex:$attn" --launch-skip $skip --launch-count 12 \

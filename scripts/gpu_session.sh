@@ -7,9 +7,12 @@
 #   1. test_cuda (every comparison against the CPU backend);
 #   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels;
 #   3. scripts/gpu_ab.sh of the defaults against each SETTING given;
-#   4. scripts/gpu_check.sh --prebuilt: the tests again with SYNC and
-#      without PDL, compute-sanitizer, the CLI test and the decode sweep
-#      whose CSVs bench/README.md and README.md report.
+#   4. scripts/gpu_check.sh --prebuilt --no-sanitizers: the tests again
+#      with SYNC and without PDL, the CLI test and the decode sweep whose
+#      CSVs bench/README.md and README.md report (about 130 s on an H100);
+#   5. compute-sanitizer memcheck, then racecheck (whose hazards inside
+#      cuBLAS's nvjet kernels are not clade's: gpu_check.sh) on test_cuda,
+#      with what time is left.
 #
 # Everything lands in OUT (on the device tool's machine: $OUT), with a log
 # of each step and its exit status in OUT/session.log.
@@ -43,16 +46,19 @@ step() {
     return
   fi
   log "$name: up to ${t}s"
-  timeout "$t" "$@" > "$out/$name.txt" 2>&1
+  timeout -k 5 "$t" "$@" > "$out/$name.txt" 2>&1
   log "$name: exit $?"
 }
 rm -rf build-gpu && mkdir -p build-gpu && tar xf "$bundle" -C build-gpu
 log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-export LD_LIBRARY_PATH=$PWD/build-gpu/syslib CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
+export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 step test_cuda 90 build-gpu/tests/test_cuda
 step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof"
 [ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
-step gpu_check 400 scripts/gpu_check.sh --prebuilt
+step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers
+step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda
+step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda
 for f in bench/results/gpu-machine.csv bench/results/gpu-machine-torch.csv bench/results/gpu-decode-kv4.csv \
   bench/results/gpu-decode-kv16.csv bench/results/gpu-decode-kv4-greedy.csv; do
   [ -f "$f" ] && cp "$f" "$out/"
