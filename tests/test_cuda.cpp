@@ -105,12 +105,15 @@ struct ScopedEnv {
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 };
 
-// Whether the environment picks that mode for a CUDA backend made now.
-bool env_single() {
-  const char* reg = std::getenv("CLADE_CUDA_MMA_REG");
-  const char* hilo = std::getenv("CLADE_CUDA_MMA_HILO");
-  return !(reg && std::strcmp(reg, "0") == 0) && hilo && std::strcmp(hilo, "0") == 0;
+// Whether a switch of the CUDA backend is set to 0 (as the backend reads
+// its on/off switches: set and not "0" is on).
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "0") == 0;
 }
+
+// Whether the environment picks that mode for a CUDA backend made now.
+bool env_single() { return !env_off("CLADE_CUDA_MMA_REG") && env_off("CLADE_CUDA_MMA_HILO"); }
 
 // What a CUDA backend made now should name in its settings() line: the
 // tensor-core kernel and the rows of its units that the environment asks
@@ -118,18 +121,14 @@ bool env_single() {
 // kernel that failed its setup and left its problems to another would
 // pass the comparisons unseen.
 void check_settings(const Backend& be) {
-  auto is0 = [](const char* name) {
-    const char* e = std::getenv(name);
-    return e && std::strcmp(e, "0") == 0;
-  };
   const std::string line = be.settings();
   std::string want;
-  if (is0("CLADE_CUDA_MMA")) {
+  if (env_off("CLADE_CUDA_MMA")) {
     want = "tensor-core attention off,";
   } else {
-    const bool reg = !is0("CLADE_CUDA_MMA_REG");
+    const bool reg = !env_off("CLADE_CUDA_MMA_REG");
     const char* rows = std::getenv("CLADE_CUDA_MMA_ROWS");
-    want = std::string("tensor-core attention ") + (!reg ? "wmma" : is0("CLADE_CUDA_MMA_HILO") ? "reg-single" : "reg") +
+    want = std::string("tensor-core attention ") + (!reg ? "wmma" : env_off("CLADE_CUDA_MMA_HILO") ? "reg-single" : "reg") +
            (reg && rows && std::strcmp(rows, "128") == 0 ? ", 128" : ", 64") + " rows a unit, head dim 64 on,";
   }
   CHECK_MSG(line.find(want) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), want.c_str());
@@ -1275,8 +1274,7 @@ int main(int argc, char** argv) {
       // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
       // bound; with chunks of at least 512 keys, which splits the longest
       // problems here, 1400 keys, in 2): the same comparisons.
-      const char* reg_env = std::getenv("CLADE_CUDA_MMA_REG");
-      const bool reg_default = !(reg_env && std::strcmp(reg_env, "0") == 0);
+      const bool reg_default = !env_off("CLADE_CUDA_MMA_REG");
       const bool single_default = g_attn_single;
       struct Variant {
         const char *reg, *hilo, *rows, *fused, *chunk;
