@@ -1251,6 +1251,15 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
   w.staging.clear();
   size_t part_bytes = 0;
   int64_t n_groups = 0;  // fused row groups over all sets: counters [n_groups]
+  // How the sets' problems become work units (attn_plan.h): the backend's
+  // settings, the same for every set.
+  cuda::PlanRule rule;
+  rule.target_units = (int64_t)sm_count_ * units_per_sm_;
+  rule.fp32_rows = cuda::kAttnRowGroup;
+  rule.mma_rows = mma_rows_;
+  rule.mma_min_chunk = mma_min_chunk_;
+  rule.fuse = mma_kernel_ != cuda::kMmaWmma;
+  rule.fuse_max_parts = fuse_max_parts_;
   for (size_t si = 0; si < n_sets; si++) {
     const AttnSet& set = sets[si];
     if (!kv_type_valid(set.type)) fail(CLADE_E_INVALID_ARG, "cuda: attention: unknown KV type");
@@ -1306,13 +1315,6 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
     w.plan_in.resize(w.descs.size());
     for (size_t i = 0; i < w.descs.size(); i++)
       w.plan_in[i] = cuda::PlanProblem{w.descs[i].n_rows, w.descs[i].len, w.use_mma[i] != 0};
-    cuda::PlanRule rule;
-    rule.target_units = (int64_t)sm_count_ * units_per_sm_;
-    rule.fp32_rows = cuda::kAttnRowGroup;
-    rule.mma_rows = mma_rows_;
-    rule.mma_min_chunk = mma_min_chunk_;
-    rule.fuse = mma_kernel_ != cuda::kMmaWmma;
-    rule.fuse_max_parts = fuse_max_parts_;
     cuda::plan_attention(w.plan_in.data(), w.plan_in.size(), rule, w.plan, n_groups);
     const cuda::AttnPlan& plan = w.plan;
     const int64_t part_rows = plan.part_rows;
