@@ -27,19 +27,12 @@ for s in "$@"; do
   [ "$s" == X ] || [[ "$s" =~ ^[A-Z_0-9]+=[^,]*(,[A-Z_0-9]+=[^,]*)*$ ]] ||
     { echo "gpu_ab.sh: setting '$s' is neither X nor NAME=VALUE[,NAME=VALUE...]" >&2; exit 2; }
 done
-if [ $prebuilt == 1 ]; then
-  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
-  ninja -C build-gpu > /dev/null
-fi
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+gpu_build $prebuilt
 clade=build-gpu/examples/clade
-models=${CLADE_MODELS:-/tmp/clade-bench-models}
-mkdir -p "$models" "$(dirname "$out")"
-m4=$models/l8-d1024-h16-kv4-f16.gguf
-m16=$models/l8-d1024-h16-kv16-f16.gguf
-[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
-[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+mkdir -p "$(dirname "$out")"
+gpu_models $clade
 common=(--backend cuda --past-context --gen 32 --rounds 3 --logits greedy --csv)
 {
   echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)," \

@@ -21,12 +21,9 @@ prebuilt=0 sanitizers=1
 [ "${1:-}" == "--prebuilt" ] && { prebuilt=1; shift; }
 [ "${1:-}" == "--no-sanitizers" ] && { sanitizers=0; shift; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [ $prebuilt == 1 ]; then
-  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
-  ninja -C build-gpu > /dev/null
-fi
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+gpu_build $prebuilt
 # test_cuda links the core statically: it is told where the plugin is (the
 # CLI finds it beside libclade).
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
@@ -59,12 +56,8 @@ $clade bench machine --backend cuda --csv | tee bench/results/gpu-machine.csv
 if python3 -c "import torch" 2> /dev/null; then
   python3 bench/gpu_peaks.py | tee bench/results/gpu-machine-torch.csv
 fi
-models=${CLADE_MODELS:-/tmp/clade-bench-models}
-mkdir -p "$models" bench/results
-m4=$models/l8-d1024-h16-kv4-f16.gguf
-m16=$models/l8-d1024-h16-kv16-f16.gguf
-[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
-[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+mkdir -p bench/results
+gpu_models $clade
 $clade bench decode -m "$m4" --backend cuda --batch 1,16,64,256 --prefix 2048,8192 --past-context --mode shared,flat,noattn \
   --gen 32 --rounds 3 --csv | tee bench/results/gpu-decode-kv4.csv
 $clade bench decode -m "$m16" --backend cuda --batch 32 --prefix 8192 --past-context --mode shared,flat,noattn \

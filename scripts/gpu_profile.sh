@@ -34,20 +34,13 @@ for c in "${cases[@]}"; do
   case $c in b256 | mha | b1) ;; *) echo "gpu_profile.sh: unknown case '$c' (b256, mha, b1)" >&2; exit 2 ;; esac
 done
 command -v ncu > /dev/null || { echo "gpu_profile.sh: ncu (Nsight Compute) is not on PATH" >&2; exit 1; }
-if [ $prebuilt == 1 ]; then
-  export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  [ -d build-gpu ] || meson setup build-gpu -Dcuda=enabled -Dbindings=disabled > /dev/null
-  ninja -C build-gpu > /dev/null
-fi
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+gpu_build $prebuilt
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so CLADE_CUDA_GRAPHS=0
 clade=build-gpu/examples/clade
-models=${CLADE_MODELS:-/tmp/clade-bench-models}
-mkdir -p "$models" "$out"
-m4=$models/l8-d1024-h16-kv4-f16.gguf
-m16=$models/l8-d1024-h16-kv16-f16.gguf
-[ -f "$m4" ] || $clade model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
-[ -f "$m16" ] || $clade model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
+mkdir -p "$out"
+gpu_models $clade
 step=(bench decode --backend cuda --past-context --mode shared --gen 2 --rounds 1 --logits greedy)
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
   --section MemoryWorkloadAnalysis)
