@@ -14,12 +14,24 @@
 #      cuBLAS's nvjet kernels are not clade's: gpu_check.sh) on test_cuda,
 #      with what time is left.
 #
-# Everything lands in OUT (on the device tool's machine: $OUT), with a log
-# of each step and its exit status in OUT/session.log.
-# usage: scripts/gpu_session.sh BUNDLE OUT SECONDS [SETTING...]
+# Everything lands in OUT/session.tar.xz (on the device tool's machine:
+# $OUT), with a log of each step and its exit status in OUT/session.log.
+# --steps LIST: only the steps named (comma-separated: test_cuda, profile,
+# ab, gpu_check, memcheck, racecheck), for a session of two short calls.
+# usage: scripts/gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]
 #   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+steps=test_cuda,profile,ab,gpu_check,memcheck,racecheck
+if [ "${1:-}" == "--steps" ]; then
+  steps=${2:?gpu_session.sh: --steps needs a LIST}
+  shift 2
+  for s in ${steps//,/ }; do
+    case $s in test_cuda | profile | ab | gpu_check | memcheck | racecheck) ;;
+      *) echo "gpu_session.sh: unknown step '$s' (test_cuda, profile, ab, gpu_check, memcheck, racecheck)" >&2; exit 2 ;;
+    esac
+  done
+fi
 bundle=${1:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
 out=${2:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
 seconds=${3:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
@@ -39,6 +51,7 @@ step() {
   local name=$1 share=$2
   shift 2
   local t
+  [[ ",$steps," == *",$name,"* ]] || return 0
   t=$(left)
   t=$((t - 10 < share ? t - 10 : share))
   if [ $t -lt 15 ]; then
@@ -54,7 +67,9 @@ log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia
 export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 step test_cuda 90 build-gpu/tests/test_cuda
-step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof"
+# (GPU_PROFILE_CASES: the cases of gpu_profile.sh, all by default)
+# shellcheck disable=SC2086
+step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof" ${GPU_PROFILE_CASES:-}
 [ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
 step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers
 step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda
@@ -64,3 +79,8 @@ for f in bench/results/gpu-machine.csv bench/results/gpu-machine-torch.csv bench
   [ -f "$f" ] && cp "$f" "$out/"
 done
 log "done"
+# The device tool brings back at most 8 files: everything in one archive,
+# the log beside it.
+tar -C "$out" -cJf "/tmp/session.$$.tar.xz" --exclude session.tar.xz . &&
+  find "$out" -mindepth 1 -maxdepth 1 ! -name session.log -exec rm -rf {} + &&
+  mv "/tmp/session.$$.tar.xz" "$out/session.tar.xz"
