@@ -5,7 +5,8 @@
 # call ends in time and what ran comes back:
 #
 #   1. test_cuda (every comparison against the CPU backend);
-#   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels;
+#   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels
+#      (scripts/ncu_summary.py's summary in OUT/ncu-summary.txt);
 #   3. scripts/gpu_ab.sh of the defaults against each SETTING given;
 #   4. scripts/gpu_check.sh --prebuilt --no-sanitizers: the tests again
 #      with SYNC and without PDL, the CLI test and the decode sweep whose
@@ -70,6 +71,7 @@ step test_cuda 90 build-gpu/tests/test_cuda
 # (GPU_PROFILE_CASES: the cases of gpu_profile.sh, all by default)
 # shellcheck disable=SC2086
 step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof" ${GPU_PROFILE_CASES:-}
+[ -d "$out/prof" ] && python3 scripts/ncu_summary.py "$out/prof" > "$out/ncu-summary.txt" 2>&1
 [ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
 step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers
 step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda
