@@ -51,9 +51,13 @@ struct PlanRule {
   int64_t target_units = 1;  // unit slots: multiprocessors x units a multiprocessor
   int32_t fp32_rows = 16;    // rows a unit of the FP32 kernel (kAttnRowGroup)
   int32_t mma_rows = 64;     // rows a tensor-core unit
-  // A split tensor-core problem's chunks but its last hold at least this
-  // many keys (CLADE_CUDA_MMA_MIN_CHUNK); kMinChunk where it is smaller.
+  // A split tensor-core problem of at least mma_floor_rows rows has chunks
+  // but its last of at least this many keys (CLADE_CUDA_MMA_MIN_CHUNK;
+  // kMinChunk where it is smaller): its units' partial rows and their
+  // combine grow with rows x chunks, where a few-row problem's (a single
+  // sequence's span) are small beside its keys.
   int32_t mma_min_chunk = 128;
+  int32_t mma_floor_rows = 16;
   bool fuse = false;           // the tensor-core kernel combines its split groups (attention_reg_kernel)
   int32_t fuse_max_parts = 0;  // ... those of at most this many partial rows (rows x chunks)
 };
@@ -106,7 +110,7 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
     const PlanProblem& d = probs[i];
     int64_t chunk = d.len;
     int32_t split = 1;
-    const bool floor = d.mma && per_mma > per;
+    const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per;
     const int64_t p = floor ? per_mma : per;
     if (d.len > 2 * p) {
       const int64_t parts = floor ? d.len / p : (d.len + p - 1) / p;

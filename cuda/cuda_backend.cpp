@@ -323,13 +323,17 @@ class CudaBackend final : public Backend {
   // (attention_prepare; CLADE_CUDA_UNITS_PER_SM, 1..64).
   int32_t units_per_sm_ = 8;
   // The keys that a split tensor-core problem's chunks but its last hold
-  // at least (CLADE_CUDA_MMA_MIN_CHUNK, 128..1048576; attn_plan.h). On an
-  // H100, 4 units a multiprocessor instead of 8 made the multi-head shared
-  // attention at batch 32 x 8192 (32 rows against 8192 keys a problem,
-  // split in 64 chunks of 128) 0.85x the time and its flat side (one row a
-  // problem, split in 3, with 4 units not split) 1.37x: a floor for the
-  // tensor-core chunks alone, to time against that.
-  int32_t mma_min_chunk_ = 128;
+  // at least, where it has 16 rows or more (CLADE_CUDA_MMA_MIN_CHUNK,
+  // 128..1048576; attn_plan.h). On an H100, 4 units a multiprocessor
+  // instead of 8 made the multi-head shared attention at batch 32 x 8192
+  // (32 rows against 8192 keys a problem, split in 64 chunks of 128) 0.85x
+  // the time and its flat side (one row a problem, split in 3, with 4
+  // units not split) 1.37x: a floor for the tensor-core chunks alone. On
+  // an H200 (gpu-h200-ab-1127.txt) a floor of 512 made that shared
+  // attention 0.78x the time (16 chunks of 512), left batch 256 x 8192 as
+  // it was, and made batch 1 1.7x, whose 4-row problems it no longer
+  // binds.
+  int32_t mma_min_chunk_ = 512;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where attention_mma_kernel's 120 KiB

@@ -65,7 +65,7 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
   for (size_t i = 0; i < probs.size(); i++) {
     const PlanProblem& d = probs[i];
     const int32_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
-    const bool floor = d.mma && per_mma > per;
+    const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per;
     const int64_t p = floor ? per_mma : per;
     int32_t split = -1;
     int64_t part_at = -1;
@@ -176,6 +176,7 @@ int main() {
     rule.fp32_rows = 16;
     rule.mma_rows = pick(0, 1) ? 64 : 128;
     rule.mma_min_chunk = pick(0, 1) ? 128 : (int32_t)pick(1, 40) * 64;
+    rule.mma_floor_rows = (int32_t)pick(1, 64);
     rule.fuse = pick(0, 1) == 1;
     rule.fuse_max_parts = (int32_t)(pick(0, 3) == 0 ? 0 : pick(1, 3000));
     const int64_t before = pick(0, 1) ? 0 : pick(1, 1000);
@@ -197,8 +198,11 @@ int main() {
   // GQA 4 batch 256 x 8192 shared: 4 problems of 1024 rows, 16 chunks of 512.
   CHECK((shape(4, 1024, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
   // Batch 1 x 2048: 4 problems of 4 rows, 16 chunks of 128, combined in the
-  // kernel (4 x 16 = 64 partial rows a group, at most 256).
+  // kernel (4 x 16 = 64 partial rows a group, at most 256); a floor does
+  // not bind on 4 rows (mma_floor_rows 16).
   CHECK((shape(4, 4, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
+  CHECK((shape(4, 4, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
+  CHECK((shape(4, 16, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{4, 512, true}));
   // At CLADE_CUDA_FUSE_MAX_PARTS=64 still (at most), at 63 not.
   CHECK((shape(4, 4, 2048, true, 128, 64) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
   CHECK((shape(4, 4, 2048, true, 128, 63) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
