@@ -300,11 +300,21 @@ class CudaBackend final : public Backend {
   // gpu-h100-ab-1127.txt); there, CLADE_CUDA_MMA_HILO=0 takes the queries
   // and weights as single numbers of the KV type (cuda::kMmaRegSingle).
   bool mma_reg_ = true, mma_hilo_ = true;
+  // There, the softmax in base 2 with the visibility tests skipped on
+  // tiles that every row sees (CLADE_CUDA_MMA_EXP2=0: expf and the tests
+  // on every score; kernels.cuh).
+  bool mma_exp2_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
   // With the register kernel, a split row group of at most this many
   // partial rows (its rows x its chunks) is combined by its last unit
   // instead of the combine launch (CLADE_CUDA_FUSE_MAX_PARTS, 0: never).
   int32_t fuse_max_parts_ = 256;
+  // Split rows combined and partials merged a warp a row (kernels.cuh's
+  // combine_warp_kernel, merge_warp_kernel; CLADE_CUDA_WARP_MERGE=0: a
+  // block a row, combine_kernel and merge_kernel, which took 40 and 16 us
+  // a layer at batch 256 x 8192 on an H200, Nsight Compute,
+  // 2026-11-27).
+  bool warp_merge_ = true;
   // Rows per tensor-core unit: kAttnRowsMma, or with the register kernel
   // CLADE_CUDA_MMA_ROWS=128 (cuda::kAttnRowsMmaMax).
   int32_t mma_rows_ = cuda::kAttnRowsMma;
@@ -415,6 +425,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_MMA_REG", &mma_reg_},
                             {"CLADE_CUDA_MMA_HILO", &mma_hilo_},
                             {"CLADE_CUDA_PDL", &pdl_},
+                            {"CLADE_CUDA_WARP_MERGE", &warp_merge_},
+                            {"CLADE_CUDA_MMA_EXP2", &mma_exp2_},
                             {"CLADE_CUDA_VERBOSE", &verbose_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
@@ -492,13 +504,15 @@ std::string CudaBackend::settings() const {
   cudaDeviceProp prop = {};
   if (cudaGetDeviceProperties(&prop, device_) != cudaSuccess) (void)cudaGetLastError();
   static const char* kKernels[] = {"wmma", "reg", "reg-single"};
+  const bool exp2 = use_mma_ && mma_kernel_ != cuda::kMmaWmma && mma_exp2_;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%s, %d multiprocessors; tensor-core attention %s, %d rows a unit, head dim 64 %s, 128 %s, fused "
-                "combine up to %d partial rows, chunks from %d keys; programmatic launches %s; graphs %s",
-                prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", mma_rows_, mma_hd_[0] ? "on" : "off",
+                "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
+                "combine up to %d partial rows, chunks from %d keys; merges a %s a row; programmatic launches %s; "
+                "graphs %s",
+                prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_, mma_hd_[0] ? "on" : "off",
                 mma_hd_[1] ? "on" : "off", mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_,
-                pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
+                warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
   return line;
 }
 
@@ -1387,7 +1401,8 @@ void CudaBackend::attention_run(AttnWork& work, int layer, const float* q) {
                                     st.part_rows ? reinterpret_cast<float*>(part + st.part_o_at) : nullptr,
                                     st.part_rows ? reinterpret_cast<double*>(part + st.part_lse_at) : nullptr,
                                     static_cast<int*>(w.counters.p),
-                                    mma_kernel_, mma_rows_, launch_stream(), use_side_ ? side_ : cuda::SideStream{}),
+                                    mma_kernel_, mma_rows_, mma_exp2_, warp_merge_, launch_stream(),
+                                    use_side_ ? side_ : cuda::SideStream{}),
              "attention");
   }
 }
@@ -1398,7 +1413,7 @@ void CudaBackend::merge(const MergeList& list, int32_t head_dim, float* out) {
   if (list.n_out_rows <= 0 || head_dim <= 0) return;
   void* o16 = narrowed_copy(list.n_out_rows * head_dim, "merge");
   launched(cuda::launch_merge(list.n_out_rows, list.part_begin, list.part_rows, list.part_o, list.part_lse, head_dim,
-                              out, o16, copy_type_ == 1, launch_stream()),
+                              out, o16, copy_type_ == 1, warp_merge_, launch_stream()),
            "merge");
   keep_copy(o16, out, list.n_out_rows * head_dim);
 }

@@ -243,36 +243,40 @@ namespace {
 // its shared memory, above the default 48 KiB, opted into by
 // attention_mma_setup).
 template <int KV, int HD, bool HILO>
-cudaError_t launch_reg(int rows, const float* q, float scale, int layer, const AttnDesc* probs,
+cudaError_t launch_reg(int rows, bool exp2, const float* q, float scale, int layer, const AttnDesc* probs,
                        const AttnUnit* units, int n_units, float* part_o, double* part_lse, int* counters,
                        Stream stream) {
   const unsigned grid = rows_grid(n_units);
-  if (rows == 128)
-    return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 128>, grid, 256, RegSmem<HD, 128>::bytes, q, scale,
-                    layer, probs, units, n_units, part_o, part_lse, counters);
-  return launch_k(stream, attention_reg_kernel<KV, HD, HILO, 64>, grid, 128, RegSmem<HD, 64>::bytes, q, scale, layer,
-                  probs, units, n_units, part_o, part_lse, counters);
+  if (rows == 128) {
+    auto* k = exp2 ? attention_reg_kernel<KV, HD, HILO, 128, true> : attention_reg_kernel<KV, HD, HILO, 128, false>;
+    return launch_k(stream, k, grid, 256, RegSmem<HD, 128>::bytes, q, scale, layer, probs, units, n_units, part_o,
+                    part_lse, counters);
+  }
+  auto* k = exp2 ? attention_reg_kernel<KV, HD, HILO, 64, true> : attention_reg_kernel<KV, HD, HILO, 64, false>;
+  return launch_k(stream, k, grid, 128, RegSmem<HD, 64>::bytes, q, scale, layer, probs, units, n_units, part_o,
+                  part_lse, counters);
 }
 
 template <int KV, int HD>
-cudaError_t launch_mma(int kind, int rows, const float* q, float scale, int layer, const AttnDesc* probs,
+cudaError_t launch_mma(int kind, int rows, bool exp2, const float* q, float scale, int layer, const AttnDesc* probs,
                        const AttnUnit* units, int n_units, float* part_o, double* part_lse, int* counters,
                        Stream stream) {
   if (kind == kMmaReg)
-    return launch_reg<KV, HD, true>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, counters, stream);
+    return launch_reg<KV, HD, true>(rows, exp2, q, scale, layer, probs, units, n_units, part_o, part_lse, counters,
+                                    stream);
   if (kind == kMmaRegSingle)
-    return launch_reg<KV, HD, false>(rows, q, scale, layer, probs, units, n_units, part_o, part_lse, counters,
+    return launch_reg<KV, HD, false>(rows, exp2, q, scale, layer, probs, units, n_units, part_o, part_lse, counters,
                                      stream);
   return launch_k(stream, attention_mma_kernel<KV, HD>, rows_grid(n_units), kMmaThreads, MmaSmem<HD>::bytes, q,
                   scale, layer, probs, units, n_units, part_o, part_lse);
 }
 
-template <int HD, int ROWS>
-cudaError_t opt_in_reg(bool hilo) {
-  const void* f[2] = {hilo ? (const void*)attention_reg_kernel<kKvF16, HD, true, ROWS>
-                           : (const void*)attention_reg_kernel<kKvF16, HD, false, ROWS>,
-                      hilo ? (const void*)attention_reg_kernel<kKvBF16, HD, true, ROWS>
-                           : (const void*)attention_reg_kernel<kKvBF16, HD, false, ROWS>};
+template <int HD, int ROWS, bool HILO>
+cudaError_t opt_in_reg() {
+  const void* f[4] = {(const void*)attention_reg_kernel<kKvF16, HD, HILO, ROWS, true>,
+                      (const void*)attention_reg_kernel<kKvF16, HD, HILO, ROWS, false>,
+                      (const void*)attention_reg_kernel<kKvBF16, HD, HILO, ROWS, true>,
+                      (const void*)attention_reg_kernel<kKvBF16, HD, HILO, ROWS, false>};
   cudaError_t e = cudaSuccess;
   for (const void* k : f)
     if (e == cudaSuccess)
@@ -282,7 +286,8 @@ cudaError_t opt_in_reg(bool hilo) {
 
 template <int HD>
 cudaError_t opt_in_mma(int kind, int rows) {
-  if (kind != kMmaWmma) return rows == 128 ? opt_in_reg<HD, 128>(kind == kMmaReg) : opt_in_reg<HD, 64>(kind == kMmaReg);
+  if (kind == kMmaReg) return rows == 128 ? opt_in_reg<HD, 128, true>() : opt_in_reg<HD, 64, true>();
+  if (kind == kMmaRegSingle) return rows == 128 ? opt_in_reg<HD, 128, false>() : opt_in_reg<HD, 64, false>();
   cudaError_t e = cudaSuccess;
   for (const void* k : {(const void*)attention_mma_kernel<kKvF16, HD>, (const void*)attention_mma_kernel<kKvBF16, HD>})
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaSmem<HD>::bytes);
@@ -312,7 +317,7 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits, const int64_t* split_row_begin, int n_splits, int64_t split_rows,
                              float* part_o, double* part_lse, int* counters, int mma_kernel, int mma_rows,
-                             Stream stream, const SideStream& side) {
+                             bool mma_exp2, bool warp_merge, Stream stream, const SideStream& side) {
   if (head_dim <= 0 || head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
   if (n_mma_units > 0 && (!attention_mma_supported(kv_type, head_dim) || !mma_choice_valid(head_dim, mma_kernel, mma_rows)))
     return cudaErrorInvalidValue;
@@ -331,14 +336,14 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
                                                   part_o, part_lse, counters, stream)
-                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
                                                    part_o, part_lse, counters, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units, n_mma_units,
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
                                                    part_o, part_lse, counters, stream)
-                         : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, q, scale, layer, probs, mma_units,
+                         : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units,
                                                     n_mma_units, part_o, part_lse, counters, stream);
     launch_status = e;
   }
@@ -368,8 +373,15 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   }
   cudaError_t e = launch_status;
   if (e != cudaSuccess || n_splits <= 0 || split_rows <= 0) return e;
-  launch_k(stream, combine_kernel, rows_grid(split_rows), kMergeThreads, 0, probs, splits, split_row_begin, n_splits,
-           split_rows, part_o, part_lse, head_dim);
+  if (!warp_merge) {
+    launch_k(stream, combine_kernel, rows_grid(split_rows), kMergeThreads, 0, probs, splits, split_row_begin,
+             n_splits, split_rows, part_o, part_lse, head_dim);
+    return cudaGetLastError();
+  }
+  const unsigned warps_grid = rows_grid((split_rows + kMergeWarps - 1) / kMergeWarps);
+  auto* k = head_dim <= 64 ? combine_warp_kernel<2> : head_dim <= 128 ? combine_warp_kernel<4> : combine_warp_kernel<8>;
+  launch_k(stream, k, warps_grid, kMergeThreads, 0, probs, splits, split_row_begin, n_splits, split_rows, part_o, part_lse,
+           head_dim);
   return cudaGetLastError();
 }
 
@@ -384,11 +396,18 @@ bool pdl_kernels() {
 
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
                          const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
-                         bool bf16, Stream stream) {
+                         bool bf16, bool warp_merge, Stream stream) {
   if (n_out_rows <= 0 || head_dim <= 0) return cudaSuccess;
   if (head_dim > kMaxHeadDim) return cudaErrorInvalidValue;
-  launch_k(stream, merge_kernel, rows_grid(n_out_rows), kMergeThreads, 0, n_out_rows, part_begin, part_rows, part_o,
-           part_lse, head_dim, out, out16, bf16);
+  if (!warp_merge) {
+    launch_k(stream, merge_kernel, rows_grid(n_out_rows), kMergeThreads, 0, n_out_rows, part_begin, part_rows,
+             part_o, part_lse, head_dim, out, out16, bf16);
+    return cudaGetLastError();
+  }
+  const unsigned grid = rows_grid((n_out_rows + kMergeWarps - 1) / kMergeWarps);
+  auto* k = head_dim <= 64 ? merge_warp_kernel<2> : head_dim <= 128 ? merge_warp_kernel<4> : merge_warp_kernel<8>;
+  launch_k(stream, k, grid, kMergeThreads, 0, n_out_rows, part_begin, part_rows, part_o, part_lse, head_dim, out,
+           out16, bf16);
   return cudaGetLastError();
 }
 

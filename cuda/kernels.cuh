@@ -1061,6 +1061,15 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const float*
 // as FlashAttention has them: half the products, and the scores' and
 // outputs' errors of an 11-bit (F16) or 8-bit (BF16) significand
 // (test_cuda states the bound).
+// With EXP2 (CLADE_CUDA_MMA_EXP2=0: without), FlashAttention's softmax:
+// the queries scaled by log2(e) too, so that the scores are in base 2 and
+// each weight is one exp2f (a MUFU.EX2 and a few operations where expf
+// takes about ten), and a tile whose keys every row of the warp sees
+// (below each row's limit and the unit's end, no mask over them) skips the
+// per-score visibility tests. At batch 256 x 8192 on an H200 the
+// tile's softmax was some 560 of the warp's 1000 instructions against 128
+// mma.sync (Nsight Compute, 2026-11-27: 5.8 cycles an instruction, the
+// tensor pipe about a quarter busy).
 // Compute capability 8.0 and up (cp.async, ldmatrix, bf16 mma.sync).
 template <int HD, int ROWS>
 struct RegSmem {
@@ -1147,47 +1156,59 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
   return hu;
 }
 
-// A warp's combine of one row from its `split` partial rows (partial c at
-// row at + c * stride of part_o [.][HD] and part_lse), merge_partials'
-// arithmetic (weights exp(lse_c - max) / sum in fp64, rounded to f32, the
-// products added in order c = 0, 1, ...; its fp64 sum in another order):
-// o [HD] and *lse. Lane l computes the weights of partials l, l + 32, ...
-// and passes them round. The partials were written by other blocks of
-// this grid: read past L1 (__ldcg), after the caller's fence.
-template <int HD>
-__device__ __forceinline__ void merge_row_warp(int split, int64_t at, int64_t stride, const float* part_o,
-                                               const double* part_lse, float* o, double* lse) {
+// Partial c of row r of a split problem (AttnSplit).
+struct SplitIdx {
+  int64_t at, n_rows, r;
+  __device__ int64_t operator()(int c) const { return at + c * n_rows + r; }
+};
+// Partial c of output row r of a merge list.
+struct ListIdx {
+  const int32_t* rows;
+  __device__ int64_t operator()(int c) const { return rows[c]; }
+};
+
+// A warp's merge of one row from its n partial rows (partial c at row
+// idx(c) of part_o [.][head_dim] and part_lse), merge_partials' arithmetic
+// (weights exp(lse_c - max) / sum in fp64, rounded to f32, the products
+// added in order c = 0, 1, ...; its fp64 sum in another order): lane l's
+// elements d = l + 32 a (a < kSlots, d < head_dim; 0 elsewhere) into acc;
+// returns their logsumexp (-inf, acc = 0: no partial, or all lse -inf).
+// Lane l computes the weights of partials l, l + 32, ... and passes them
+// round. Every lane of the warp calls it. The partials may have been
+// written by other blocks of the same grid (the fused combine, after its
+// fence): read past L1 (__ldcg).
+template <int kSlots, typename Idx>
+__device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* part_o, const double* part_lse,
+                                                 int head_dim, float (&acc)[kSlots]) {
   const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int a = 0; a < kSlots; a++) acc[a] = 0.0f;
   double mx = -(double)INFINITY, sum = 0.0;
-  for (int c = lane; c < split; c += 32) mx = fmax(mx, __ldcg(part_lse + at + c * stride));
+  for (int c = lane; c < n; c += 32) mx = fmax(mx, __ldcg(part_lse + idx(c)));
   for (int off = 16; off > 0; off >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  constexpr int kPer = HD / 32;
-  float acc[kPer];
+  if (mx == -(double)INFINITY) return mx;
+  for (int c = lane; c < n; c += 32) sum += exp(__ldcg(part_lse + idx(c)) - mx);
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int c0 = 0; c0 < n; c0 += 32) {
+    const int c = c0 + lane;
+    const int64_t at = c < n ? idx(c) : 0;
+    const float mine = c < n ? (float)(exp(__ldcg(part_lse + at) - mx) / sum) : 0.0f;
+    const int m = min(32, n - c0);
+    for (int j = 0; j < m; j++) {
+      const float w = __shfl_sync(0xffffffffu, mine, j);
+      const int64_t pr = __shfl_sync(0xffffffffu, at, j);
+      if (w > 0.0f) {
+        const float* row = part_o + pr * head_dim + lane;
 #pragma unroll
-  for (int a = 0; a < kPer; a++) acc[a] = 0.0f;
-  if (mx != -(double)INFINITY) {
-    for (int c = lane; c < split; c += 32) sum += exp(__ldcg(part_lse + at + c * stride) - mx);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    for (int c0 = 0; c0 < split; c0 += 32) {
-      const int c = c0 + lane;
-      const float mine = c < split ? (float)(exp(__ldcg(part_lse + at + c * stride) - mx) / sum) : 0.0f;
-      const int n = min(32, split - c0);
-      for (int j = 0; j < n; j++) {
-        const float w = __shfl_sync(0xffffffffu, mine, j);
-        if (w > 0.0f) {
-          const float* row = part_o + (at + (int64_t)(c0 + j) * stride) * HD + lane;
-#pragma unroll
-          for (int a = 0; a < kPer; a++) acc[a] += w * __ldcg(row + 32 * a);
-        }
+        for (int a = 0; a < kSlots; a++)
+          if (lane + 32 * a < head_dim) acc[a] += w * __ldcg(row + 32 * a);
       }
     }
   }
-#pragma unroll
-  for (int a = 0; a < kPer; a++) o[lane + 32 * a] = acc[a];
-  if (lane == 0) *lse = mx == -(double)INFINITY ? mx : mx + log(sum);
+  return mx + log(sum);
 }
 
-template <int KV, int HD, bool HILO, int ROWS>
+template <int KV, int HD, bool HILO, int ROWS, bool EXP2>
 __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
                                                                     int n_units, float* part_o, double* part_lse,
@@ -1209,6 +1230,11 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
   constexpr int kOutTiles = HD / 8;   // n tiles of O
   constexpr int kPieces = kMmaKeys * (HD / 8);  // 16-byte pieces of a K (or V) tile
   static_assert(kPieces % kThreads == 0 && HD % 32 == 0 && kMmaKeys % 16 == 0, "whole fragments and pieces");
+  // A tile's keys lie in one KV block (its chunk starts at a block
+  // boundary, attn_plan.h), so their K and V rows follow its first key's.
+  static_assert(kKVBlock % kMmaKeys == 0, "tiles inside KV blocks");
+  // Base 2: scores times log2(e), the logsumexp back in base e.
+  const float qscale = EXP2 ? scale * 1.4426950408889634f : scale;
 
   for (int u = blockIdx.x; u < n_units; u += gridDim.x) {
     const AttnUnit U = units[u];
@@ -1222,6 +1248,16 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
     }
     const int end = unit_key_end(lim, nr, U.c1, end_key);
     const bool active = row0 < nr;  // the warp has rows in this unit (the same for all its lanes)
+    // EXP2: keys below `seen_all` are seen by every row of the warp (rows
+    // past nr have limit 0; a mask hides none below mask_base).
+    int seen_all = 0;
+    if constexpr (EXP2) {
+      int v = min(lim[row0 + g], lim[row0 + g + 8]);
+      v = min(v, __shfl_xor_sync(0xffffffffu, v, 4));
+      v = min(v, __shfl_xor_sync(0xffffffffu, v, 8));
+      v = min(v, __shfl_xor_sync(0xffffffffu, v, 16));
+      seen_all = min(min(v, end), P.mask ? P.mask_base : end);
+    }
 
     // The lane's two rows: g and g + 8 of the warp's (h = 0, 1); their
     // limits and masks are read from shared memory where they are used.
@@ -1243,7 +1279,7 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
         for (int i = 0; i < 4; i++) {  // register i: row g + 8 (i & 1), columns 16 s + c2 + 8 (i >> 1), +1
           const float* qr = qrow[i & 1];
           const int d = 16 * s + c2 + 8 * (i >> 1);
-          const float x0 = qr ? qr[d] * scale : 0.0f, x1 = qr ? qr[d + 1] * scale : 0.0f;
+          const float x0 = qr ? qr[d] * qscale : 0.0f, x1 = qr ? qr[d + 1] * qscale : 0.0f;
           uint32_t lo;
           qh[s][i] = split_pair<T>(x0, x1, lo);
           if constexpr (HILO) ql[s][i] = lo;
@@ -1254,14 +1290,16 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
     // (their weights are 0, and 0 * garbage could be NaN).
     auto load_tile = [&](int t0, int st) {
       const uint32_t kdst = base + st * 2 * L::tile, vdst = kdst + L::tile;
+      const T* k0 = kv + kv_k_row(t0, P.cap) * HD;
+      const T* v0 = kv + kv_v_row(t0, P.cap) * HD;
 #pragma unroll
       for (int n = 0; n < kPieces / kThreads; n++) {
         const int i = tid + n * kThreads, j = i / (HD / 8), c = (i - j * (HD / 8)) * 8;
         const bool in = t0 + j < end;
-        const int key = in ? t0 + j : t0;  // (t0 < end: an address inside the span, not read)
+        const int at_key = in ? j * HD + c : c;  // (t0 < end: an address inside the span, not read)
         const uint32_t at = (uint32_t)(j * L::ld + c) * 2;
-        cp_async16(kdst + at, kv + kv_k_row(key, P.cap) * HD + c, in);
-        cp_async16(vdst + at, kv + kv_v_row(key, P.cap) * HD + c, in);
+        cp_async16(kdst + at, k0 + at_key, in);
+        cp_async16(vdst + at, v0 + at_key, in);
       }
     };
     const int n_tiles = end > U.c0 ? (end - U.c0 + kMmaKeys - 1) / kMmaKeys : 0;
@@ -1297,34 +1335,54 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
         // Online softmax of the lane's two rows: element e of tile t is
         // key j0 + 8t + c2 + (e & 1) of row h = e >> 1.
         float corr[2];
+        const bool all_seen = EXP2 && j0 + kMmaKeys <= seen_all;  // (the same for the whole warp)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          const int rlim = lim[row0 + g + 8 * h];
-          const uint64_t rmask = msk[row0 + g + 8 * h];
           float mx = -INFINITY;
+          if (all_seen) {
 #pragma unroll
-          for (int t = 0; t < kKeyTiles; t++)
+            for (int t = 0; t < kKeyTiles; t++) mx = fmaxf(mx, fmaxf(s[t][2 * h], s[t][2 * h + 1]));
+          } else {
+            const int rlim = lim[row0 + g + 8 * h];
+            const uint64_t rmask = msk[row0 + g + 8 * h];
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const int key = j0 + 8 * t + c2 + e;
-              const bool seen = key < end && key < rlim && tree_visible(P.mask, P.mask_base, rmask, key);
-              const float v = seen ? s[t][2 * h + e] : -INFINITY;
-              s[t][2 * h + e] = v;
-              mx = fmaxf(mx, v);
-            }
+            for (int t = 0; t < kKeyTiles; t++)
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                const int key = j0 + 8 * t + c2 + e;
+                const bool seen = key < end && key < rlim && tree_visible(P.mask, P.mask_base, rmask, key);
+                const float v = seen ? s[t][2 * h + e] : -INFINITY;
+                s[t][2 * h + e] = v;
+                mx = fmaxf(mx, v);
+              }
+          }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float nm = fmaxf(m[h], mx);
-          corr[h] = nm != -INFINITY ? expf(m[h] - nm) : 1.0f;  // 0 when nothing was seen before
           float sum = 0.0f;
+          if constexpr (EXP2) {
+            // Nothing seen yet (nm = -inf): every weight and corr 0.
+            const float base = nm == -INFINITY ? 0.0f : nm;
+            corr[h] = exp2f(m[h] - base);
 #pragma unroll
-          for (int t = 0; t < kKeyTiles; t++)
+            for (int t = 0; t < kKeyTiles; t++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float p = nm != -INFINITY ? expf(s[t][2 * h + e] - nm) : 0.0f;  // 0 for a hidden key
-              s[t][2 * h + e] = p;
-              sum += p;
-            }
+              for (int e = 0; e < 2; e++) {
+                const float p = exp2f(s[t][2 * h + e] - base);  // 0 for a hidden key
+                s[t][2 * h + e] = p;
+                sum += p;
+              }
+          } else {
+            corr[h] = nm != -INFINITY ? expf(m[h] - nm) : 1.0f;  // 0 when nothing was seen before
+#pragma unroll
+            for (int t = 0; t < kKeyTiles; t++)
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                const float p = nm != -INFINITY ? expf(s[t][2 * h + e] - nm) : 0.0f;  // 0 for a hidden key
+                s[t][2 * h + e] = p;
+                sum += p;
+              }
+          }
           l[h] = l[h] * corr[h] + sum;
           m[h] = nm;
         }
@@ -1380,7 +1438,8 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
             orow[8 * t + c2 + 1] = lr > 0.0f ? o[t][2 * h + 1] / lr : 0.0f;
           }
           if (c2 == 0) {
-            const double v = lr > 0.0f ? (double)m[h] + log((double)lr) : -(double)INFINITY;
+            const double mh = EXP2 ? (double)m[h] * 0.69314718055994531 : (double)m[h];
+            const double v = lr > 0.0f ? mh + log((double)lr) : -(double)INFINITY;
             if (U.part < 0) P.lse[U.r0 + r] = v;
             else part_lse[U.part + r] = v;
           }
@@ -1397,9 +1456,15 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
       __syncthreads();
       if (end_key[1]) {
         __threadfence();
-        for (int r = warp; r < nr; r += kThreads / 32)
-          merge_row_warp<HD>(U.split, U.part_at + U.r0 + r, P.n_rows, part_o, part_lse,
-                             P.o + (int64_t)(U.r0 + r) * HD, P.lse + U.r0 + r);
+        for (int r = warp; r < nr; r += kThreads / 32) {
+          float acc[HD / 32];
+          const double v =
+              merge_row_warp(U.split, SplitIdx{U.part_at, P.n_rows, U.r0 + r}, part_o, part_lse, HD, acc);
+          float* orow = P.o + (int64_t)(U.r0 + r) * HD + lane;
+#pragma unroll
+          for (int a = 0; a < HD / 32; a++) orow[32 * a] = acc[a];
+          if (lane == 0) P.lse[U.r0 + r] = v;
+        }
         if (tid == 0) atomicExch(counters + U.group, 0);  // for the next launch
       }
     }
@@ -1475,17 +1540,6 @@ __device__ double merge_partials(int n, Idx idx, const float* part_o, const doub
   return mx + log(sum);
 }
 
-// Partial c of row r of a split problem (AttnSplit).
-struct SplitIdx {
-  int64_t at, n_rows, r;
-  __device__ int64_t operator()(int c) const { return at + c * n_rows + r; }
-};
-// Partial c of output row r of a merge list.
-struct ListIdx {
-  const int32_t* rows;
-  __device__ int64_t operator()(int c) const { return rows[c]; }
-};
-
 // The rows of split problems (grid-stride over all their rows; row_begin
 // [n_splits + 1] is the prefix sum of their n_rows): row r of split s sums
 // its s.split partials (part_at + c * n_rows + r, c < split) with
@@ -1541,6 +1595,63 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(int64_t n_out_rows
       const int d = tid + a * kMergeThreads;
       if (d < head_dim) {
         orow[d] = acc[a];
+        store16(out16, bf16, r * head_dim + d, acc[a]);
+      }
+    }
+  }
+}
+
+// combine_kernel and merge_kernel with a warp a row (merge_row_warp; its
+// arithmetic is merge_partials'), kMergeThreads / 32 rows a block: a row
+// of a few partials is too little work for a block and its barriers
+// (CLADE_CUDA_WARP_MERGE=0: the block kernels). kSlots: head_dim <= 32
+// kSlots.
+constexpr int kMergeWarps = kMergeThreads / 32;
+template <int kSlots>
+__global__ void __launch_bounds__(kMergeThreads) combine_warp_kernel(const AttnDesc* probs, const AttnSplit* splits,
+                                                                    const int64_t* row_begin, int n_splits,
+                                                                    int64_t total_rows, const float* part_o,
+                                                                    const double* part_lse, int head_dim) {
+  pdl_enter();
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = (int64_t)gridDim.x * kMergeWarps;
+  for (int64_t b = (int64_t)blockIdx.x * kMergeWarps + (threadIdx.x >> 5); b < total_rows; b += stride) {
+    int lo = 0, hi = n_splits - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (row_begin[mid] <= b) lo = mid;
+      else hi = mid - 1;
+    }
+    const AttnSplit S = splits[lo];
+    const AttnDesc P = probs[S.p];
+    const int64_t r = b - row_begin[lo];
+    float acc[kSlots];
+    const double lse = merge_row_warp(S.split, SplitIdx{S.part_at, P.n_rows, r}, part_o, part_lse, head_dim, acc);
+    float* orow = P.o + r * head_dim + lane;
+#pragma unroll
+    for (int a = 0; a < kSlots; a++)
+      if (lane + 32 * a < head_dim) orow[32 * a] = acc[a];
+    if (lane == 0) P.lse[r] = lse;
+  }
+}
+
+template <int kSlots>
+__global__ void __launch_bounds__(kMergeThreads) merge_warp_kernel(int64_t n_out_rows, const int32_t* part_begin,
+                                                                  const int32_t* part_rows, const float* part_o,
+                                                                  const double* part_lse, int head_dim, float* out,
+                                                                  void* out16, bool bf16) {
+  pdl_enter();
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = (int64_t)gridDim.x * kMergeWarps;
+  for (int64_t r = (int64_t)blockIdx.x * kMergeWarps + (threadIdx.x >> 5); r < n_out_rows; r += stride) {
+    const int32_t j0 = part_begin[r], j1 = part_begin[r + 1];
+    float acc[kSlots];
+    merge_row_warp(j1 - j0, ListIdx{part_rows + j0}, part_o, part_lse, head_dim, acc);
+#pragma unroll
+    for (int a = 0; a < kSlots; a++) {
+      const int d = lane + 32 * a;
+      if (d < head_dim) {
+        out[r * head_dim + d] = acc[a];
         store16(out16, bf16, r * head_dim + d, acc[a]);
       }
     }

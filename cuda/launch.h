@@ -217,22 +217,25 @@ struct SideStream {
 // kernel of the tensor-core units (MmaKernel) and their most rows.
 // counters: device ints, zero between launches, for the units whose
 // combine is fused (AttnUnit::group; only on attention_reg_kernel), whose
-// problems are then not among the splits.
+// problems are then not among the splits. mma_exp2: attention_reg_kernel's
+// softmax in base 2 (kernels.cuh). warp_merge: the split rows
+// combined a warp a row (combine_warp_kernel), else a block a row.
 cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float scale, int layer, const AttnDesc* probs,
                              const AttnUnit* units, int n_units, const AttnUnit* mma_units, int n_mma_units,
                              const AttnSplit* splits,
                              const int64_t* split_row_begin, int n_splits, int64_t split_rows, float* part_o,
-                             double* part_lse, int* counters, int mma_kernel, int mma_rows, Stream stream,
-                             const SideStream& side);
+                             double* part_lse, int* counters, int mma_kernel, int mma_rows, bool mma_exp2,
+                             bool warp_merge, Stream stream, const SideStream& side);
 
 // out [n_out_rows][head_dim]: row i = sum_j w_j o_j over the partial rows
 // j in part_rows[part_begin[i] .. part_begin[i+1]), with the weights
 // w_j = exp(lse_j - L) computed in fp64 (L their logsumexp) and rounded to
 // f32, as the CPU backend; 0 when there is none or all lse are -inf.
-// out16: the copy.
+// out16: the copy. warp_merge: a warp a row (merge_warp_kernel), else a
+// block.
 cudaError_t launch_merge(int64_t n_out_rows, const int32_t* part_begin, const int32_t* part_rows,
                          const float* part_o, const double* part_lse, int head_dim, float* out, void* out16,
-                         bool bf16, Stream stream);
+                         bool bf16, bool warp_merge, Stream stream);
 
 }  // namespace cuda
 }  // namespace clade

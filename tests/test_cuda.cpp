@@ -116,10 +116,11 @@ bool env_off(const char* name) {
 bool env_single() { return !env_off("CLADE_CUDA_MMA_REG") && env_off("CLADE_CUDA_MMA_HILO"); }
 
 // What a CUDA backend made now should name in its settings() line: the
-// tensor-core kernel and the rows of its units that the environment asks
-// for (CLADE_CUDA_MMA, _REG, _HILO, _ROWS), and head dim 64 on them: a
-// kernel that failed its setup and left its problems to another would
-// pass the comparisons unseen.
+// tensor-core kernel, its softmax and the rows of its units that the
+// environment asks for (CLADE_CUDA_MMA, _REG, _HILO, _EXP2, _ROWS), head
+// dim 64 on them, and the merge kernels (CLADE_CUDA_WARP_MERGE): a kernel
+// that failed its setup and left its problems to another would pass the
+// comparisons unseen.
 void check_settings(const Backend& be) {
   const std::string line = be.settings();
   std::string want;
@@ -129,9 +130,12 @@ void check_settings(const Backend& be) {
     const bool reg = !env_off("CLADE_CUDA_MMA_REG");
     const char* rows = std::getenv("CLADE_CUDA_MMA_ROWS");
     want = std::string("tensor-core attention ") + (!reg ? "wmma" : env_off("CLADE_CUDA_MMA_HILO") ? "reg-single" : "reg") +
+           (reg && !env_off("CLADE_CUDA_MMA_EXP2") ? " exp2" : "") +
            (reg && rows && std::strcmp(rows, "128") == 0 ? ", 128" : ", 64") + " rows a unit, head dim 64 on,";
   }
   CHECK_MSG(line.find(want) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), want.c_str());
+  const std::string merges = env_off("CLADE_CUDA_WARP_MERGE") ? "merges a block a row" : "merges a warp a row";
+  CHECK_MSG(line.find(merges) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), merges.c_str());
   const char* chunk = std::getenv("CLADE_CUDA_MMA_MIN_CHUNK");
   char* end = nullptr;
   const long floor_keys = chunk ? std::strtol(chunk, &end, 10) : 0;
@@ -1272,20 +1276,28 @@ int main(int argc, char** argv) {
       // split groups combined by the combine launch, by their last unit
       // when small (the default) and always, and with 128-row units; with
       // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
-      // bound; with chunks of at least 512 keys, which splits the longest
-      // problems here, 1400 keys, in 2): the same comparisons.
+      // bound; with chunks from 128 keys (no floor) and from 512 (the
+      // default), which splits the longest problems here, 1400 keys, in 2;
+      // with expf and every score's
+      // visibility tested, CLADE_CUDA_MMA_EXP2=0, and the merges a block a
+      // row, CLADE_CUDA_WARP_MERGE=0): the same comparisons.
       const bool reg_default = !env_off("CLADE_CUDA_MMA_REG");
       const bool single_default = g_attn_single;
       struct Variant {
-        const char *reg, *hilo, *rows, *fused, *chunk;
+        const char *reg, *hilo, *rows, *fused, *chunk, *exp2, *warp;
       };
-      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64", "256", "128"},
-                               Variant{"1", "1", "64", "0", "128"}, Variant{"1", "1", "128", "1000000", "128"},
-                               Variant{"1", "0", "64", "1000000", "128"}, Variant{"1", "0", "128", "256", "128"},
-                               Variant{"1", "1", "64", "256", "512"}}) {
+      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64", "256", "128", "1", "1"},
+                               Variant{"1", "1", "64", "0", "128", "1", "1"},
+                               Variant{"1", "1", "128", "1000000", "128", "1", "1"},
+                               Variant{"1", "0", "64", "1000000", "128", "1", "1"},
+                               Variant{"1", "0", "128", "256", "128", "1", "1"},
+                               Variant{"1", "1", "64", "256", "512", "1", "1"},
+                               Variant{"1", "1", "64", "0", "128", "0", "0"},
+                               Variant{"1", "0", "128", "1000000", "512", "0", "0"}}) {
         ScopedEnv reg("CLADE_CUDA_MMA_REG", v.reg), hilo("CLADE_CUDA_MMA_HILO", v.hilo),
             rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused),
-            chunk("CLADE_CUDA_MMA_MIN_CHUNK", v.chunk);
+            chunk("CLADE_CUDA_MMA_MIN_CHUNK", v.chunk), exp2("CLADE_CUDA_MMA_EXP2", v.exp2),
+            warp("CLADE_CUDA_WARP_MERGE", v.warp);
         std::unique_ptr<Backend> other = clade::make_cuda_backend();
         g_attn_single = env_single();
         check_settings(*other);
