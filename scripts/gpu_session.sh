@@ -17,8 +17,9 @@
 #
 # Everything lands in OUT/session.tar.xz (on the device tool's machine:
 # $OUT), with a log of each step and its exit status in OUT/session.log.
-# --steps LIST: only the steps named (comma-separated: test_cuda, profile,
-# ab, gpu_check, memcheck, racecheck), for a session of two short calls.
+# --steps LIST: only the steps named, in the order named (comma-separated:
+# test_cuda, profile, ab, gpu_check, memcheck, racecheck), for a session of
+# short calls or one whose official run (gpu_check) must come first.
 # usage: scripts/gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]
 #   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
 set -uo pipefail
@@ -52,7 +53,6 @@ step() {
   local name=$1 share=$2
   shift 2
   local t
-  [[ ",$steps," == *",$name,"* ]] || return 0
   t=$(left)
   t=$((t - 10 < share ? t - 10 : share))
   if [ $t -lt 15 ]; then
@@ -67,15 +67,21 @@ rm -rf build-gpu && mkdir -p build-gpu && tar xf "$bundle" -C build-gpu
 log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
-step test_cuda 90 build-gpu/tests/test_cuda
-# (GPU_PROFILE_CASES: the cases of gpu_profile.sh, all by default)
-# shellcheck disable=SC2086
-step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof" ${GPU_PROFILE_CASES:-}
-[ -d "$out/prof" ] && python3 scripts/ncu_summary.py "$out/prof" > "$out/ncu-summary.txt" 2>&1
-[ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
-step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers
-step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda
-step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda
+for s in ${steps//,/ }; do
+  case $s in
+    test_cuda) step test_cuda 90 build-gpu/tests/test_cuda ;;
+    profile)
+      # (GPU_PROFILE_CASES: the cases of gpu_profile.sh, all by default)
+      # shellcheck disable=SC2086
+      step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof" ${GPU_PROFILE_CASES:-}
+      [ -d "$out/prof" ] && python3 scripts/ncu_summary.py "$out/prof" > "$out/ncu-summary.txt" 2>&1
+      ;;
+    ab) [ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@" ;;
+    gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
+    memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
+    racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
+  esac
+done
 for f in bench/results/gpu-machine.csv bench/results/gpu-machine-torch.csv bench/results/gpu-decode-kv4.csv \
   bench/results/gpu-decode-kv16.csv bench/results/gpu-decode-kv4-greedy.csv; do
   [ -f "$f" ] && cp "$f" "$out/"
