@@ -1276,6 +1276,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
   rule.fp32_rows = cuda::kAttnRowGroup;
   rule.mma_rows = mma_rows_;
   rule.mma_min_chunk = mma_min_chunk_;
+  rule.min_units = sm_count_;
   rule.fuse = mma_kernel_ != cuda::kMmaWmma;
   rule.fuse_max_parts = fuse_max_parts_;
   for (size_t si = 0; si < n_sets; si++) {

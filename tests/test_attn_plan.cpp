@@ -25,22 +25,27 @@ using clade::cuda::plan_attention;
 using clade::cuda::PlanProblem;
 using clade::cuda::PlanRule;
 
-// The mean keys per unit slot the plan splits by (restated plainly).
-int64_t per_slot(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
+// All row groups' keys, and the mean keys per unit slot the plan splits
+// by (restated plainly).
+int64_t group_keys(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
   int64_t keys = 0;
   for (const PlanProblem& d : probs) {
     const int64_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
     keys += (d.n_rows + rows - 1) / rows * (int64_t)d.len;
   }
+  return keys;
+}
+int64_t per_slot(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
   const int64_t target = rule.target_units < 1 ? 1 : rule.target_units;
-  return std::max<int64_t>(kMinChunk, (keys + target - 1) / target);
+  return std::max<int64_t>(kMinChunk, (group_keys(probs, rule) + target - 1) / target);
 }
 
 // Every property above, for one plan; `what` names the case in messages.
 void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, const PlanRule& rule,
                 const AttnPlan& plan, int64_t groups_before, int64_t groups_after) {
   const int64_t per = per_slot(probs, rule);
-  const int64_t per_mma = std::max<int64_t>(per, rule.mma_min_chunk);
+  const int64_t per_mma = std::max<int64_t>(
+      per, std::min<int64_t>(rule.mma_min_chunk, group_keys(probs, rule) / std::max<int64_t>(rule.min_units, 1)));
   // Units by problem and row group: (p, r0) -> their chunks.
   std::map<std::pair<int32_t, int32_t>, std::vector<const AttnUnit*>> by_group;
   std::vector<uint8_t> written((size_t)std::max<int64_t>(plan.part_rows, 0), 0);
@@ -87,8 +92,8 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
         CHECK_MSG(u.c1 - u.c0 <= 2 * p + kMinChunk, "%s: a unit of %d keys against %lld a slot", what.c_str(),
                   u.c1 - u.c0, (long long)p);
         if (floor && us.size() > 1 && c + 1 < us.size())
-          CHECK_MSG(u.c1 - u.c0 >= rule.mma_min_chunk, "%s: a chunk of %d keys under the floor %d", what.c_str(),
-                    u.c1 - u.c0, rule.mma_min_chunk);
+          CHECK_MSG(u.c1 - u.c0 >= p, "%s: a chunk of %d keys under the floor %lld", what.c_str(), u.c1 - u.c0,
+                    (long long)p);
         CHECK_MSG(u.split == (int32_t)us.size(), "%s: split %d of %zu chunks", what.c_str(), u.split, us.size());
         at = u.c1;
       }
@@ -148,6 +153,7 @@ std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len,
   std::vector<PlanProblem> probs((size_t)n_probs, PlanProblem{rows, len, mma});
   PlanRule rule;
   rule.target_units = 132 * 8;  // an H100's multiprocessors x CLADE_CUDA_UNITS_PER_SM's default
+  rule.min_units = 132;
   rule.mma_min_chunk = min_chunk;
   rule.fuse = true;
   rule.fuse_max_parts = max_parts;
@@ -177,6 +183,7 @@ int main() {
     rule.mma_rows = pick(0, 1) ? 64 : 128;
     rule.mma_min_chunk = pick(0, 1) ? 128 : (int32_t)pick(1, 40) * 64;
     rule.mma_floor_rows = (int32_t)pick(1, 64);
+    rule.min_units = (int32_t)(pick(0, 3) == 0 ? pick(-1, 1) : pick(1, 300));
     rule.fuse = pick(0, 1) == 1;
     rule.fuse_max_parts = (int32_t)(pick(0, 3) == 0 ? 0 : pick(1, 3000));
     const int64_t before = pick(0, 1) ? 0 : pick(1, 1000);
@@ -202,7 +209,15 @@ int main() {
   // not bind on 4 rows (mma_floor_rows 16).
   CHECK((shape(4, 4, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
   CHECK((shape(4, 4, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
-  CHECK((shape(4, 16, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{4, 512, true}));
+  // Batch 16 x 2048: 4 problems of 64 rows; a 512 floor would leave 16
+  // units (0.89x flat on an H200), so it is lowered to the 128 of 132
+  // multiprocessors: 16 chunks of 128, as without.
+  CHECK((shape(4, 64, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
+  CHECK((shape(4, 64, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
+  // Batch 64 x 8192: 4 problems of 256 rows in 4 groups, 64 chunks of 128
+  // keys, or 16 of 512 under the floor (256 units).
+  CHECK((shape(4, 256, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
+  CHECK((shape(4, 256, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
   // At CLADE_CUDA_FUSE_MAX_PARTS=64 still (at most), at 63 not.
   CHECK((shape(4, 4, 2048, true, 128, 64) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
   CHECK((shape(4, 4, 2048, true, 128, 63) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
