@@ -64,7 +64,8 @@ struct PlanRule {
   int32_t mma_floor_rows = 16;
   int32_t min_units = 1;
   bool fuse = false;           // the tensor-core kernel combines its split groups (attention_reg_kernel)
-  int32_t fuse_max_parts = 0;  // ... those of at most this many partial rows (rows x chunks)
+  int32_t fuse_max_parts = 0;  // ... those of at most this many partial rows (rows x chunks), or of
+                               // a row a warp whatever their chunks (none when 0)
 };
 
 // The chunks' floor and granularity: whole KV blocks.
@@ -92,8 +93,9 @@ struct AttnPlan {
 // partial rows are combined after: by the last unit of each row group
 // (fused: tensor-core units with rule.fuse, where a group has at most
 // fuse_max_parts partial rows, so that its last unit's 4-8 warps do not
-// hold the launch's end up for long) or by combine_kernel (a block a row,
-// the whole device).
+// hold the launch's end up for long, or no more rows than those warps,
+// each then one row's chunks, as a single sequence's long span) or by
+// combine_kernel (a warp a row, the whole device).
 inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& rule, AttnPlan& out,
                            int64_t& n_groups) {
   out.units.clear();
@@ -124,8 +126,9 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
       split = (int32_t)((d.len + chunk - 1) / chunk);
     }
     const int64_t part_at = out.part_rows;
-    const bool fused = split > 1 && rule.fuse && d.mma &&
-                       (int64_t)std::min(rule.mma_rows, d.n_rows) * split <= (int64_t)rule.fuse_max_parts;
+    const bool fused = split > 1 && rule.fuse && d.mma && rule.fuse_max_parts > 0 &&
+                       ((int64_t)std::min(rule.mma_rows, d.n_rows) * split <= (int64_t)rule.fuse_max_parts ||
+                        d.n_rows <= rule.mma_rows / 16);
     if (split > 1) {
       if (!fused) {
         out.splits.push_back(AttnSplit{part_at, (int32_t)i, split});

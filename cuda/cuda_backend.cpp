@@ -306,8 +306,9 @@ class CudaBackend final : public Backend {
   bool mma_exp2_ = true;
   int mma_kernel_ = cuda::kMmaWmma;
   // With the register kernel, a split row group of at most this many
-  // partial rows (its rows x its chunks) is combined by its last unit
-  // instead of the combine launch (CLADE_CUDA_FUSE_MAX_PARTS, 0: never).
+  // partial rows (its rows x its chunks), or of no more rows than the
+  // unit's warps, is combined by its last unit instead of the combine
+  // launch (CLADE_CUDA_FUSE_MAX_PARTS, 0: never; attn_plan.h).
   int32_t fuse_max_parts_ = 256;
   // Split rows combined and partials merged a warp a row (kernels.cuh's
   // combine_warp_kernel, merge_warp_kernel; CLADE_CUDA_WARP_MERGE=0: a
