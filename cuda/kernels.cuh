@@ -1540,6 +1540,18 @@ __device__ double merge_partials(int n, Idx idx, const float* part_o, const doub
   return mx + log(sum);
 }
 
+// The split whose rows hold row b of all split problems' rows (row_begin
+// [n_splits + 1]: prefix sums of their n_rows), by binary search.
+__device__ __forceinline__ int split_of_row(const int64_t* row_begin, int n_splits, int64_t b) {
+  int lo = 0, hi = n_splits - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (row_begin[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 // The rows of split problems (grid-stride over all their rows; row_begin
 // [n_splits + 1] is the prefix sum of their n_rows): row r of split s sums
 // its s.split partials (part_at + c * n_rows + r, c < split) with
@@ -1553,12 +1565,7 @@ __global__ void __launch_bounds__(kMergeThreads) combine_kernel(const AttnDesc* 
   __shared__ MergeShared sh;
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < total_rows; b += gridDim.x) {
-    int lo = 0, hi = n_splits - 1;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (row_begin[mid] <= b) lo = mid;
-      else hi = mid - 1;
-    }
+    const int lo = split_of_row(row_begin, n_splits, b);
     const AttnSplit S = splits[lo];
     const AttnDesc P = probs[S.p];
     const int64_t r = b - row_begin[lo];
@@ -1616,12 +1623,7 @@ __global__ void __launch_bounds__(kMergeThreads) combine_warp_kernel(const AttnD
   const int lane = threadIdx.x & 31;
   const int64_t stride = (int64_t)gridDim.x * kMergeWarps;
   for (int64_t b = (int64_t)blockIdx.x * kMergeWarps + (threadIdx.x >> 5); b < total_rows; b += stride) {
-    int lo = 0, hi = n_splits - 1;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) / 2;
-      if (row_begin[mid] <= b) lo = mid;
-      else hi = mid - 1;
-    }
+    const int lo = split_of_row(row_begin, n_splits, b);
     const AttnSplit S = splits[lo];
     const AttnDesc P = probs[S.p];
     const int64_t r = b - row_begin[lo];
