@@ -56,10 +56,10 @@ struct PlanRule {
   // kMinChunk where it is smaller): its units' partial rows and their
   // combine grow with rows x chunks, where a few-row problem's (a single
   // sequence's span) are small beside its keys.
-  // The floor is lowered so that it leaves all groups' keys at least
-  // min_units chunks (the multiprocessors): a few short shared problems
-  // keep their split (batch 16 x 2048: 4 groups of 2048 keys in 16 units
-  // under a 512 floor, 64 without, on an H200 shared 0.89x flat).
+  // The floor is lowered to all groups' keys over min_units (the
+  // multiprocessors), so that a few short shared problems keep their
+  // split (batch 16 x 2048: 4 groups of 2048 keys in 16 units under a 512
+  // floor, 64 without, on an H200 shared 0.89x flat).
   int32_t mma_min_chunk = 128;
   int32_t mma_floor_rows = 16;
   int32_t min_units = 1;
@@ -110,10 +110,11 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
   }
   const int64_t target = std::max<int64_t>(rule.target_units, 1);
   const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
-  // Where the tensor-core floor binds, chunks of at least that many keys
-  // (the count rounded down); else as any problem's.
-  const int64_t per_mma =
-      std::max<int64_t>(per, std::min<int64_t>(rule.mma_min_chunk, group_keys / std::max(rule.min_units, 1)));
+  // Where the tensor-core floor binds, chunks of that many keys (whole KV
+  // blocks, the last chunk shorter); else as any problem's. The floor is
+  // at most all groups' keys over min_units, rounded down to whole blocks.
+  const int64_t lowered = group_keys / std::max(rule.min_units, 1) / kMinChunk * kMinChunk;
+  const int64_t per_mma = std::max<int64_t>(per, std::min<int64_t>(rule.mma_min_chunk, lowered));
   for (size_t i = 0; i < n; i++) {
     const PlanProblem& d = probs[i];
     int64_t chunk = d.len;
@@ -121,8 +122,12 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
     const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per;
     const int64_t p = floor ? per_mma : per;
     if (d.len > 2 * p) {
-      const int64_t parts = floor ? d.len / p : (d.len + p - 1) / p;
-      chunk = ((d.len + parts - 1) / parts + kMinChunk - 1) / kMinChunk * kMinChunk;
+      if (floor) {
+        chunk = (p + kMinChunk - 1) / kMinChunk * kMinChunk;
+      } else {
+        const int64_t parts = (d.len + p - 1) / p;
+        chunk = ((d.len + parts - 1) / parts + kMinChunk - 1) / kMinChunk * kMinChunk;
+      }
       split = (int32_t)((d.len + chunk - 1) / chunk);
     }
     const int64_t part_at = out.part_rows;

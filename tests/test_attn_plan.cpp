@@ -44,8 +44,8 @@ int64_t per_slot(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
 void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, const PlanRule& rule,
                 const AttnPlan& plan, int64_t groups_before, int64_t groups_after) {
   const int64_t per = per_slot(probs, rule);
-  const int64_t per_mma = std::max<int64_t>(
-      per, std::min<int64_t>(rule.mma_min_chunk, group_keys(probs, rule) / std::max<int64_t>(rule.min_units, 1)));
+  const int64_t lowered = group_keys(probs, rule) / std::max<int64_t>(rule.min_units, 1) / kMinChunk * kMinChunk;
+  const int64_t per_mma = std::max<int64_t>(per, std::min<int64_t>(rule.mma_min_chunk, lowered));
   // Units by problem and row group: (p, r0) -> their chunks.
   std::map<std::pair<int32_t, int32_t>, std::vector<const AttnUnit*>> by_group;
   std::vector<uint8_t> written((size_t)std::max<int64_t>(plan.part_rows, 0), 0);
@@ -192,6 +192,20 @@ int main() {
     int64_t groups = before;
     plan_attention(probs.data(), probs.size(), rule, plan, groups);
     check_plan("random case " + std::to_string(iter), probs, rule, plan, before, groups);
+    // The floor never leaves the device much emptier than no floor: at
+    // least half of min_units units, or of the floorless plan's if fewer.
+    {
+      PlanRule bare = rule;
+      bare.mma_min_chunk = 128;
+      AttnPlan free_plan;
+      int64_t g2 = 0;
+      plan_attention(probs.data(), probs.size(), bare, free_plan, g2);
+      const int64_t floored = (int64_t)(plan.units.size() + plan.mma_units.size());
+      const int64_t free_units = (int64_t)(free_plan.units.size() + free_plan.mma_units.size());
+      CHECK_MSG(2 * floored >= std::min<int64_t>(std::max(rule.min_units, 1), free_units),
+                "random case %d: %lld units under the floor, %lld without, %d multiprocessors", iter,
+                (long long)floored, (long long)free_units, rule.min_units);
+    }
     if (check_failures() > 20) break;
   }
   // The shapes of bench/README.md's H100 runs (GQA 4: 4 KV heads of 4
@@ -216,6 +230,19 @@ int main() {
   // multiprocessors: 16 chunks of 128, as without.
   CHECK((shape(4, 64, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
   CHECK((shape(4, 64, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
+  // Lowered floors are whole KV blocks and the chunks take them as they
+  // are: 4 problems of 64 rows x 9900 keys, 300 keys a multiprocessor,
+  // 39 chunks of 256 (156 units); x 4300, 130 keys: no floor, 34 of 128.
+  CHECK((shape(4, 64, 9900, true, 512) == std::tuple<int32_t, int32_t, bool>{39, 256, false}));
+  CHECK((shape(4, 64, 4300, true, 512) == std::tuple<int32_t, int32_t, bool>{34, 128, false}));
+  // The floor from 16 rows: 16 rows x 8192 keys take 16 chunks of 512, 15
+  // rows 64 of 128 (131072 and 122880 keys over 132).
+  CHECK((shape(16, 16, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, true}));
+  CHECK((shape(16, 15, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
+  // A row a warp: 4 rows fused at any chunk count, 5 rows (more than the
+  // 64-row unit's 4 warps) only within the partial-row limit.
+  CHECK((shape(4, 5, 8192, true, 128, 256) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
+  CHECK((shape(4, 4, 32768, true, 128, 256) == std::tuple<int32_t, int32_t, bool>{256, 128, true}));
   // Batch 64 x 8192: 4 problems of 256 rows in 4 groups, 64 chunks of 128
   // keys, or 16 of 512 under the floor (256 units).
   CHECK((shape(4, 256, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
