@@ -1006,10 +1006,13 @@ void test_rope_kv_write(Backend& be, clade_kv_type type, int hd, bool neox) {
 // A shared node's problem: many rows (several of the tensor-core kernels'
 // 64- or 128-row units, the last one partly filled) against a long span whose keys
 // are split into chunks, with causal limits, rows that see nothing, rows
-// that see all, and a tree mask on a second problem.
-void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, int hd) {
-  const std::string tag = kv_tag(type, hd);
-  const int cap = 1500, len = 1400, nr = 150, n_q = 200, mask_base = 1350;
+// that see all, and a tree mask on a second problem. len: the span's keys
+// (1400; 12000 makes the CUDA backend's 512-key chunk floor bind: 6 row
+// groups x 12000 keys over up to 140 multiprocessors is above 512 keys
+// a unit).
+void test_attention_many_rows(Backend& cpu, Backend& gpu, clade_kv_type type, int hd, int len = 1400) {
+  const std::string tag = kv_tag(type, hd) + (len == 1400 ? "" : " len " + std::to_string(len));
+  const int cap = len + 100, nr = 150, n_q = 200, mask_base = len - 50;
   std::vector<float> kin = randn((size_t)len * hd), vin = randn((size_t)len * hd), q = randn((size_t)n_q * hd, 2.0f);
   std::vector<int32_t> rows(nr), lim(nr), lim_mask(nr);
   std::vector<uint64_t> masks(nr);
@@ -1259,6 +1262,11 @@ int main(int argc, char** argv) {
           for (bool neox : {false, true}) test_rope_kv_write(*gpu, kt, hd, neox);
         test_attention_tails(*cpu, *gpu, kt, hd);
       }
+    // Long enough for the chunk floor (on the GPU every type and tensor-core
+    // head dimension; the harness checks the test itself once).
+    for (clade_kv_type kt : {CLADE_KV_F16, CLADE_KV_BF16})
+      for (int hd : {64, 128})
+        if (!harness || (kt == CLADE_KV_F16 && hd == 64)) test_attention_many_rows(*cpu, *gpu, kt, hd, 12000);
     if (!harness) {
       // The CUDA backend sends a set's few-row problems to the tensor-core
       // launch when they would not fill the device alone, as in the tests
@@ -1277,7 +1285,8 @@ int main(int argc, char** argv) {
       // when small (the default) and always, and with 128-row units; with
       // single numbers, CLADE_CUDA_MMA_HILO=0, within attn_tol's wider
       // bound; with chunks from 128 keys (no floor) and from 512 (the
-      // default), which splits the longest problems here, 1400 keys, in 2;
+      // default, which binds on none of these: the long many-rows test
+      // above has it);
       // with expf and every score's
       // visibility tested, CLADE_CUDA_MMA_EXP2=0, and the merges a block a
       // row, CLADE_CUDA_WARP_MERGE=0): the same comparisons.
