@@ -55,7 +55,7 @@ for c in "${cases[@]}"; do
   # Every kernel's time, the prefix's prefill included (the decode steps'
   # launches are the last ones).
   echo "# $c: clade ${step[*]} ${args[*]}" > "$out/ncu-$c.err"
-  ncu --clock-control none --csv --page details "${times[@]}" $clade "${step[@]}" "${args[@]}" \
+  ncu --clock-control none --print-units base --csv --page details "${times[@]}" $clade "${step[@]}" "${args[@]}" \
     > "$out/ncu-$c-times.csv" 2>> "$out/ncu-$c.err" || { echo "gpu_profile.sh: ncu failed on $c" >&2; continue; }
   [ "$c" == b1 ] && continue
   # The sections of the last 12 attention launches (the last layers of

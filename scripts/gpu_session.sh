@@ -34,15 +34,20 @@ if [ "${1:-}" == "--steps" ]; then
     esac
   done
 fi
-bundle=${1:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
-out=${2:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
-seconds=${3:?usage: gpu_session.sh BUNDLE OUT SECONDS [SETTING...]}
+bundle=${1:?usage: gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]}
+out=${2:?usage: gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]}
+seconds=${3:?usage: gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]}
 shift 3
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 120 ]; then
   echo "gpu_session.sh: SECONDS must be a whole number of at least 120, not '$seconds'" >&2
   exit 2
 fi
 [ -f "$bundle" ] || { echo "gpu_session.sh: no bundle '$bundle'" >&2; exit 2; }
+# OUT is emptied into the archive at the end: only a new or empty folder.
+if [ -e "$out" ] && { [ ! -d "$out" ] || [ -n "$(ls -A "$out")" ]; }; then
+  echo "gpu_session.sh: OUT '$out' must be a new or empty folder" >&2
+  exit 2
+fi
 mkdir -p "$out"
 t0=$(date +%s)
 log() { echo "[t=$(($(date +%s) - t0))s] $*" | tee -a "$out/session.log"; }
@@ -76,7 +81,13 @@ for s in ${steps//,/ }; do
       step profile 150 scripts/gpu_profile.sh --prebuilt "$out/prof" ${GPU_PROFILE_CASES:-}
       [ -d "$out/prof" ] && python3 scripts/ncu_summary.py "$out/prof" > "$out/ncu-summary.txt" 2>&1
       ;;
-    ab) [ $# -gt 0 ] && step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@" ;;
+    ab)
+      if [ $# -gt 0 ]; then
+        step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
+      else
+        log "ab: skipped, no SETTING given"
+      fi
+      ;;
     gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
     memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
     racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
@@ -86,9 +97,12 @@ for f in bench/results/gpu-machine.csv bench/results/gpu-machine-torch.csv bench
   bench/results/gpu-decode-kv16.csv bench/results/gpu-decode-kv4-greedy.csv; do
   [ -f "$f" ] && cp "$f" "$out/"
 done
-log "done"
 # The device tool brings back at most 8 files: everything in one archive,
 # the log beside it.
-tar -C "$out" -cJf "/tmp/session.$$.tar.xz" --exclude session.tar.xz . &&
+if tar -C "$out" -cJf "/tmp/session.$$.tar.xz" . &&
   find "$out" -mindepth 1 -maxdepth 1 ! -name session.log -exec rm -rf {} + &&
-  mv "/tmp/session.$$.tar.xz" "$out/session.tar.xz"
+  mv "/tmp/session.$$.tar.xz" "$out/session.tar.xz"; then
+  log "done: OUT/session.tar.xz"
+else
+  log "done; the archive failed, the files are as they were written"
+fi

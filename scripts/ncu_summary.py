@@ -44,7 +44,11 @@ def step_times(path):
         k = kernels.setdefault(int(r["ID"]), {"name": kernel_name(r["Kernel Name"]), "grid": r["Grid Size"],
                                               "block": r["Block Size"], "ns": 0.0})
         if r["Metric Name"] == "gpu__time_duration.sum":
-            k["ns"] = float(r["Metric Value"].replace(",", ""))
+            scale = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+                     "s": 1e9, "second": 1e9}.get(r["Metric Unit"])
+            if scale is None:
+                sys.exit(f"ncu_summary.py: {path}: a time in '{r['Metric Unit']}'")
+            k["ns"] = float(r["Metric Value"].replace(",", "")) * scale
     ids = sorted(kernels)
     marks = [j for j, i in enumerate(ids) if kernels[i]["name"].endswith("argmax_parts_kernel")]
     if len(marks) < 2:
