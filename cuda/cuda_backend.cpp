@@ -511,8 +511,9 @@ std::string CudaBackend::settings() const {
                 "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
                 "combine up to %d partial rows, chunks from %d keys; merges a %s a row; programmatic launches %s; "
                 "graphs %s",
-                prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_, mma_hd_[0] ? "on" : "off",
-                mma_hd_[1] ? "on" : "off", mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_,
+                prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_,
+                mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
+                mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_,
                 warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
   return line;
 }

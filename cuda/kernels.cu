@@ -336,13 +336,13 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   if (n_mma_units > 0) {
     cudaError_t e;
     if (kv_type == kKvF16)
-      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
-                                                  part_o, part_lse, counters, stream)
-                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
-                                                   part_o, part_lse, counters, stream);
+      e = head_dim == 64 ? launch_mma<kKvF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units,
+                                                  n_mma_units, part_o, part_lse, counters, stream)
+                         : launch_mma<kKvF16, 128>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units,
+                                                   n_mma_units, part_o, part_lse, counters, stream);
     else
-      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units, n_mma_units,
-                                                   part_o, part_lse, counters, stream)
+      e = head_dim == 64 ? launch_mma<kKvBF16, 64>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units,
+                                                   n_mma_units, part_o, part_lse, counters, stream)
                          : launch_mma<kKvBF16, 128>(mma_kernel, mma_rows, mma_exp2, q, scale, layer, probs, mma_units,
                                                     n_mma_units, part_o, part_lse, counters, stream);
     launch_status = e;
@@ -380,8 +380,8 @@ cudaError_t launch_attention(int kv_type, const float* q, int head_dim, float sc
   }
   const unsigned warps_grid = rows_grid((split_rows + kMergeWarps - 1) / kMergeWarps);
   auto* k = head_dim <= 64 ? combine_warp_kernel<2> : head_dim <= 128 ? combine_warp_kernel<4> : combine_warp_kernel<8>;
-  launch_k(stream, k, warps_grid, kMergeThreads, 0, probs, splits, split_row_begin, n_splits, split_rows, part_o, part_lse,
-           head_dim);
+  launch_k(stream, k, warps_grid, kMergeThreads, 0, probs, splits, split_row_begin, n_splits, split_rows, part_o,
+           part_lse, head_dim);
   return cudaGetLastError();
 }
 
