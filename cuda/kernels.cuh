@@ -1208,6 +1208,18 @@ __device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* pa
   return mx + log(sum);
 }
 
+// A merged row's lane l elements (merge_row_warp's acc) into o [head_dim]
+// and its logsumexp into *lse (lane 0).
+template <int kSlots>
+__device__ __forceinline__ void store_row_warp(const float (&acc)[kSlots], double v, int head_dim, float* o,
+                                               double* lse) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int a = 0; a < kSlots; a++)
+    if (lane + 32 * a < head_dim) o[lane + 32 * a] = acc[a];
+  if (lane == 0) *lse = v;
+}
+
 template <int KV, int HD, bool HILO, int ROWS, bool EXP2>
 __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q, float scale, int layer,
                                                                     const AttnDesc* probs, const AttnUnit* units,
@@ -1460,10 +1472,7 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
           float acc[HD / 32];
           const double v =
               merge_row_warp(U.split, SplitIdx{U.part_at, P.n_rows, U.r0 + r}, part_o, part_lse, HD, acc);
-          float* orow = P.o + (int64_t)(U.r0 + r) * HD + lane;
-#pragma unroll
-          for (int a = 0; a < HD / 32; a++) orow[32 * a] = acc[a];
-          if (lane == 0) P.lse[U.r0 + r] = v;
+          store_row_warp(acc, v, HD, P.o + (int64_t)(U.r0 + r) * HD, P.lse + U.r0 + r);
         }
         if (tid == 0) atomicExch(counters + U.group, 0);  // for the next launch
       }
@@ -1620,7 +1629,6 @@ __global__ void __launch_bounds__(kMergeThreads) combine_warp_kernel(const AttnD
                                                                     int64_t total_rows, const float* part_o,
                                                                     const double* part_lse, int head_dim) {
   pdl_enter();
-  const int lane = threadIdx.x & 31;
   const int64_t stride = (int64_t)gridDim.x * kMergeWarps;
   for (int64_t b = (int64_t)blockIdx.x * kMergeWarps + (threadIdx.x >> 5); b < total_rows; b += stride) {
     const int lo = split_of_row(row_begin, n_splits, b);
@@ -1629,11 +1637,7 @@ __global__ void __launch_bounds__(kMergeThreads) combine_warp_kernel(const AttnD
     const int64_t r = b - row_begin[lo];
     float acc[kSlots];
     const double lse = merge_row_warp(S.split, SplitIdx{S.part_at, P.n_rows, r}, part_o, part_lse, head_dim, acc);
-    float* orow = P.o + r * head_dim + lane;
-#pragma unroll
-    for (int a = 0; a < kSlots; a++)
-      if (lane + 32 * a < head_dim) orow[32 * a] = acc[a];
-    if (lane == 0) P.lse[r] = lse;
+    store_row_warp(acc, lse, head_dim, P.o + r * head_dim, P.lse + r);
   }
 }
 
