@@ -71,6 +71,7 @@ struct PlanRule {
 // The chunks' floor and granularity: whole KV blocks.
 constexpr int64_t kMinChunk = 128;
 static_assert(kMinChunk % kKVBlock == 0, "chunks start at KV block boundaries");
+inline int64_t whole_chunks_up(int64_t keys) { return (keys + kMinChunk - 1) / kMinChunk * kMinChunk; }
 
 struct AttnPlan {
   std::vector<AttnUnit> units, mma_units;  // the FP32 kernel's, the tensor-core kernel's
@@ -86,7 +87,8 @@ struct AttnPlan {
 // Units: groups of up to fp32_rows or mma_rows rows, each against a chunk
 // of its problem's keys. A group with more than twice the mean work per
 // unit slot (`per`: all groups' keys over target_units) has its keys split
-// into about equal chunks of whole KV blocks (at least one), so that no
+// into about equal chunks of whole KV blocks (at least one; under the
+// tensor-core floor, chunks of the floor and a shorter last), so that no
 // unit holds much more than its share: a single sequence's step (a few
 // groups of long spans) and a step of long shared nodes beside many short
 // own spans both keep every multiprocessor busy to the end. The chunks'
@@ -123,10 +125,10 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
     const int64_t p = floor ? per_mma : per;
     if (d.len > 2 * p) {
       if (floor) {
-        chunk = (p + kMinChunk - 1) / kMinChunk * kMinChunk;
+        chunk = whole_chunks_up(p);
       } else {
         const int64_t parts = (d.len + p - 1) / p;
-        chunk = ((d.len + parts - 1) / parts + kMinChunk - 1) / kMinChunk * kMinChunk;
+        chunk = whole_chunks_up((d.len + parts - 1) / parts);
       }
       split = (int32_t)((d.len + chunk - 1) / chunk);
     }
