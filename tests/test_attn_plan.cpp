@@ -149,10 +149,11 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
             (long long)groups_after, (long long)next_group);
 }
 
-// The plan of one shape: split count of problem 0, its chunk, whether fused.
-std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len, bool mma, int32_t min_chunk,
-                                         int32_t max_parts = 256) {
-  std::vector<PlanProblem> probs((size_t)n_probs, PlanProblem{rows, len, mma});
+// The plan of n_probs tensor-core problems alike: split count of problem 0,
+// its chunk, whether fused.
+std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len, int32_t min_chunk,
+                                         int32_t max_parts) {
+  std::vector<PlanProblem> probs((size_t)n_probs, PlanProblem{rows, len, true});
   PlanRule rule;
   rule.target_units = 132 * 8;  // an H100's multiprocessors x CLADE_CUDA_UNITS_PER_SM's default
   rule.min_units = 132;
@@ -163,7 +164,7 @@ std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len,
   int64_t groups = 0;
   plan_attention(probs.data(), probs.size(), rule, plan, groups);
   check_plan("shape", probs, rule, plan, 0, groups);
-  const AttnUnit& u = mma ? plan.mma_units.at(0) : plan.units.at(0);
+  const AttnUnit& u = plan.mma_units.at(0);
   return {u.split, u.c1 - u.c0, u.group >= 0};
 }
 
@@ -208,54 +209,71 @@ int main() {
     }
     if (check_failures() > 20) break;
   }
-  // The shapes of bench/README.md's H100 runs (GQA 4: 4 KV heads of 4
-  // query heads; multi-head: 16 KV heads), 8 units per multiprocessor.
-  // Multi-head batch 32 x 8192 shared: 16 problems of 32 rows, 64 chunks of
-  // 128 keys, combined by combine_kernel; with a 512-key floor, 16 of 512.
-  CHECK((shape(16, 32, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
-  CHECK((shape(16, 32, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
-  // Its flat side: 512 problems of one row, 3 chunks of 2816 combined in
-  // the kernel, the floor not binding.
-  CHECK((shape(512, 1, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{3, 2816, true}));
-  CHECK((shape(512, 1, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{3, 2816, true}));
-  // GQA 4 batch 256 x 8192 shared: 4 problems of 1024 rows, 16 chunks of 512.
-  CHECK((shape(4, 1024, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
-  // Batch 1 x 2048: 4 problems of 4 rows, 16 chunks of 128, combined in the
-  // kernel (4 x 16 = 64 partial rows a group, at most 256); a floor does
-  // not bind on 4 rows (mma_floor_rows 16).
-  CHECK((shape(4, 4, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
-  CHECK((shape(4, 4, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
-  // Batch 16 x 2048: 4 problems of 64 rows; a 512 floor would leave 16
-  // units (0.89x flat on an H200), so it is lowered to the 128 of 132
-  // multiprocessors: 16 chunks of 128, as without.
-  CHECK((shape(4, 64, 2048, true, 128) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
-  CHECK((shape(4, 64, 2048, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
-  // Lowered floors are whole KV blocks and the chunks take them as they
-  // are: 4 problems of 64 rows x 9900 keys, 300 keys a multiprocessor,
-  // 39 chunks of 256 (156 units); x 4300, 130 keys: no floor, 34 of 128.
-  CHECK((shape(4, 64, 9900, true, 512) == std::tuple<int32_t, int32_t, bool>{39, 256, false}));
-  CHECK((shape(4, 64, 4300, true, 512) == std::tuple<int32_t, int32_t, bool>{34, 128, false}));
-  // The floor from 16 rows: 16 rows x 8192 keys take 16 chunks of 512, 15
-  // rows 64 of 128 (131072 and 122880 keys over 132).
-  CHECK((shape(16, 16, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, true}));
-  CHECK((shape(16, 15, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
-  // A row a warp: 4 rows fused at any chunk count, 5 rows (more than the
-  // 64-row unit's 4 warps) only within the partial-row limit.
-  CHECK((shape(4, 5, 8192, true, 128, 256) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
-  CHECK((shape(4, 4, 32768, true, 128, 256) == std::tuple<int32_t, int32_t, bool>{256, 128, true}));
-  // Batch 64 x 8192: 4 problems of 256 rows in 4 groups, 64 chunks of 128
-  // keys, or 16 of 512 under the floor (256 units).
-  CHECK((shape(4, 256, 8192, true, 128) == std::tuple<int32_t, int32_t, bool>{64, 128, false}));
-  CHECK((shape(4, 256, 8192, true, 512) == std::tuple<int32_t, int32_t, bool>{16, 512, false}));
-  // Its flat side at 8192 (the prefix in each sequence's own cache, 8224
-  // keys): 65 chunks, 260 partial rows, but a row a warp of the last unit,
-  // so fused all the same (0.26 -> 0.19 ms a step's attention on an H200
-  // when fused, gpu-h200-ab3-1127.txt).
-  CHECK((shape(4, 4, 8224, true, 512) == std::tuple<int32_t, int32_t, bool>{65, 128, true}));
-  // 16 rows: at CLADE_CUDA_FUSE_MAX_PARTS=256 fused (16 x 16), at 255 not;
-  // at 0 nothing is.
-  CHECK((shape(4, 16, 2048, true, 128, 256) == std::tuple<int32_t, int32_t, bool>{16, 128, true}));
-  CHECK((shape(4, 16, 2048, true, 128, 255) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
-  CHECK((shape(4, 4, 2048, true, 128, 0) == std::tuple<int32_t, int32_t, bool>{16, 128, false}));
+  // The shapes of bench/README.md's GPU runs (GQA 4: 4 KV heads of 4
+  // query heads; multi-head: 16 KV heads), 132 multiprocessors, 8 units
+  // each: problem 0's split, chunk and whether its combine is fused.
+  struct Shape {
+    int n_probs;
+    int32_t rows, len, min_chunk, max_parts;
+    std::tuple<int32_t, int32_t, bool> want;
+  };
+  const Shape shapes[] = {
+      // Multi-head batch 32 x 8192 shared: 16 problems of 32 rows, 64
+      // chunks of 128 keys, combined by combine_kernel; with a 512-key
+      // floor, 16 of 512.
+      {16, 32, 8192, 128, 256, {64, 128, false}},
+      {16, 32, 8192, 512, 256, {16, 512, false}},
+      // Its flat side: 512 problems of one row, 3 chunks of 2816 combined
+      // in the kernel, the floor not binding.
+      {512, 1, 8192, 128, 256, {3, 2816, true}},
+      {512, 1, 8192, 512, 256, {3, 2816, true}},
+      // GQA 4 batch 256 x 8192 shared: 4 problems of 1024 rows, 16 chunks
+      // of 512.
+      {4, 1024, 8192, 128, 256, {16, 512, false}},
+      // Batch 64 x 8192: 4 problems of 256 rows in 4 groups, 64 chunks of
+      // 128 keys, or 16 of 512 under the floor (256 units).
+      {4, 256, 8192, 128, 256, {64, 128, false}},
+      {4, 256, 8192, 512, 256, {16, 512, false}},
+      // Batch 16 x 2048: 4 problems of 64 rows; a 512 floor would leave 16
+      // units (0.89x flat on an H200), so it is lowered to the 128 of 132
+      // multiprocessors: 16 chunks of 128, as without.
+      {4, 64, 2048, 128, 256, {16, 128, false}},
+      {4, 64, 2048, 512, 256, {16, 128, false}},
+      // Lowered floors are whole KV blocks and the chunks take them as they
+      // are: 4 problems of 64 rows x 9900 keys, 300 keys a multiprocessor,
+      // 39 chunks of 256 (156 units); x 4300, 130 keys: no floor, 34 of 128.
+      {4, 64, 9900, 512, 256, {39, 256, false}},
+      {4, 64, 4300, 512, 256, {34, 128, false}},
+      // The floor from 16 rows: 16 rows x 8192 keys take 16 chunks of 512,
+      // 15 rows 64 of 128 (131072 and 122880 keys over 132).
+      {16, 16, 8192, 512, 256, {16, 512, true}},
+      {16, 15, 8192, 512, 256, {64, 128, false}},
+      // Batch 1 x 2048: 4 problems of 4 rows, 16 chunks of 128, combined in
+      // the kernel (4 x 16 = 64 partial rows a group, at most 256); a floor
+      // does not bind on 4 rows (mma_floor_rows 16).
+      {4, 4, 2048, 128, 256, {16, 128, true}},
+      {4, 4, 2048, 512, 256, {16, 128, true}},
+      // Its flat side at 8192 (the prefix in each sequence's own cache,
+      // 8224 keys): 65 chunks, 260 partial rows, but a row a warp of the
+      // last unit, so fused all the same (0.26 -> 0.19 ms a step's
+      // attention on an H200 when fused, gpu-h200-ab3-1127.txt).
+      {4, 4, 8224, 512, 256, {65, 128, true}},
+      // A row a warp: 4 rows fused at any chunk count, 5 rows (more than
+      // the 64-row unit's 4 warps) only within the partial-row limit.
+      {4, 5, 8192, 128, 256, {64, 128, false}},
+      {4, 4, 32768, 128, 256, {256, 128, true}},
+      // 16 rows: at CLADE_CUDA_FUSE_MAX_PARTS=256 fused (16 x 16), at 255
+      // not; at 0 nothing is.
+      {4, 16, 2048, 128, 256, {16, 128, true}},
+      {4, 16, 2048, 128, 255, {16, 128, false}},
+      {4, 4, 2048, 128, 0, {16, 128, false}},
+  };
+  for (const Shape& c : shapes) {
+    const auto got = shape(c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts);
+    CHECK_MSG(got == c.want, "%d problems of %d rows x %d keys, floor %d, fused up to %d: split %d of %d keys%s, "
+              "not %d of %d%s", c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts, std::get<0>(got),
+              std::get<1>(got), std::get<2>(got) ? " fused" : "", std::get<0>(c.want), std::get<1>(c.want),
+              std::get<2>(c.want) ? " fused" : "");
+  }
   return check_exit();
 }
