@@ -62,12 +62,7 @@ for c in "${cases[@]}"; do
   # the second decode step): the same run again, the launches before them
   # skipped (its launches are the same in number each run).
   # (ncu's report follows the program's own output and its ==PROF== lines)
-  n=$(python3 -c '
-import csv, re, sys
-lines = open(sys.argv[1]).read().splitlines()
-at = next((i for i, l in enumerate(lines) if l.startswith("\"ID\",")), len(lines))
-ids = {r["ID"] for r in csv.DictReader(lines[at:]) if re.search(sys.argv[2], r.get("Kernel Name") or "")}
-print(len(ids) if at < len(lines) else -1)' "$out/ncu-$c-times.csv" "$attn") || n=-1
+  n=$(python3 scripts/ncu_summary.py --count "$attn" "$out/ncu-$c-times.csv") || n=-1
   if [ "$n" -lt 0 ]; then
     echo "gpu_profile.sh: no ncu report in $out/ncu-$c-times.csv; $c's sections skipped" >&2
     continue

@@ -70,7 +70,9 @@ step() {
 }
 rm -rf build-gpu && mkdir -p build-gpu && tar xf "$bundle" -C build-gpu
 log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-export LD_LIBRARY_PATH=$PWD/build-gpu/syslib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source=scripts/gpu_lib.sh
+source scripts/gpu_lib.sh
+gpu_build 1
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 for s in ${steps//,/ }; do
   case $s in

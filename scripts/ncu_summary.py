@@ -9,6 +9,8 @@ attention launch profiled there (time, cycles, throughput against the
 peaks, occupancy and what limits it).
 
 usage: scripts/ncu_summary.py DIR [CASE...]   (cases: b256 mha b1 by default)
+       scripts/ncu_summary.py --count REGEX FILE   (the launches in FILE whose
+       kernel name matches REGEX; -1 when FILE holds no report)
 """
 import collections
 import csv
@@ -25,12 +27,13 @@ METRICS = [
 
 
 def report_rows(path):
-    """ncu --csv --page details rows (the report follows the program's output)."""
+    """ncu --csv --page details rows (the report follows the program's output);
+    None when the file holds no report."""
     with open(path) as f:
         lines = f.read().splitlines()
     at = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
     if at is None:
-        return []
+        return None
     return list(csv.DictReader(lines[at:]))
 
 
@@ -40,7 +43,7 @@ def kernel_name(full):
 
 def step_times(path):
     kernels = {}
-    for r in report_rows(path):
+    for r in report_rows(path) or []:
         k = kernels.setdefault(int(r["ID"]), {"name": kernel_name(r["Kernel Name"]), "grid": r["Grid Size"],
                                               "block": r["Block Size"], "ns": 0.0})
         if r["Metric Name"] == "gpu__time_duration.sum":
@@ -63,8 +66,16 @@ def step_times(path):
 
 
 def main():
+    usage = "usage: " + __doc__.split("usage: ")[1].strip()
     if len(sys.argv) < 2:
-        sys.exit(__doc__.strip().splitlines()[-1])
+        sys.exit(usage)
+    if sys.argv[1] == "--count":
+        if len(sys.argv) != 4:
+            sys.exit(usage)
+        rows = report_rows(sys.argv[3])
+        pattern = re.compile(sys.argv[2])
+        print(-1 if rows is None else len({r["ID"] for r in rows if pattern.search(r.get("Kernel Name") or "")}))
+        return
     d = sys.argv[1]
     cases = sys.argv[2:] or ["b256", "mha", "b1"]
     for c in cases:
@@ -88,7 +99,7 @@ def main():
                   f"  grid={a['grid']} block={a['block']}")
         print(f"step: {sum(a['ns'] for a in agg.values()) / 1e3:.1f} us in {n} launches")
         sections = os.path.join(d, f"ncu-{c}.csv")
-        rows = report_rows(sections) if os.path.exists(sections) else []
+        rows = (report_rows(sections) or []) if os.path.exists(sections) else []
         attn = [r for r in rows if "attention" in r["Kernel Name"]]
         if attn:
             first = attn[0]["ID"]
