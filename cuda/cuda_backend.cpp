@@ -343,7 +343,7 @@ class CudaBackend final : public Backend {
   // an H200 (gpu-h200-ab-1127.txt) a floor of 512 made that shared
   // attention 0.78x the time (16 chunks of 512), left batch 256 x 8192 as
   // it was, and made batch 1 1.7x, whose 4-row problems it no longer
-  // binds.
+  // binds; PlanRule lowers it to the keys over the multiprocessors.
   int32_t mma_min_chunk_ = 512;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
