@@ -1177,32 +1177,55 @@ struct ListIdx {
 // round. Every lane of the warp calls it. The partials may have been
 // written by other blocks of the same grid (the fused combine, after its
 // fence): read past L1 (__ldcg).
+// Its loads are what it waits on (a row's partials were just written, in
+// L2): each lane reads its first partial's index and logsumexp once for
+// the max, the sum and the weight, and the partial rows are read
+// kMergeBatch at a time before any is added (then added in order, so the
+// numbers are those of one at a time), not one round trip each.
+template <int kSlots>
+constexpr int kMergeBatch = kSlots >= 8 ? 2 : 16 / kSlots;
 template <int kSlots, typename Idx>
 __device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* part_o, const double* part_lse,
                                                  int head_dim, float (&acc)[kSlots]) {
+  constexpr int kBatch = kMergeBatch<kSlots>;
+  static_assert(32 % kBatch == 0, "a batch's partials in one slice of 32");
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int a = 0; a < kSlots; a++) acc[a] = 0.0f;
-  double mx = -(double)INFINITY, sum = 0.0;
-  for (int c = lane; c < n; c += 32) mx = fmax(mx, __ldcg(part_lse + idx(c)));
+  const int64_t at0 = lane < n ? idx(lane) : 0;
+  const double lse0 = lane < n ? __ldcg(part_lse + at0) : -(double)INFINITY;
+  double mx = fmax(-(double)INFINITY, lse0), sum = 0.0;
+  for (int c = lane + 32; c < n; c += 32) mx = fmax(mx, __ldcg(part_lse + idx(c)));
   for (int off = 16; off > 0; off >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   if (mx == -(double)INFINITY) return mx;
-  for (int c = lane; c < n; c += 32) sum += exp(__ldcg(part_lse + idx(c)) - mx);
+  if (lane < n) sum += exp(lse0 - mx);
+  for (int c = lane + 32; c < n; c += 32) sum += exp(__ldcg(part_lse + idx(c)) - mx);
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   for (int c0 = 0; c0 < n; c0 += 32) {
     const int c = c0 + lane;
-    const int64_t at = c < n ? idx(c) : 0;
-    const float mine = c < n ? (float)(exp(__ldcg(part_lse + at) - mx) / sum) : 0.0f;
+    const int64_t at = c0 == 0 ? at0 : c < n ? idx(c) : 0;
+    const double lse = c0 == 0 ? lse0 : c < n ? __ldcg(part_lse + at) : 0.0;
+    // (0 past n: the batches below may reach past the slice's m partials)
+    const float mine = c < n ? (float)(exp(lse - mx) / sum) : 0.0f;
     const int m = min(32, n - c0);
-    for (int j = 0; j < m; j++) {
-      const float w = __shfl_sync(0xffffffffu, mine, j);
-      const int64_t pr = __shfl_sync(0xffffffffu, at, j);
-      if (w > 0.0f) {
+    for (int j0 = 0; j0 < m; j0 += kBatch) {
+      float w[kBatch], v[kBatch][kSlots];
+#pragma unroll
+      for (int b = 0; b < kBatch; b++) {
+        w[b] = __shfl_sync(0xffffffffu, mine, j0 + b);
+        const int64_t pr = __shfl_sync(0xffffffffu, at, j0 + b);
         const float* row = part_o + pr * head_dim + lane;
 #pragma unroll
         for (int a = 0; a < kSlots; a++)
-          if (lane + 32 * a < head_dim) acc[a] += w * __ldcg(row + 32 * a);
+          v[b][a] = w[b] > 0.0f && lane + 32 * a < head_dim ? __ldcg(row + 32 * a) : 0.0f;
       }
+#pragma unroll
+      for (int b = 0; b < kBatch; b++)
+        if (w[b] > 0.0f) {
+#pragma unroll
+          for (int a = 0; a < kSlots; a++)
+            if (lane + 32 * a < head_dim) acc[a] += w[b] * v[b][a];
+        }
     }
   }
   return mx + log(sum);
