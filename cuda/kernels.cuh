@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -1283,11 +1284,14 @@ __global__ void __launch_bounds__(ROWS * 2) attention_reg_kernel(const float* q,
     }
     const int end = unit_key_end(lim, nr, U.c1, end_key);
     const bool active = row0 < nr;  // the warp has rows in this unit (the same for all its lanes)
-    // EXP2: keys below `seen_all` are seen by every row of the warp (rows
-    // past nr have limit 0; a mask hides none below mask_base).
+    // EXP2: keys below `seen_all` are seen by every row of the warp that
+    // is one of the unit's (a mask hides none below mask_base). Rows past
+    // nr do not bound it: their queries are zeros, their scores finite,
+    // and their outputs never stored (a 4-row problem's warp has 12).
     int seen_all = 0;
     if constexpr (EXP2) {
-      int v = min(lim[row0 + g], lim[row0 + g + 8]);
+      const int ra = row0 + g, rb = ra + 8;
+      int v = min(ra < nr ? lim[ra] : INT_MAX, rb < nr ? lim[rb] : INT_MAX);
       v = min(v, __shfl_xor_sync(0xffffffffu, v, 4));
       v = min(v, __shfl_xor_sync(0xffffffffu, v, 8));
       v = min(v, __shfl_xor_sync(0xffffffffu, v, 16));
