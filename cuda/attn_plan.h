@@ -63,6 +63,17 @@ struct PlanRule {
   int32_t mma_min_chunk = 128;
   int32_t mma_floor_rows = 16;
   int32_t min_units = 1;
+  // Unit slots for those same problems (tensor-core, mma_floor_rows rows
+  // or more) when > 0 (CLADE_CUDA_MMA_UNITS_PER_SM x multiprocessors): each
+  // such problem's row groups take floor(many_target_units x len / all
+  // groups' keys) chunks (at least 1; none under the floor but the last),
+  // so that they come to at most that many units, one wave where it is
+  // the kernel's blocks a multiprocessor. 0: target_units, as every other
+  // problem. (Three units a multiprocessor for every problem made batch
+  // 256 x 8192's shared attention 0.87x the time on an H200, its 16 chunks
+  // of 512 keys 6, and the multi-head flat problems 1.35x:
+  // gpu-h200-ab2-1127.txt.)
+  int64_t many_target_units = 0;
   bool fuse = false;           // the tensor-core kernel combines its split groups (attention_reg_kernel)
   int32_t fuse_max_parts = 0;  // ... those of at most this many partial rows (rows x chunks), or of
                                // a row a warp whatever their chunks (none when 0)
@@ -91,7 +102,9 @@ struct AttnPlan {
 // tensor-core floor, chunks of the floor and a shorter last), so that no
 // unit holds much more than its share: a single sequence's step (a few
 // groups of long spans) and a step of long shared nodes beside many short
-// own spans both keep every multiprocessor busy to the end. The chunks'
+// own spans both keep every multiprocessor busy to the end. With
+// many_target_units, the floor's problems are split by that target
+// instead (PlanRule), the floor lowered over their keys alone. The chunks'
 // partial rows are combined after: by the last unit of each row group
 // (fused: tensor-core units with rule.fuse, where a group has at most
 // fuse_max_parts partial rows, so that its last unit's 4-8 warps do not
@@ -105,25 +118,38 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
   out.splits.clear();
   out.split_begin.assign(1, 0);
   out.part_rows = 0;
-  int64_t group_keys = 0;  // keys over all row groups
+  int64_t group_keys = 0, many_keys = 0;  // keys over all row groups, over the floor's problems' groups
   for (size_t i = 0; i < n; i++) {
     const int32_t rows = probs[i].mma ? rule.mma_rows : rule.fp32_rows;
-    group_keys += (probs[i].n_rows + rows - 1) / rows * (int64_t)probs[i].len;
+    const int64_t keys = (probs[i].n_rows + rows - 1) / rows * (int64_t)probs[i].len;
+    group_keys += keys;
+    if (probs[i].mma && probs[i].n_rows >= rule.mma_floor_rows) many_keys += keys;
   }
   const int64_t target = std::max<int64_t>(rule.target_units, 1);
   const int64_t per = std::max(kMinChunk, (group_keys + target - 1) / target);
   // Where the tensor-core floor binds, chunks of that many keys (whole KV
   // blocks, the last chunk shorter); else as any problem's. The floor is
-  // at most all groups' keys over min_units, rounded down to whole blocks.
-  const int64_t lowered = group_keys / std::max(rule.min_units, 1) / kMinChunk * kMinChunk;
-  const int64_t per_mma = std::max<int64_t>(per, std::min<int64_t>(rule.mma_min_chunk, lowered));
+  // at most all groups' keys over min_units, rounded down to whole blocks
+  // (with many_target_units, the floor's problems' keys: they alone take
+  // it, beside problems of any length).
+  const bool many_rule = rule.many_target_units > 0;
+  const int64_t lowered =
+      (many_rule ? many_keys : group_keys) / std::max(rule.min_units, 1) / kMinChunk * kMinChunk;
+  const int64_t floor_keys = std::min<int64_t>(rule.mma_min_chunk, lowered);
+  const int64_t per_mma = std::max<int64_t>(per, floor_keys);
   for (size_t i = 0; i < n; i++) {
     const PlanProblem& d = probs[i];
     int64_t chunk = d.len;
     int32_t split = 1;
-    const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per;
+    const bool many = d.mma && d.n_rows >= rule.mma_floor_rows;
+    const bool floor = many && per_mma > per;
     const int64_t p = floor ? per_mma : per;
-    if (d.len > 2 * p) {
+    if (many && many_rule) {
+      const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(group_keys, 1));
+      chunk = std::max(whole_chunks_up((d.len + parts - 1) / parts), whole_chunks_up(floor_keys));
+      if (chunk < d.len) split = (int32_t)((d.len + chunk - 1) / chunk);
+      else chunk = d.len;
+    } else if (d.len > 2 * p) {
       if (floor) {
         chunk = whole_chunks_up(p);
       } else {

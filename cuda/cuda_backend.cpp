@@ -345,6 +345,12 @@ class CudaBackend final : public Backend {
   // it was, and made batch 1 1.7x, whose 4-row problems it no longer
   // binds; PlanRule lowers it to the keys over the multiprocessors.
   int32_t mma_min_chunk_ = 512;
+  // Units aimed at per multiprocessor for those same problems (16 rows or
+  // more on the tensor cores) apart from the others when not 0
+  // (CLADE_CUDA_MMA_UNITS_PER_SM, 0..64; PlanRule::many_target_units): 3,
+  // the register kernel's blocks a multiprocessor, is one wave of them.
+  // Off until timed on a GPU.
+  int32_t mma_units_per_sm_ = 0;
   // Head dimensions 64 and 128 whose tensor-core kernel fits this device's
   // shared memory per block (227 KiB on Hopper, 163 on the A100, 99 on
   // compute capability 8.6 and 8.9, where attention_mma_kernel's 120 KiB
@@ -419,6 +425,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   env_int("CLADE_CUDA_MMA_MIN_KEYS", 0, INT32_MAX, mma_min_keys_);
   env_int("CLADE_CUDA_UNITS_PER_SM", 1, 64, units_per_sm_);
   env_int("CLADE_CUDA_MMA_MIN_CHUNK", 128, 1 << 20, mma_min_chunk_);
+  env_int("CLADE_CUDA_MMA_UNITS_PER_SM", 0, 64, mma_units_per_sm_);
   env_int("CLADE_CUDA_GEMV_MAX_ROWS", 0, cuda::kGemvMaxRows, gemv_max_rows_);
   for (auto [name, flag] : {std::pair<const char*, bool*>{"CLADE_CUDA_ROPE_KV", &rope_kv_},
                             {"CLADE_CUDA_SIDE", &use_side_},
@@ -506,14 +513,16 @@ std::string CudaBackend::settings() const {
   if (cudaGetDeviceProperties(&prop, device_) != cudaSuccess) (void)cudaGetLastError();
   static const char* kKernels[] = {"wmma", "reg", "reg-single"};
   const bool exp2 = use_mma_ && mma_kernel_ != cuda::kMmaWmma && mma_exp2_;
-  char line[512];
+  const std::string many =
+      mma_units_per_sm_ ? " in " + std::to_string(mma_units_per_sm_) + " units a multiprocessor" : std::string();
+  char line[768];
   std::snprintf(line, sizeof line,
                 "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
-                "combine up to %d partial rows, chunks from %d keys; merges a %s a row; programmatic launches %s; "
+                "combine up to %d partial rows, chunks from %d keys%s; merges a %s a row; programmatic launches %s; "
                 "graphs %s",
                 prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_,
                 mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
-                mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_,
+                mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_, many.c_str(),
                 warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
   return line;
 }
@@ -1279,6 +1288,7 @@ void CudaBackend::attention_prepare(AttnWork& work, int32_t head_dim, float scal
   rule.mma_rows = mma_rows_;
   rule.mma_min_chunk = mma_min_chunk_;
   rule.min_units = sm_count_;
+  rule.many_target_units = (int64_t)sm_count_ * mma_units_per_sm_;
   rule.fuse = mma_kernel_ != cuda::kMmaWmma;
   rule.fuse_max_parts = fuse_max_parts_;
   for (size_t si = 0; si < n_sets; si++) {

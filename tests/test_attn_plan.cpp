@@ -44,8 +44,17 @@ int64_t per_slot(const std::vector<PlanProblem>& probs, const PlanRule& rule) {
 void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, const PlanRule& rule,
                 const AttnPlan& plan, int64_t groups_before, int64_t groups_after) {
   const int64_t per = per_slot(probs, rule);
-  const int64_t lowered = group_keys(probs, rule) / std::max<int64_t>(rule.min_units, 1) / kMinChunk * kMinChunk;
-  const int64_t per_mma = std::max<int64_t>(per, std::min<int64_t>(rule.mma_min_chunk, lowered));
+  // (with a many-row target, lowered over the keys of the problems it takes)
+  int64_t many_keys = 0;
+  for (const PlanProblem& d : probs)
+    if (d.mma && d.n_rows >= rule.mma_floor_rows) many_keys += (d.n_rows + rule.mma_rows - 1) / rule.mma_rows * d.len;
+  const int64_t lowered = (rule.many_target_units > 0 ? many_keys : group_keys(probs, rule)) /
+                          std::max<int64_t>(rule.min_units, 1) / kMinChunk * kMinChunk;
+  const int64_t floor_keys = std::min<int64_t>(rule.mma_min_chunk, lowered);
+  const int64_t per_mma = std::max<int64_t>(per, floor_keys);
+  // many_target_units: the tensor-core problems the floor applies to, in at
+  // most that many units (a group at least one) and their rows' chunks.
+  int64_t many_units = 0, short_groups = 0;
   // Units by problem and row group: (p, r0) -> their chunks.
   std::map<std::pair<int32_t, int32_t>, std::vector<const AttnUnit*>> by_group;
   std::vector<uint8_t> written((size_t)std::max<int64_t>(plan.part_rows, 0), 0);
@@ -70,8 +79,12 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
   for (size_t i = 0; i < probs.size(); i++) {
     const PlanProblem& d = probs[i];
     const int32_t rows = d.mma ? rule.mma_rows : rule.fp32_rows;
-    const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per;
+    const bool many = d.mma && d.n_rows >= rule.mma_floor_rows && rule.many_target_units > 0;
+    const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per && !many;
     const int64_t p = floor ? per_mma : per;
+    // (many: the most chunks the target allows this problem's groups)
+    const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(
+                                                   group_keys(probs, rule), 1));
     int32_t split = -1;
     int64_t part_at = -1;
     bool fused = false;
@@ -89,19 +102,35 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
                   "%s: problem %zu group %d chunk %zu: rows %d keys [%d, %d) after %d of %d", what.c_str(), i, r0, c,
                   u.nr, u.c0, u.c1, at, d.len);
         CHECK_MSG(u.c0 % kMinChunk == 0, "%s: a chunk starts at %d", what.c_str(), u.c0);
-        CHECK_MSG(u.c1 - u.c0 <= 2 * p + kMinChunk, "%s: a unit of %d keys against %lld a slot", what.c_str(),
-                  u.c1 - u.c0, (long long)p);
+        if (!many)
+          CHECK_MSG(u.c1 - u.c0 <= 2 * p + kMinChunk, "%s: a unit of %d keys against %lld a slot", what.c_str(),
+                    u.c1 - u.c0, (long long)p);
         if (floor && us.size() > 1 && c + 1 < us.size())
           CHECK_MSG(u.c1 - u.c0 >= p, "%s: a chunk of %d keys under the floor %lld", what.c_str(), u.c1 - u.c0,
                     (long long)p);
+        if (many && us.size() > 1 && c + 1 < us.size()) {
+          // Whole blocks, not under the floor, and no longer than the
+          // target's share but where the floor made them so.
+          const int64_t share = (d.len + parts - 1) / parts, keys = u.c1 - u.c0;
+          CHECK_MSG(keys % kMinChunk == 0 && keys >= floor_keys && (keys < share + kMinChunk || keys < floor_keys +
+                    kMinChunk), "%s: a chunk of %lld keys, %lld a share, floor %lld", what.c_str(), (long long)keys,
+                    (long long)share, (long long)floor_keys);
+        }
         CHECK_MSG(u.split == (int32_t)us.size(), "%s: split %d of %zu chunks", what.c_str(), u.split, us.size());
         at = u.c1;
       }
       CHECK_MSG(at == d.len, "%s: problem %zu group %d ends at key %d of %d", what.c_str(), i, r0, at, d.len);
       if (split < 0) split = (int32_t)us.size();
       CHECK_MSG(split == (int32_t)us.size(), "%s: problem %zu's groups split differently", what.c_str(), i);
-      CHECK_MSG(split == 1 || d.len > 2 * p, "%s: problem %zu of %d keys split at %lld a slot", what.c_str(), i,
-                d.len, (long long)p);
+      if (!many)
+        CHECK_MSG(split == 1 || d.len > 2 * p, "%s: problem %zu of %d keys split at %lld a slot", what.c_str(), i,
+                  d.len, (long long)p);
+      else {
+        CHECK_MSG(split <= parts, "%s: problem %zu in %d chunks, %lld allowed", what.c_str(), i, split,
+                  (long long)parts);
+        many_units += split;
+        if (rule.many_target_units * d.len < group_keys(probs, rule)) short_groups++;
+      }
       if (split > 1) {
         if (part_at < 0) part_at = us[0]->part_at;
         const int32_t group = us[0]->group;
@@ -140,6 +169,12 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
     }
   }
   CHECK_MSG(by_group.empty(), "%s: %zu unit groups of no problem's rows", what.c_str(), by_group.size());
+  // The target's units: at most the target, and one more for each group
+  // shorter than a unit slot's share of the keys.
+  if (rule.many_target_units > 0)
+    CHECK_MSG(many_units <= rule.many_target_units + short_groups,
+              "%s: %lld units of many-row problems, %lld slots, %lld short groups", what.c_str(),
+              (long long)many_units, (long long)rule.many_target_units, (long long)short_groups);
   CHECK_MSG(part_rows == plan.part_rows, "%s: %lld partial rows planned, %lld used", what.c_str(),
             (long long)plan.part_rows, (long long)part_rows);
   CHECK_MSG(next_split == plan.splits.size() && plan.split_begin.size() == plan.splits.size() + 1 &&
@@ -152,7 +187,7 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
 // The plan of n_probs tensor-core problems alike: split count of problem 0,
 // its chunk, whether fused.
 std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len, int32_t min_chunk,
-                                         int32_t max_parts) {
+                                         int32_t max_parts, int64_t many_target) {
   std::vector<PlanProblem> probs((size_t)n_probs, PlanProblem{rows, len, true});
   PlanRule rule;
   rule.target_units = 132 * 8;  // an H100's multiprocessors x CLADE_CUDA_UNITS_PER_SM's default
@@ -160,6 +195,7 @@ std::tuple<int32_t, int32_t, bool> shape(int n_probs, int32_t rows, int32_t len,
   rule.mma_min_chunk = min_chunk;
   rule.fuse = true;
   rule.fuse_max_parts = max_parts;
+  rule.many_target_units = many_target;
   AttnPlan plan;
   int64_t groups = 0;
   plan_attention(probs.data(), probs.size(), rule, plan, groups);
@@ -189,6 +225,7 @@ int main() {
     rule.min_units = (int32_t)(pick(0, 3) == 0 ? pick(-1, 1) : pick(1, 300));
     rule.fuse = pick(0, 1) == 1;
     rule.fuse_max_parts = (int32_t)(pick(0, 3) == 0 ? 0 : pick(1, 3000));
+    rule.many_target_units = pick(0, 2) == 0 ? 0 : pick(1, 1500);
     const int64_t before = pick(0, 1) ? 0 : pick(1, 1000);
     int64_t groups = before;
     plan_attention(probs.data(), probs.size(), rule, plan, groups);
@@ -207,6 +244,24 @@ int main() {
                 "random case %d: %lld units under the floor, %lld without, %d multiprocessors", iter,
                 (long long)floored, (long long)free_units, rule.min_units);
     }
+    // The many-row target leaves the other problems' units as they were.
+    if (rule.many_target_units > 0) {
+      PlanRule common = rule;
+      common.many_target_units = 0;
+      AttnPlan plain;
+      int64_t g3 = 0;
+      plan_attention(probs.data(), probs.size(), common, plain, g3);
+      auto others = [&](const AttnPlan& pl) {
+        std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>> v;
+        for (int kind = 0; kind < 2; kind++)
+          for (const AttnUnit& u : kind ? pl.mma_units : pl.units)
+            if (!(probs[(size_t)u.p].mma && probs[(size_t)u.p].n_rows >= rule.mma_floor_rows))
+              v.emplace_back(u.p, u.r0, u.nr, u.c0, u.c1);
+        return v;
+      };
+      CHECK_MSG(others(plan) == others(plain), "random case %d: the many-row target moved other problems' units",
+                iter);
+    }
     if (check_failures() > 20) break;
   }
   // The shapes of bench/README.md's GPU runs (GQA 4: 4 KV heads of 4
@@ -216,6 +271,7 @@ int main() {
     int n_probs;
     int32_t rows, len, min_chunk, max_parts;
     std::tuple<int32_t, int32_t, bool> want;
+    int64_t many_target = 0;  // slots for the many-row problems (0: all share target_units)
   };
   const Shape shapes[] = {
       // Multi-head batch 32 x 8192 shared: 16 problems of 32 rows, 64
@@ -267,11 +323,23 @@ int main() {
       {4, 16, 2048, 128, 256, {16, 128, true}},
       {4, 16, 2048, 128, 255, {16, 128, false}},
       {4, 4, 2048, 128, 0, {16, 128, false}},
+      // With 3 slots a multiprocessor for the many-row problems (396):
+      // batch 256 x 8192's 64 groups take 6 chunks of 1408 keys (384
+      // units, one wave of the register kernel's 3 blocks), as all of
+      // CLADE_CUDA_UNITS_PER_SM=3 gave them; the multi-head shared
+      // problems keep 16 of 512 (the floor), batch 16 x 2048's 16 of 128
+      // (99 would fit, but chunks are whole 128-key blocks), and the flat side's
+      // one-row problems are not theirs.
+      {4, 1024, 8192, 512, 256, {6, 1408, false}, 396},
+      {16, 32, 8192, 512, 256, {16, 512, false}, 396},
+      {4, 64, 2048, 512, 256, {16, 128, false}, 396},
+      {512, 1, 8192, 512, 256, {3, 2816, true}, 396},
   };
   for (const Shape& c : shapes) {
-    const auto got = shape(c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts);
-    CHECK_MSG(got == c.want, "%d problems of %d rows x %d keys, floor %d, fused up to %d: split %d of %d keys%s, "
-              "not %d of %d%s", c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts, std::get<0>(got),
+    const auto got = shape(c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts, c.many_target);
+    CHECK_MSG(got == c.want, "%d problems of %d rows x %d keys, floor %d, fused up to %d, %lld many-row slots: "
+              "split %d of %d keys%s, not %d of %d%s", c.n_probs, c.rows, c.len, c.min_chunk, c.max_parts,
+              (long long)c.many_target, std::get<0>(got),
               std::get<1>(got), std::get<2>(got) ? " fused" : "", std::get<0>(c.want), std::get<1>(c.want),
               std::get<2>(c.want) ? " fused" : "");
   }

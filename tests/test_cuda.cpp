@@ -146,6 +146,11 @@ void check_settings(const Backend& be) {
     const std::string floor = std::string("chunks from ") + std::to_string(floor_keys) + " keys";
     CHECK_MSG(line.find(floor) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), floor.c_str());
   }
+  const char* many = std::getenv("CLADE_CUDA_MMA_UNITS_PER_SM");
+  if (many && std::strcmp(many, "3") == 0) {  // (the value the variants below set)
+    const std::string units = "in 3 units a multiprocessor";
+    CHECK_MSG(line.find(units) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), units.c_str());
+  }
 }
 
 // Compare got against want: |got - want| <= bound[i] (NaN fails). Prints the
@@ -1291,24 +1296,27 @@ int main(int argc, char** argv) {
       // is 512; no floor binds on these problems, the long many-rows test
       // above has that); with expf and every score's visibility tested,
       // CLADE_CUDA_MMA_EXP2=0, and the merges a block a row,
-      // CLADE_CUDA_WARP_MERGE=0): the same comparisons.
+      // CLADE_CUDA_WARP_MERGE=0; with the many-row problems' units apart,
+      // CLADE_CUDA_MMA_UNITS_PER_SM=3, which the long many-rows test
+      // splits by): the same comparisons.
       const bool reg_default = !env_off("CLADE_CUDA_MMA_REG");
       const bool single_default = g_attn_single;
       struct Variant {
-        const char *reg, *hilo, *rows, *fused, *chunk, *exp2, *warp;
+        const char *reg, *hilo, *rows, *fused, *chunk, *exp2, *warp, *many;
       };
-      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64", "256", "128", "1", "1"},
-                               Variant{"1", "1", "64", "0", "128", "1", "1"},
-                               Variant{"1", "1", "128", "1000000", "128", "1", "1"},
-                               Variant{"1", "0", "64", "1000000", "128", "1", "1"},
-                               Variant{"1", "0", "128", "256", "128", "1", "1"},
-                               Variant{"1", "1", "64", "256", "256", "1", "1"},
-                               Variant{"1", "1", "64", "0", "128", "0", "0"},
-                               Variant{"1", "0", "128", "1000000", "512", "0", "0"}}) {
+      for (const Variant& v : {Variant{reg_default ? "0" : "1", "1", "64", "256", "128", "1", "1", "0"},
+                               Variant{"1", "1", "64", "0", "128", "1", "1", "0"},
+                               Variant{"1", "1", "128", "1000000", "128", "1", "1", "0"},
+                               Variant{"1", "0", "64", "1000000", "128", "1", "1", "0"},
+                               Variant{"1", "0", "128", "256", "128", "1", "1", "0"},
+                               Variant{"1", "1", "64", "256", "256", "1", "1", "0"},
+                               Variant{"1", "1", "64", "0", "128", "0", "0", "0"},
+                               Variant{"1", "0", "128", "1000000", "512", "0", "0", "0"},
+                               Variant{"1", "1", "64", "256", "512", "1", "1", "3"}}) {
         ScopedEnv reg("CLADE_CUDA_MMA_REG", v.reg), hilo("CLADE_CUDA_MMA_HILO", v.hilo),
             rows("CLADE_CUDA_MMA_ROWS", v.rows), fused("CLADE_CUDA_FUSE_MAX_PARTS", v.fused),
             chunk("CLADE_CUDA_MMA_MIN_CHUNK", v.chunk), exp2("CLADE_CUDA_MMA_EXP2", v.exp2),
-            warp("CLADE_CUDA_WARP_MERGE", v.warp);
+            warp("CLADE_CUDA_WARP_MERGE", v.warp), many("CLADE_CUDA_MMA_UNITS_PER_SM", v.many);
         std::unique_ptr<Backend> other = clade::make_cuda_backend();
         g_attn_single = env_single();
         check_settings(*other);
