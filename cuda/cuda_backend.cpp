@@ -198,6 +198,7 @@ class CudaBackend final : public Backend {
   // A pass's recording failed: programmatic launches off if they were on
   // (they may be what the capture refused), else graphs off.
   void recording_failed();
+  void pass_time_read();
   // The backend's lock, taken by every operation. While one thread
   // captures a pass, the others' operations wait here, so that none of
   // them is recorded into its graph.
@@ -390,10 +391,24 @@ class CudaBackend final : public Backend {
     uint64_t key = 0;
     cudaGraphExec_t exec = nullptr;
     uint64_t used = 0;
+    size_t nodes = 0;       // (0: not known)
+    std::vector<float> ms;  // its replays' device times (pass_times_)
   };
   static constexpr size_t kMaxGraphs = 8, kSeenKeys = 16;
   bool use_graphs_ = true;  // CLADE_CUDA_GRAPHS=0: off; off with CLADE_CUDA_SYNC
   std::vector<Graph> graphs_;
+  // CLADE_CUDA_PASS_TIMES=1: each replay of a pass's graph timed on the
+  // device by events either side of its launch (its kernels and the gaps
+  // between them; not the table copies queued before it, the host's work
+  // or the wait for the result), and for each graph a line on stderr when
+  // it goes (evicted, or with the backend): its nodes, its replays timed,
+  // their least and median time. A decode step's time less the graph's is
+  // the part of it no kernel shortens.
+  bool pass_times_ = false;
+  cudaEvent_t pass_ev_[2] = {nullptr, nullptr};
+  bool pass_timed_ = false;  // pass_ev_ hold a replay not yet read, of the graph with key pass_timed_key_
+  uint64_t pass_timed_key_ = 0;
+  static void pass_time_report(const Graph& g);
   std::vector<std::pair<uint64_t, uint64_t>> seen_;  // (key, when)
   uint64_t graph_clock_ = 0;
   bool capturing_ = false, capture_broken_ = false;
@@ -435,7 +450,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_PDL", &pdl_},
                             {"CLADE_CUDA_WARP_MERGE", &warp_merge_},
                             {"CLADE_CUDA_MMA_EXP2", &mma_exp2_},
-                            {"CLADE_CUDA_VERBOSE", &verbose_}})
+                            {"CLADE_CUDA_VERBOSE", &verbose_},
+                            {"CLADE_CUDA_PASS_TIMES", &pass_times_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -489,6 +505,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     if (pdl_asked && !pdl_ && verbose_) std::fprintf(stderr, "clade cuda: programmatic launches refused by the probe\n");
     check(cudaEventCreateWithFlags(&side_.fork, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&side_.join, cudaEventDisableTiming), "cudaEventCreate");
+    if (pass_times_)
+      for (cudaEvent_t& e : pass_ev_) check(cudaEventCreate(&e), "cudaEventCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
     blas_ws_ = device_alloc(kBlasWorkspace, "cuBLAS workspace");
@@ -578,7 +596,11 @@ void CudaBackend::destroy() noexcept {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (side_.stream) cudaStreamSynchronize(side_.stream);
-  for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+  pass_time_read();
+  for (Graph& g : graphs_) {
+    pass_time_report(g);
+    cudaGraphExecDestroy(g.exec);
+  }
   graphs_.clear();
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
@@ -594,7 +616,7 @@ void CudaBackend::destroy() noexcept {
   blas_ = nullptr;
   if (blas_ws_) cudaFree(blas_ws_);
   blas_ws_ = nullptr;
-  for (cudaEvent_t* e : {&side_.fork, &side_.join}) {
+  for (cudaEvent_t* e : {&side_.fork, &side_.join, &pass_ev_[0], &pass_ev_[1]}) {
     if (*e) cudaEventDestroy(*e);
     *e = nullptr;
   }
@@ -1464,7 +1486,16 @@ Backend::PassMode CudaBackend::pass_begin(const AttnWork& work, uint64_t key) {
   const uint64_t now = ++graph_clock_;
   for (Graph& g : graphs_)
     if (g.key == k) {
+      if (pass_times_) {
+        pass_time_read();
+        check(cudaEventRecord(pass_ev_[0], stream_), "timing a pass");
+      }
       check(cudaGraphLaunch(g.exec, stream_), "replaying a pass");
+      if (pass_times_) {
+        check(cudaEventRecord(pass_ev_[1], stream_), "timing a pass");
+        pass_timed_ = true;
+        pass_timed_key_ = k;
+      }
       g.used = now;
       return PassMode::replayed;
     }
@@ -1500,6 +1531,28 @@ void CudaBackend::recording_failed() {
   else use_graphs_ = false;
 }
 
+void CudaBackend::pass_time_read() {
+  if (!pass_timed_) return;
+  pass_timed_ = false;
+  float ms = 0.0f;
+  if (cudaEventSynchronize(pass_ev_[1]) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, pass_ev_[0], pass_ev_[1]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (Graph& g : graphs_)
+    if (g.key == pass_timed_key_ && g.ms.size() < ((size_t)1 << 20)) g.ms.push_back(ms);
+}
+
+void CudaBackend::pass_time_report(const Graph& g) {
+  if (g.ms.empty()) return;
+  std::vector<float> t = g.ms;
+  std::sort(t.begin(), t.end());
+  std::fprintf(stderr,
+               "clade cuda: a pass's graph of %zu nodes, %zu replays timed: device %.4f ms least, %.4f median\n",
+               g.nodes, t.size(), (double)t[0], (double)t[t.size() / 2]);
+}
+
 bool CudaBackend::pass_end(bool ok) {
   auto lock = gate();
   if (capture_broken_) {  // given up on the way (no_capture): nothing of it ran
@@ -1521,6 +1574,11 @@ bool CudaBackend::pass_end(bool ok) {
     return false;
   }
   cudaGraphExec_t exec = nullptr;
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &nodes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    nodes = 0;
+  }
   e = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   if (e != cudaSuccess) {
@@ -1531,10 +1589,12 @@ bool CudaBackend::pass_end(bool ok) {
   if (graphs_.size() >= kMaxGraphs) {  // the least recently used goes (freed once it has run)
     auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                 [](const Graph& a, const Graph& b) { return a.used < b.used; });
+    pass_time_read();
+    pass_time_report(*lru);
     cudaGraphExecDestroy(lru->exec);
     graphs_.erase(lru);
   }
-  graphs_.push_back(Graph{capture_key_, exec, ++graph_clock_});
+  graphs_.push_back(Graph{capture_key_, exec, ++graph_clock_, nodes, {}});
   enter();
   check(cudaGraphLaunch(exec, stream_), "running a captured pass");
   return true;
