@@ -8,6 +8,10 @@
 #   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels
 #      (scripts/ncu_summary.py's summary in OUT/ncu-summary.txt);
 #   3. scripts/gpu_ab.sh of the defaults against each SETTING given;
+#   3b. split: decode steps whose graphs are timed on the device
+#      (CLADE_CUDA_PASS_TIMES=1): batch 1 x 2048 shared and without
+#      attention, batch 256 x 8192 shared; a step's wall time less its
+#      graph's device time is the host's, the copies' and the wait's;
 #   4. scripts/gpu_check.sh --prebuilt --no-sanitizers: the tests again
 #      with SYNC and without PDL, the CLI test and the decode sweep whose
 #      CSVs bench/README.md and README.md report (about 130 s on an H100);
@@ -18,19 +22,20 @@
 # Everything lands in OUT/session.tar.xz (on the device tool's machine:
 # $OUT), with a log of each step and its exit status in OUT/session.log.
 # --steps LIST: only the steps named, in the order named (comma-separated:
-# test_cuda, profile, ab, gpu_check, memcheck, racecheck), for a session of
+# test_cuda, profile, ab, split, gpu_check, memcheck, racecheck), for a session of
 # short calls or one whose official run (gpu_check) must come first.
 # usage: scripts/gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]
 #   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-steps=test_cuda,profile,ab,gpu_check,memcheck,racecheck
+steps=test_cuda,profile,ab,split,gpu_check,memcheck,racecheck
 if [ "${1:-}" == "--steps" ]; then
   steps=${2:?gpu_session.sh: --steps needs a LIST}
   shift 2
   for s in ${steps//,/ }; do
-    case $s in test_cuda | profile | ab | gpu_check | memcheck | racecheck) ;;
-      *) echo "gpu_session.sh: unknown step '$s' (test_cuda, profile, ab, gpu_check, memcheck, racecheck)" >&2; exit 2 ;;
+    case $s in test_cuda | profile | ab | split | gpu_check | memcheck | racecheck) ;;
+      *) echo "gpu_session.sh: unknown step '$s' (test_cuda, profile, ab, split, gpu_check, memcheck, racecheck)" >&2
+        exit 2 ;;
     esac
   done
 fi
@@ -74,6 +79,20 @@ log "bundle $(cat build-gpu/COMMIT 2> /dev/null || echo '(no COMMIT)'); $(nvidia
 source scripts/gpu_lib.sh
 gpu_build 1
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
+# split_steps: the split step's decode runs, one process each (the graph
+# lines come when its backend goes), their output one after another.
+split_steps() {
+  local clade=build-gpu/examples/clade m4 m16
+  gpu_models $clade
+  local run=(bench decode --backend cuda --past-context --gen 32 --rounds 3 --logits greedy -m "$m4")
+  for a in "--batch 1 --prefix 2048 --mode shared" "--batch 1 --prefix 2048 --mode noattn" \
+    "--batch 256 --prefix 8192 --mode shared"; do
+    echo "## clade ${run[*]} $a"
+    # shellcheck disable=SC2086
+    CLADE_CUDA_PASS_TIMES=1 $clade "${run[@]}" $a 2>&1
+  done
+}
+export -f split_steps gpu_models
 for s in ${steps//,/ }; do
   case $s in
     test_cuda) step test_cuda 90 build-gpu/tests/test_cuda ;;
@@ -90,6 +109,7 @@ for s in ${steps//,/ }; do
         log "ab: skipped, no SETTING given"
       fi
       ;;
+    split) step split 60 bash -c split_steps ;;
     gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
     memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
     racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
