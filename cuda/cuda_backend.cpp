@@ -420,6 +420,14 @@ class CudaBackend final : public Backend {
   static constexpr size_t kRingBytes = (size_t)4 << 20;
   uint8_t* ring_ = nullptr;       // pinned host memory (cudaMallocHost), or null
   size_t ring_at_ = 0;
+  // Pinned host memory that copy_from's reads of up to kDownBytes land in
+  // before they are copied to the caller's (a step's greedy tokens, a few
+  // rows' logits): a copy into pageable memory goes through the driver's
+  // own staging. Null: none (CLADE_CUDA_PINNED_READ=0, or no pinned memory
+  // left), every read straight to the caller's memory.
+  static constexpr size_t kDownBytes = (size_t)1 << 20;
+  uint8_t* down_ = nullptr;
+  bool pinned_read_ = true;
 };
 
 CudaBackend::CudaBackend(int device) : device_(device) {
@@ -451,7 +459,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_WARP_MERGE", &warp_merge_},
                             {"CLADE_CUDA_MMA_EXP2", &mma_exp2_},
                             {"CLADE_CUDA_VERBOSE", &verbose_},
-                            {"CLADE_CUDA_PASS_TIMES", &pass_times_}})
+                            {"CLADE_CUDA_PASS_TIMES", &pass_times_},
+                            {"CLADE_CUDA_PINNED_READ", &pinned_read_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -519,6 +528,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       (void)cudaGetLastError();
       ring_ = nullptr;
     }
+    if (pinned_read_ && cudaMallocHost(reinterpret_cast<void**>(&down_), kDownBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      down_ = nullptr;
+    }
     if (verbose_) std::fprintf(stderr, "clade cuda: %s\n", settings().c_str());
   } catch (...) {
     destroy();
@@ -537,11 +550,12 @@ std::string CudaBackend::settings() const {
   std::snprintf(line, sizeof line,
                 "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
                 "combine up to %d partial rows, chunks from %d keys%s; merges a %s a row; programmatic launches %s; "
-                "graphs %s",
+                "graphs %s; reads %s",
                 prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_,
                 mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
                 mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_, many.c_str(),
-                warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off");
+                warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off",
+                down_ ? "through pinned memory" : "straight");
   return line;
 }
 
@@ -612,6 +626,8 @@ void CudaBackend::destroy() noexcept {
   }
   if (ring_) cudaFreeHost(ring_);
   ring_ = nullptr;
+  if (down_) cudaFreeHost(down_);
+  down_ = nullptr;
   if (blas_) cublasDestroy(blas_);
   blas_ = nullptr;
   if (blas_ws_) cudaFree(blas_ws_);
@@ -764,8 +780,11 @@ void CudaBackend::copy_from(void* host_dst, const void* src, size_t bytes) {
   auto lock = gate();
   no_capture();
   enter();
-  check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_from: cudaMemcpyAsync");
+  const bool bounce = down_ && bytes <= kDownBytes;
+  check(cudaMemcpyAsync(bounce ? down_ : host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+        "copy_from: cudaMemcpyAsync");
   check(cudaStreamSynchronize(stream_), "copy_from: cudaStreamSynchronize");
+  if (bounce) std::memcpy(host_dst, down_, bytes);
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {

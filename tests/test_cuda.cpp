@@ -639,6 +639,26 @@ void test_kv_write_many(Backend& be, clade_kv_type type, int hd) {
   }
 }
 
+// Reads of every size back as they were written: the CUDA backend reads up
+// to 1 MiB through pinned memory (unless CLADE_CUDA_PINNED_READ=0) and
+// more straight into the caller's, here at an odd address too; its
+// settings say which.
+void test_reads(Backend& be, bool pinned) {
+  const std::string line = be.settings();
+  const char* want = pinned ? "reads through pinned memory" : "reads straight";
+  CHECK_MSG(line.find(want) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), want);
+  for (size_t bytes : {(size_t)4, (size_t)1000, (size_t)1 << 20, ((size_t)1 << 20) + 4, (size_t)3 << 20}) {
+    std::vector<uint8_t> src(bytes), got(bytes + 1, 0);
+    for (size_t i = 0; i < bytes; i++) src[i] = (uint8_t)(i * 131 + bytes);
+    void* d = be.alloc(bytes);
+    be.copy_to(d, src.data(), bytes);
+    be.copy_from(got.data() + 1, d, bytes);
+    be.release(d);
+    CHECK_MSG(std::memcmp(got.data() + 1, src.data(), bytes) == 0 && got[0] == 0, "a read of %zu bytes (%s)", bytes,
+              pinned ? "pinned" : "straight");
+  }
+}
+
 // The copies the second backend's kernels keep of their outputs for the next
 // product (the CUDA backend: rmsnorm, swiglu and merge also store their
 // output as f16 or bf16 for cuBLAS, and the products of one input narrow
@@ -1259,6 +1279,11 @@ int main(int argc, char** argv) {
       gpu->release(b);
     }
     for (T t : {T::F16, T::BF16, T::Q8_0}) test_fused_copies(*gpu, t);
+    if (!harness) {
+      test_reads(*gpu, !env_off("CLADE_CUDA_PINNED_READ"));
+      ScopedEnv straight("CLADE_CUDA_PINNED_READ", "0");
+      test_reads(*clade::make_cuda_backend(), false);
+    }
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
     for (clade_kv_type kt : {CLADE_KV_F32, CLADE_KV_F16, CLADE_KV_BF16})
