@@ -162,6 +162,8 @@ class CudaBackend final : public Backend {
                         const Weight* const* w, int count, float* const* y) override;
   void norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                           const Weight& w_gate, const Weight& w_up, float* gate, float* up) override;
+  void norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                          const Weight& w, float* y, int32_t* out) override;
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
@@ -237,7 +239,7 @@ class CudaBackend final : public Backend {
   // That launch (callers hold mu_ and have entered); y's narrowed copies
   // are forgotten. norm: x normed first (rmsnorm's numbers); add: y +=.
   void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
-            const float* norm = nullptr, float eps = 0.0f, bool add = false);
+            const float* norm = nullptr, float eps = 0.0f, bool add = false, int32_t* argmax = nullptr);
   // The overrides of matmul_many, matmul_swiglu and their norm_ forms:
   // under the lock, the few-row launch where gemv_takes (with swiglu,
   // both weights of one n_out; with a norm, n_in == dim) and true; else
@@ -287,6 +289,10 @@ class CudaBackend final : public Backend {
   // gemv_kernel launches instead of cuBLAS (CLADE_CUDA_GEMV_MAX_ROWS,
   // 0..kGemvMaxRows; 0: always cuBLAS).
   int32_t gemv_max_rows_ = cuda::kGemvMaxRows;
+  // A step's greedy tokens picked by the few-row product of its logits as
+  // it writes them (GemvArgs::argmax; CLADE_CUDA_GEMV_ARGMAX=1), instead of
+  // argmax's one or two launches after it. Off until run on a GPU.
+  bool gemv_argmax_ = false;
   // RoPE and the KV write in one launch (CLADE_CUDA_ROPE_KV=0: two), and
   // the FP32 attention units on the side stream (CLADE_CUDA_SIDE=0: after
   // the tensor-core ones on the one stream): switches to measure each by.
@@ -382,6 +388,7 @@ class CudaBackend final : public Backend {
   int copy_type_ = -1;  // the last product's input: -1 f32 (or none yet), 0 f16, 1 bf16
   Scratch w16_;                 // widened quantized weight rows
   Scratch argmax_parts_;        // argmax's per-chunk picks (few rows)
+  Scratch gemv_picks_;          // the few-row product's argmax (cuda::gemv_argmax_bytes)
   int sm_count_ = 1;            // multiprocessors (attention work units)
   AttnCost cost_;
   // Graphs (pass_begin): a pass is captured the second time its key is
@@ -460,7 +467,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_MMA_EXP2", &mma_exp2_},
                             {"CLADE_CUDA_VERBOSE", &verbose_},
                             {"CLADE_CUDA_PASS_TIMES", &pass_times_},
-                            {"CLADE_CUDA_PINNED_READ", &pinned_read_}})
+                            {"CLADE_CUDA_PINNED_READ", &pinned_read_},
+                            {"CLADE_CUDA_GEMV_ARGMAX", &gemv_argmax_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -550,12 +558,13 @@ std::string CudaBackend::settings() const {
   std::snprintf(line, sizeof line,
                 "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
                 "combine up to %d partial rows, chunks from %d keys%s; merges a %s a row; programmatic launches %s; "
-                "graphs %s; reads %s",
+                "graphs %s; reads %s%s",
                 prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_,
                 mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
                 mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_, many.c_str(),
                 warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off",
-                down_ ? "through pinned memory" : "straight");
+                down_ ? "through pinned memory" : "straight",
+                gemv_argmax_ ? "; greedy tokens picked in the product" : "");
   return line;
 }
 
@@ -619,7 +628,7 @@ void CudaBackend::destroy() noexcept {
   for (void* p : weights_) cudaFree(p);
   weights_.clear();
   free_pooled();
-  for (Scratch* s : {&x16_, &w16_, &argmax_parts_}) {
+  for (Scratch* s : {&x16_, &w16_, &argmax_parts_, &gemv_picks_}) {
     if (s->p) cudaFree(s->p);
     s->p = nullptr;
     s->cap = 0;
@@ -960,11 +969,20 @@ bool CudaBackend::gemv_takes(const Weight* const* w, int count, int64_t n) const
 }
 
 void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
-                       const float* norm, float eps, bool add) {
+                       const float* norm, float eps, bool add, int32_t* argmax) {
   cuda::GemvArgs a{};
   a.norm = norm;
   a.eps = eps;
   a.add = add ? 1 : 0;
+  if (argmax) {
+    const size_t bytes = cuda::gemv_argmax_bytes(sm_count_);
+    a.argmax = argmax;
+    if (gemv_picks_.cap < bytes) {  // (new memory: its counter zeroed, and left so by every launch)
+      scratch(gemv_picks_, bytes, "matmul_argmax: block picks");
+      check(cudaMemsetAsync(gemv_picks_.p, 0, gemv_picks_.cap, stream_), "matmul_argmax: zeroing the counter");
+    }
+    a.argmax_scratch = gemv_picks_.p;
+  }
   for (int i = 0; i < count; i++) {
     a.w[i] = w[i]->data;
     a.y[i] = y[i];
@@ -973,7 +991,7 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
   }
   copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
   launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, launch_stream()),
-           swiglu ? "matmul_swiglu" : "matmul");
+           swiglu ? "matmul_swiglu" : argmax ? "matmul_argmax" : "matmul");
 }
 
 bool CudaBackend::gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y,
@@ -992,6 +1010,20 @@ void CudaBackend::norm_matmul_many(const float* x, const float* weight, int64_t 
                                    const Weight* const* w, int count, float* const* y) {
   if (!gemv_if_takes(w, count, x, n, y, false, weight, eps, dim))
     Backend::norm_matmul_many(x, weight, n, dim, eps, xn, w, count, y);
+}
+
+void CudaBackend::norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                     const Weight& w, float* y, int32_t* out) {
+  {
+    auto lock = gate();
+    const Weight* ws = &w;
+    if (gemv_argmax_ && gemv_takes(&ws, 1, n) && w.n_in == dim && w.n_out <= INT32_MAX) {
+      enter();
+      gemv(&ws, 1, x, n, &y, false, weight, eps, false, out);
+      return;
+    }
+  }
+  Backend::norm_matmul_argmax(x, weight, n, dim, eps, xn, w, y, out);
 }
 
 void CudaBackend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps,

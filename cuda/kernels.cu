@@ -146,9 +146,12 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
   const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
                                                     8 * (int64_t)std::max(sm_count, 1));
   switch (n) {
-#define CLADE_GEMV_CASE(R)                                                                  \
-  case R:                                                                                   \
-    launch_k(stream, gemv_kernel<T, R, SWIGLU>, grid, kGemvThreads, 0, a, x, k, split, vec); \
+#define CLADE_GEMV_CASE(R)                                                                           \
+  case R:                                                                                            \
+    if (!SWIGLU && a.argmax)                                                                         \
+      launch_k(stream, gemv_kernel<T, R, false, true>, grid, kGemvThreads, 0, a, x, k, split, vec);  \
+    else                                                                                             \
+      launch_k(stream, gemv_kernel<T, R, SWIGLU, false>, grid, kGemvThreads, 0, a, x, k, split, vec); \
     break;
     CLADE_GEMV_CASE(1) CLADE_GEMV_CASE(2) CLADE_GEMV_CASE(3) CLADE_GEMV_CASE(4)
     CLADE_GEMV_CASE(5) CLADE_GEMV_CASE(6) CLADE_GEMV_CASE(7) CLADE_GEMV_CASE(8)
@@ -165,6 +168,8 @@ cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k,
   static_assert(kGemvMaxRows == 8, "gemv_rows instantiates 1..8 rows");
   if (n <= 0 || k <= 0) return cudaSuccess;
   if (n > kGemvMaxRows || (swiglu && a.add)) return cudaErrorInvalidValue;
+  if (a.argmax && (swiglu || a.add || !a.argmax_scratch || a.rows[1] || a.rows[2] || a.rows[0] > INT32_MAX))
+    return cudaErrorInvalidValue;
   bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
              reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
   for (int m = 0; m < 3; m++)

@@ -366,9 +366,63 @@ __device__ __forceinline__ void gemv_locate(const GemvArgs& a, int64_t& o, int& 
   }
 }
 
-template <typename T, int R, bool SWIGLU>
+// GemvArgs::argmax's end of gemv_kernel (count 1): thread t < per_block *
+// R picks among the outputs it wrote (input row t % R's), read back in
+// index order (so the first of equal ones; not carried through the
+// product's loop, which would cost it registers); the block's pick of
+// each row goes to its place in argmax_scratch, and the last block to finish picks
+// each row's among all blocks' into argmax [r] (argmax_pick: the larger,
+// the lower index of equal ones, so the order does not matter) and sets
+// the counter back to 0 for the next launch. Every thread calls it.
+template <int R>
+__device__ __forceinline__ void gemv_argmax_end(const GemvArgs& a, int per_block) {
+  __shared__ float bv[kGemvThreads / 32 * R];
+  __shared__ int32_t bi[kGemvThreads / 32 * R];
+  __shared__ int last;
+  int* count = static_cast<int*>(a.argmax_scratch);
+  float* pick_v = reinterpret_cast<float*>(static_cast<char*>(a.argmax_scratch) + kGemvArgmaxHead);
+  int32_t* pick_i = reinterpret_cast<int32_t*>(pick_v + (int64_t)gridDim.x * R);
+  if (threadIdx.x < per_block * R) {
+    const int j = threadIdx.x / R, r = threadIdx.x % R;
+    const float* y = a.y[0] + (int64_t)r * a.rows[0];
+    float v = -INFINITY;
+    int32_t at = -1;
+    for (int64_t o = (int64_t)blockIdx.x * per_block + j; o < a.rows[0]; o += (int64_t)gridDim.x * per_block)
+      if (y[o] > v) v = y[o], at = (int32_t)o;
+    bv[threadIdx.x] = v, bi[threadIdx.x] = at;
+  }
+  __syncthreads();
+  if (threadIdx.x < R) {
+    float w = -INFINITY;
+    int32_t wi = -1;
+    for (int j = 0; j < per_block; j++) argmax_pick(w, wi, bv[j * R + threadIdx.x], bi[j * R + threadIdx.x]);
+    pick_v[(int64_t)blockIdx.x * R + threadIdx.x] = w;
+    pick_i[(int64_t)blockIdx.x * R + threadIdx.x] = wi;
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(count, 1) == (int)gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp < R) {
+    float w = -INFINITY;
+    int32_t wi = -1;
+    for (int c = lane; c < (int)gridDim.x; c += 32)
+      argmax_pick(w, wi, __ldcg(pick_v + (int64_t)c * R + warp), __ldcg(pick_i + (int64_t)c * R + warp));
+    argmax_warp(w, wi);
+    if (lane == 0) a.argmax[warp] = wi;
+  }
+  if (threadIdx.x == 0) atomicExch(count, 0);
+}
+
+// ARGMAX (not with SWIGLU): a.argmax's picks too (gemv_argmax_end); its
+// own instances, so that the others keep theirs as they were.
+template <typename T, int R, bool SWIGLU, bool ARGMAX>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
                                                            bool vec) {
+  static_assert(!(SWIGLU && ARGMAX), "picks of a plain product's rows");
   __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R], red[33];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per_block = kGemvThreads / 32 / split;  // output rows per block
@@ -472,6 +526,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
     }
     __syncthreads();  // part is the next rows'
   }
+  if constexpr (ARGMAX) gemv_argmax_end<R>(a, per_block);
 }
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none

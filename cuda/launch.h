@@ -114,7 +114,11 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
 // unwritten, the numbers of the plain launch then launch_swiglu. With
 // norm (device memory, [k]) x is taken as launch_rmsnorm(x, norm, eps)
 // gives it; with add, y[m] += the product (not with swiglu): the numbers
-// of launch_rmsnorm, the plain launch, then launch_add.
+// of launch_rmsnorm, the plain launch, then launch_add. With argmax
+// (count 1, not swiglu, not add): also argmax [n] = launch_argmax's picks
+// of y[0]'s rows, found by the blocks as they write them (argmax_scratch:
+// gemv_argmax_bytes of device memory, zeroed before its first launch and
+// left so by each).
 constexpr int kGemvMaxRows = 8;
 constexpr int kGemvThreads = 256;
 struct GemvArgs {
@@ -125,7 +129,14 @@ struct GemvArgs {
   float eps;
   int add;       // 0 or 1
   int prefetch;  // 1: the block's first weight rows into L2 before pdl_enter (launch_gemv sets it)
+  int32_t* argmax;       // or null
+  void* argmax_scratch;  // with argmax
 };
+// A block counter, then each block's picks (a float and an index a row).
+constexpr size_t kGemvArgmaxHead = 16;
+inline size_t gemv_argmax_bytes(int sm_count) {
+  return kGemvArgmaxHead + (size_t)8 * (size_t)(sm_count > 1 ? sm_count : 1) * kGemvMaxRows * 8;
+}
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
                         int sm_count, Stream stream);
 

@@ -58,6 +58,13 @@ void Backend::norm_matmul_many(const float* x, const float* weight, int64_t n, i
   matmul_many(w, count, xn, n, y);
 }
 
+void Backend::norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                 const Weight& w, float* y, int32_t* out) {
+  const Weight* ws = &w;
+  norm_matmul_many(x, weight, n, dim, eps, xn, &ws, 1, &y);
+  argmax(y, n, w.n_out, out);
+}
+
 void Backend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                  const Weight& w_gate, const Weight& w_up, float* gate, float* up) {
   rmsnorm(x, weight, n, dim, eps, xn);

@@ -194,6 +194,12 @@ class Backend {
   // backend norms inside its few-row products, with rmsnorm's numbers.
   virtual void norm_matmul_many(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                 const Weight* const* w, int count, float* const* y);
+  // norm_matmul_many of the one weight w into y [n][w.n_out], then argmax
+  // of y into out [n]: a step's logits and its greedy tokens. The default
+  // is those two calls; the CUDA backend picks the tokens inside its
+  // few-row product, with argmax's answers.
+  virtual void norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
+                                  const Weight& w, float* y, int32_t* out);
   // rmsnorm then matmul_swiglu (below) likewise: the norm before the FFN.
   virtual void norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                   const Weight& w_gate, const Weight& w_up, float* gate, float* up);

@@ -194,8 +194,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       sel = gathered;
     }
     const Weight* out_w = &m_.output;
-    be_.norm_matmul_many(sel, m_.output_norm, nl, dim, c.norm_eps, xn, &out_w, 1, &logits);
-    if (greedy) be_.argmax(logits, nl, c.n_vocab, greedy);
+    if (greedy) be_.norm_matmul_argmax(sel, m_.output_norm, nl, dim, c.norm_eps, xn, m_.output, logits, greedy);
+    else be_.norm_matmul_many(sel, m_.output_norm, nl, dim, c.norm_eps, xn, &out_w, 1, &logits);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
   const Backend::PassMode pm = be_.pass_begin(*work_, key.h);

@@ -639,6 +639,66 @@ void test_kv_write_many(Backend& be, clade_kv_type type, int hd) {
   }
 }
 
+// A step's logits and greedy tokens in one call (norm_matmul_argmax; the
+// CUDA backend with CLADE_CUDA_GEMV_ARGMAX=1 picks the tokens inside its
+// few-row product): the logits norm_matmul_many's, bit for bit, and the
+// tokens argmax's of them, with two largest logits in every row from
+// equal weight rows and, from 3 rows, a row of NaN (-1). The CUDA
+// backend's few-row product gives equal rows equal logits (the first is
+// picked); the CPU's tail rows may differ in the last bit. One backend
+// against itself and the rule.
+void test_matmul_argmax(Backend& be, clade::TensorType t) {
+  const int64_t dim = 256;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n_out : {1, 31, 1000, 32001})
+    for (int64_t n : {1, 3, 8}) {
+      const std::string tag = std::string("matmul_argmax ") + be.name() + " " + type_name(t) + " " +
+                              std::to_string(n) + " x " + std::to_string(n_out);
+      HostWeight hw = make_weight(t, dim, n_out);
+      // Rows tie_a < tie_b: all 0.5, far above the others' logits for the
+      // positive inputs and norm weights below.
+      const int64_t tie_a = n_out / 3, tie_b = n_out - 1;
+      const std::vector<float> half((size_t)dim, 0.5f);
+      for (int64_t o : {tie_a, tie_b})
+        clade::quantize_row(t, half.data(), hw.bytes.data() + (uint64_t)o * row_bytes(t, dim), dim);
+      std::vector<float> x = randn((size_t)(n * dim)), nw = randn((size_t)dim);
+      for (float& v : x) v = std::fabs(v) + 0.5f;
+      for (float& v : nw) v = std::fabs(v) + 0.5f;
+      if (n >= 3) x[(size_t)(2 * dim + 5)] = nan;
+      Arena a(be);
+      clade::Weight w = be.upload_weight(hw.view());
+      float* dx = a.put(x);
+      float* dnw = a.put(nw);
+      float* xn = static_cast<float*>(a.raw(x.size() * 4));
+      float* dy = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      float* dy2 = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      int32_t* dtok = static_cast<int32_t*>(a.raw((size_t)n * 4));
+      int32_t* dtok2 = static_cast<int32_t*>(a.raw((size_t)n * 4));
+      for (int run = 0; run < 2; run++) {  // (twice: the CUDA backend's block counter is left at 0)
+        be.norm_matmul_argmax(dx, dnw, n, dim, 1e-5f, xn, w, dy, dtok);
+        const clade::Weight* ws = &w;
+        be.norm_matmul_many(dx, dnw, n, dim, 1e-5f, xn, &ws, 1, &dy2);
+        be.argmax(dy2, n, n_out, dtok2);
+        const std::vector<float> y = a.get(dy, (size_t)(n * n_out));
+        const std::vector<int32_t> tok = a.get(dtok, (size_t)n);
+        expect_equal(tag + " logits", y, a.get(dy2, (size_t)(n * n_out)));
+        expect_equal(tag + " tokens", tok, a.get(dtok2, (size_t)n));
+        for (int64_t r = 0; r < n; r++) {
+          int32_t at = -1;
+          for (int64_t i = 0; i < n_out; i++) {
+            const float v = y[(size_t)(r * n_out + i)];
+            if (!std::isnan(v) && v > -INFINITY && (at < 0 || v > y[(size_t)(r * n_out + at)])) at = (int32_t)i;
+          }
+          const float ya = y[(size_t)(r * n_out + tie_a)], yb = y[(size_t)(r * n_out + tie_b)];
+          const bool tie = ya == yb || std::strcmp(be.name(), "cuda") == 0;
+          const int32_t want = n >= 3 && r == 2 ? -1 : tie || ya >= yb ? (int32_t)tie_a : (int32_t)tie_b;
+          CHECK_MSG(tok[(size_t)r] == at && at == want, "%s run %d: row %lld's token %d, %d by the rule, %d planted",
+                    tag.c_str(), run, (long long)r, tok[(size_t)r], at, want);
+        }
+      }
+    }
+}
+
 // Reads of every size back as they were written: the CUDA backend reads up
 // to 1 MiB through pinned memory (unless CLADE_CUDA_PINNED_READ=0) and
 // more straight into the caller's, here at an odd address too; its
@@ -1267,6 +1327,17 @@ int main(int argc, char** argv) {
     for (T t : {T::F32, T::F16, T::BF16}) test_matmul_many(*cpu, *gpu, t);
     for (T t : {T::F32, T::F16, T::BF16}) test_fused_products(*cpu, *gpu, t);
     test_argmax(*cpu, *gpu);
+    for (T t : {T::F16, T::BF16}) {
+      test_matmul_argmax(*gpu, t);
+      if (!harness) {
+        ScopedEnv picked("CLADE_CUDA_GEMV_ARGMAX", "1");
+        std::unique_ptr<Backend> fused = clade::make_cuda_backend();
+        const std::string line = fused->settings();
+        CHECK_MSG(line.find("greedy tokens picked in the product") != std::string::npos, "settings '%s'",
+                  line.c_str());
+        test_matmul_argmax(*fused, t);
+      }
+    }
     if (!harness) {
       // The CUDA backend keeps a released block for the next allocation it
       // fits (unless CLADE_CUDA_POOL_MB=0): a KV store's growth reuses it.
