@@ -295,6 +295,95 @@ __global__ void argmax_parts_kernel(int64_t n, int n_chunks, const float* part_v
   }
 }
 
+// ---- merging partial rows, a warp a row ----
+
+// Partial c of row r of a split problem (AttnSplit).
+struct SplitIdx {
+  int64_t at, n_rows, r;
+  __device__ int64_t operator()(int c) const { return at + c * n_rows + r; }
+};
+// Partial c of output row r of a merge list.
+struct ListIdx {
+  const int32_t* rows;
+  __device__ int64_t operator()(int c) const { return rows[c]; }
+};
+
+// A warp's merge of one row from its n partial rows (partial c at row
+// idx(c) of part_o [.][head_dim] and part_lse), merge_partials' arithmetic
+// (weights exp(lse_c - max) / sum in fp64, rounded to f32, the products
+// added in order c = 0, 1, ...; its fp64 sum in another order): lane l's
+// elements d = l + 32 a (a < kSlots, d < head_dim; 0 elsewhere) into acc;
+// returns their logsumexp (-inf, acc = 0: no partial, or all lse -inf).
+// Lane l computes the weights of partials l, l + 32, ... and passes them
+// round. Every lane of the warp calls it. The partials may have been
+// written by other blocks of the same grid (the fused combine, after its
+// fence): read past L1 (__ldcg).
+// Its loads are what it waits on (a row's partials were just written, in
+// L2): each lane reads its first partial's index and logsumexp once for
+// the max, the sum and the weight, and the partial rows are read
+// kMergeBatch at a time before any is added (then added in order, so the
+// numbers are those of one at a time), not one round trip each.
+template <int kSlots>
+constexpr int kMergeBatch = kSlots >= 8 ? 2 : 16 / kSlots;
+template <int kSlots, typename Idx>
+__device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* part_o, const double* part_lse,
+                                                 int head_dim, float (&acc)[kSlots]) {
+  constexpr int kBatch = kMergeBatch<kSlots>;
+  static_assert(32 % kBatch == 0, "a batch's partials in one slice of 32");
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int a = 0; a < kSlots; a++) acc[a] = 0.0f;
+  const int64_t at0 = lane < n ? idx(lane) : 0;
+  const double lse0 = lane < n ? __ldcg(part_lse + at0) : -(double)INFINITY;
+  double mx = fmax(-(double)INFINITY, lse0), sum = 0.0;
+  for (int c = lane + 32; c < n; c += 32) mx = fmax(mx, __ldcg(part_lse + idx(c)));
+  for (int off = 16; off > 0; off >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (mx == -(double)INFINITY) return mx;
+  if (lane < n) sum += exp(lse0 - mx);
+  for (int c = lane + 32; c < n; c += 32) sum += exp(__ldcg(part_lse + idx(c)) - mx);
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int c0 = 0; c0 < n; c0 += 32) {
+    const int c = c0 + lane;
+    const int64_t at = c0 == 0 ? at0 : c < n ? idx(c) : 0;
+    const double lse = c0 == 0 ? lse0 : c < n ? __ldcg(part_lse + at) : 0.0;
+    // (0 past n: the batches below may reach past the slice's m partials)
+    const float mine = c < n ? (float)(exp(lse - mx) / sum) : 0.0f;
+    const int m = min(32, n - c0);
+    for (int j0 = 0; j0 < m; j0 += kBatch) {
+      float w[kBatch], v[kBatch][kSlots];
+#pragma unroll
+      for (int b = 0; b < kBatch; b++) {
+        w[b] = __shfl_sync(0xffffffffu, mine, j0 + b);
+        const int64_t pr = __shfl_sync(0xffffffffu, at, j0 + b);
+        const float* row = part_o + pr * head_dim + lane;
+#pragma unroll
+        for (int a = 0; a < kSlots; a++)
+          v[b][a] = w[b] > 0.0f && lane + 32 * a < head_dim ? __ldcg(row + 32 * a) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; b++)
+        if (w[b] > 0.0f) {
+#pragma unroll
+          for (int a = 0; a < kSlots; a++)
+            if (lane + 32 * a < head_dim) acc[a] += w[b] * v[b][a];
+        }
+    }
+  }
+  return mx + log(sum);
+}
+
+// A merged row's lane l elements (merge_row_warp's acc) into o [head_dim]
+// and its logsumexp into *lse (lane 0).
+template <int kSlots>
+__device__ __forceinline__ void store_row_warp(const float (&acc)[kSlots], double v, int head_dim, float* o,
+                                               double* lse) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int a = 0; a < kSlots; a++)
+    if (lane + 32 * a < head_dim) o[lane + 32 * a] = acc[a];
+  if (lane == 0) *lse = v;
+}
+
 // ---- few-row products ----
 //
 // y_m [n][rows_m] = x [n][k] W_m^T for the weights m < count of a
@@ -1210,93 +1299,6 @@ __device__ __forceinline__ uint32_t split_pair(float x0, float x1, uint32_t& lo)
   memcpy(&hu, &h, 4);
   memcpy(&lo, &l, 4);
   return hu;
-}
-
-// Partial c of row r of a split problem (AttnSplit).
-struct SplitIdx {
-  int64_t at, n_rows, r;
-  __device__ int64_t operator()(int c) const { return at + c * n_rows + r; }
-};
-// Partial c of output row r of a merge list.
-struct ListIdx {
-  const int32_t* rows;
-  __device__ int64_t operator()(int c) const { return rows[c]; }
-};
-
-// A warp's merge of one row from its n partial rows (partial c at row
-// idx(c) of part_o [.][head_dim] and part_lse), merge_partials' arithmetic
-// (weights exp(lse_c - max) / sum in fp64, rounded to f32, the products
-// added in order c = 0, 1, ...; its fp64 sum in another order): lane l's
-// elements d = l + 32 a (a < kSlots, d < head_dim; 0 elsewhere) into acc;
-// returns their logsumexp (-inf, acc = 0: no partial, or all lse -inf).
-// Lane l computes the weights of partials l, l + 32, ... and passes them
-// round. Every lane of the warp calls it. The partials may have been
-// written by other blocks of the same grid (the fused combine, after its
-// fence): read past L1 (__ldcg).
-// Its loads are what it waits on (a row's partials were just written, in
-// L2): each lane reads its first partial's index and logsumexp once for
-// the max, the sum and the weight, and the partial rows are read
-// kMergeBatch at a time before any is added (then added in order, so the
-// numbers are those of one at a time), not one round trip each.
-template <int kSlots>
-constexpr int kMergeBatch = kSlots >= 8 ? 2 : 16 / kSlots;
-template <int kSlots, typename Idx>
-__device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* part_o, const double* part_lse,
-                                                 int head_dim, float (&acc)[kSlots]) {
-  constexpr int kBatch = kMergeBatch<kSlots>;
-  static_assert(32 % kBatch == 0, "a batch's partials in one slice of 32");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int a = 0; a < kSlots; a++) acc[a] = 0.0f;
-  const int64_t at0 = lane < n ? idx(lane) : 0;
-  const double lse0 = lane < n ? __ldcg(part_lse + at0) : -(double)INFINITY;
-  double mx = fmax(-(double)INFINITY, lse0), sum = 0.0;
-  for (int c = lane + 32; c < n; c += 32) mx = fmax(mx, __ldcg(part_lse + idx(c)));
-  for (int off = 16; off > 0; off >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  if (mx == -(double)INFINITY) return mx;
-  if (lane < n) sum += exp(lse0 - mx);
-  for (int c = lane + 32; c < n; c += 32) sum += exp(__ldcg(part_lse + idx(c)) - mx);
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  for (int c0 = 0; c0 < n; c0 += 32) {
-    const int c = c0 + lane;
-    const int64_t at = c0 == 0 ? at0 : c < n ? idx(c) : 0;
-    const double lse = c0 == 0 ? lse0 : c < n ? __ldcg(part_lse + at) : 0.0;
-    // (0 past n: the batches below may reach past the slice's m partials)
-    const float mine = c < n ? (float)(exp(lse - mx) / sum) : 0.0f;
-    const int m = min(32, n - c0);
-    for (int j0 = 0; j0 < m; j0 += kBatch) {
-      float w[kBatch], v[kBatch][kSlots];
-#pragma unroll
-      for (int b = 0; b < kBatch; b++) {
-        w[b] = __shfl_sync(0xffffffffu, mine, j0 + b);
-        const int64_t pr = __shfl_sync(0xffffffffu, at, j0 + b);
-        const float* row = part_o + pr * head_dim + lane;
-#pragma unroll
-        for (int a = 0; a < kSlots; a++)
-          v[b][a] = w[b] > 0.0f && lane + 32 * a < head_dim ? __ldcg(row + 32 * a) : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; b++)
-        if (w[b] > 0.0f) {
-#pragma unroll
-          for (int a = 0; a < kSlots; a++)
-            if (lane + 32 * a < head_dim) acc[a] += w[b] * v[b][a];
-        }
-    }
-  }
-  return mx + log(sum);
-}
-
-// A merged row's lane l elements (merge_row_warp's acc) into o [head_dim]
-// and its logsumexp into *lse (lane 0).
-template <int kSlots>
-__device__ __forceinline__ void store_row_warp(const float (&acc)[kSlots], double v, int head_dim, float* o,
-                                               double* lse) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int a = 0; a < kSlots; a++)
-    if (lane + 32 * a < head_dim) o[lane + 32 * a] = acc[a];
-  if (lane == 0) *lse = v;
 }
 
 template <int KV, int HD, bool HILO, int ROWS, bool EXP2>
