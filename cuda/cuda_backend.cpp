@@ -164,6 +164,8 @@ class CudaBackend final : public Backend {
                           const Weight& w_gate, const Weight& w_up, float* gate, float* up) override;
   void norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                           const Weight& w, float* y, int32_t* out) override;
+  void merge_matmul_add(const MergeList& list, int32_t head_dim, float* out, const Weight& w, int64_t n, float* y,
+                        float* tmp) override;
   void embed(const Weight& table, const int32_t* tokens, int64_t n, float* out) override;
   void rmsnorm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) override;
   void add_bias(float* y, const float* bias, int64_t n, int64_t dim) override;
@@ -239,7 +241,8 @@ class CudaBackend final : public Backend {
   // That launch (callers hold mu_ and have entered); y's narrowed copies
   // are forgotten. norm: x normed first (rmsnorm's numbers); add: y +=.
   void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
-            const float* norm = nullptr, float eps = 0.0f, bool add = false, int32_t* argmax = nullptr);
+            const float* norm = nullptr, float eps = 0.0f, bool add = false, int32_t* argmax = nullptr,
+            const cuda::GemvMerge* merge = nullptr);
   // The overrides of matmul_many, matmul_swiglu and their norm_ forms:
   // under the lock, the few-row launch where gemv_takes (with swiglu,
   // both weights of one n_out; with a norm, n_in == dim) and true; else
@@ -293,6 +296,10 @@ class CudaBackend final : public Backend {
   // it writes them (GemvArgs::argmax; CLADE_CUDA_GEMV_ARGMAX=1), instead of
   // argmax's one or two launches after it. Off until run on a GPU.
   bool gemv_argmax_ = false;
+  // A layer's attention rows merged by the few-row output product that
+  // takes them (GemvArgs::merge; CLADE_CUDA_GEMV_MERGE=1, with the warp
+  // merges) instead of merge's launch before it. Off until run on a GPU.
+  bool gemv_merge_ = false;
   // RoPE and the KV write in one launch (CLADE_CUDA_ROPE_KV=0: two), and
   // the FP32 attention units on the side stream (CLADE_CUDA_SIDE=0: after
   // the tensor-core ones on the one stream): switches to measure each by.
@@ -468,7 +475,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
                             {"CLADE_CUDA_VERBOSE", &verbose_},
                             {"CLADE_CUDA_PASS_TIMES", &pass_times_},
                             {"CLADE_CUDA_PINNED_READ", &pinned_read_},
-                            {"CLADE_CUDA_GEMV_ARGMAX", &gemv_argmax_}})
+                            {"CLADE_CUDA_GEMV_ARGMAX", &gemv_argmax_},
+                            {"CLADE_CUDA_GEMV_MERGE", &gemv_merge_}})
     if (const char* e = std::getenv(name)) *flag = std::strcmp(e, "0") != 0;
   mma_kernel_ = !mma_reg_ ? cuda::kMmaWmma : mma_hilo_ ? cuda::kMmaReg : cuda::kMmaRegSingle;
   env_int("CLADE_CUDA_MMA_ROWS", cuda::kAttnRowsMma, cuda::kAttnRowsMmaMax, mma_rows_);
@@ -558,13 +566,14 @@ std::string CudaBackend::settings() const {
   std::snprintf(line, sizeof line,
                 "%s, %d multiprocessors; tensor-core attention %s%s, %d rows a unit, head dim 64 %s, 128 %s, fused "
                 "combine up to %d partial rows, chunks from %d keys%s; merges a %s a row; programmatic launches %s; "
-                "graphs %s; reads %s%s",
+                "graphs %s; reads %s%s%s",
                 prop.name, sm_count_, use_mma_ ? kKernels[mma_kernel_] : "off", exp2 ? " exp2" : "", mma_rows_,
                 mma_hd_[0] ? "on" : "off", mma_hd_[1] ? "on" : "off",
                 mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_, many.c_str(),
                 warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off",
                 down_ ? "through pinned memory" : "straight",
-                gemv_argmax_ ? "; greedy tokens picked in the product" : "");
+                gemv_argmax_ ? "; greedy tokens picked in the product" : "",
+                gemv_merge_ && warp_merge_ ? "; attention rows merged in the product" : "");
   return line;
 }
 
@@ -969,7 +978,7 @@ bool CudaBackend::gemv_takes(const Weight* const* w, int count, int64_t n) const
 }
 
 void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
-                       const float* norm, float eps, bool add, int32_t* argmax) {
+                       const float* norm, float eps, bool add, int32_t* argmax, const cuda::GemvMerge* merge) {
   cuda::GemvArgs a{};
   a.norm = norm;
   a.eps = eps;
@@ -990,8 +999,9 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
     forget_narrowed(y[i], n * w[i]->n_out);
   }
   copy_type_ = -1;  // f32 input: the elementwise kernels need keep no copy
-  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, launch_stream()),
-           swiglu ? "matmul_swiglu" : argmax ? "matmul_argmax" : "matmul");
+  launched(cuda::launch_gemv(a, x, n, w[0]->n_in, w[0]->type == TensorType::BF16, swiglu, sm_count_, launch_stream(),
+                             merge),
+           swiglu ? "matmul_swiglu" : argmax ? "matmul_argmax" : merge ? "merge_matmul_add" : "matmul");
 }
 
 bool CudaBackend::gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y,
@@ -1010,6 +1020,25 @@ void CudaBackend::norm_matmul_many(const float* x, const float* weight, int64_t 
                                    const Weight* const* w, int count, float* const* y) {
   if (!gemv_if_takes(w, count, x, n, y, false, weight, eps, dim))
     Backend::norm_matmul_many(x, weight, n, dim, eps, xn, w, count, y);
+}
+
+void CudaBackend::merge_matmul_add(const MergeList& list, int32_t head_dim, float* out, const Weight& w, int64_t n,
+                                   float* y, float* tmp) {
+  {
+    auto lock = gate();
+    const Weight* ws = &w;
+    if (gemv_merge_ && warp_merge_ && list.n_out_rows > 0 && head_dim > 0 &&
+        head_dim <= cuda::kGemvMergeMaxHeadDim && gemv_takes(&ws, 1, n) &&
+        list.n_out_rows * head_dim == n * w.n_in && (size_t)(n * w.n_in) * 4 <= cuda::kGemvMergeMaxBytes) {
+      enter();
+      forget_narrowed(out, n * w.n_in);  // (out is rewritten, and no narrowed copy of it made)
+      const cuda::GemvMerge m{list.part_begin, list.part_rows, list.part_o, list.part_lse, list.n_out_rows,
+                              head_dim, out};
+      gemv(&ws, 1, out, n, &y, false, nullptr, 0.0f, true, nullptr, &m);
+      return;
+    }
+  }
+  Backend::merge_matmul_add(list, head_dim, out, w, n, y, tmp);
 }
 
 void CudaBackend::norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,

@@ -136,7 +136,7 @@ int gemv_split(int64_t k) {
 
 template <typename T, bool SWIGLU>
 cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool vec, int sm_count,
-                      Stream stream) {
+                      Stream stream, const GemvMerge* merge) {
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   const int split = gemv_split(k);
   // At most 8 blocks of 256 threads per multiprocessor (one wave where
@@ -149,9 +149,12 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
 #define CLADE_GEMV_CASE(R)                                                                           \
   case R:                                                                                            \
     if (!SWIGLU && a.argmax)                                                                         \
-      launch_k(stream, gemv_kernel<T, R, false, true>, grid, kGemvThreads, 0, a, x, k, split, vec);  \
+      launch_k(stream, gemv_kernel<T, R, false, kGemvArgmax>, grid, kGemvThreads, 0, a, x, k, split, vec); \
+    else if (!SWIGLU && merge)                                                                       \
+      launch_k(stream, gemv_merge_kernel<T, R>, grid, kGemvThreads, (size_t)(R * k) * 4, a, *merge, x, k, split, \
+               vec);                                                                                 \
     else                                                                                             \
-      launch_k(stream, gemv_kernel<T, R, SWIGLU, false>, grid, kGemvThreads, 0, a, x, k, split, vec); \
+      launch_k(stream, gemv_kernel<T, R, SWIGLU, kGemvPlain>, grid, kGemvThreads, 0, a, x, k, split, vec); \
     break;
     CLADE_GEMV_CASE(1) CLADE_GEMV_CASE(2) CLADE_GEMV_CASE(3) CLADE_GEMV_CASE(4)
     CLADE_GEMV_CASE(5) CLADE_GEMV_CASE(6) CLADE_GEMV_CASE(7) CLADE_GEMV_CASE(8)
@@ -164,11 +167,16 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
 }  // namespace
 
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        int sm_count, Stream stream) {
+                        int sm_count, Stream stream, const GemvMerge* merge) {
   static_assert(kGemvMaxRows == 8, "gemv_rows instantiates 1..8 rows");
   if (n <= 0 || k <= 0) return cudaSuccess;
   if (n > kGemvMaxRows || (swiglu && a.add)) return cudaErrorInvalidValue;
   if (a.argmax && (swiglu || a.add || !a.argmax_scratch || a.rows[1] || a.rows[2] || a.rows[0] > INT32_MAX))
+    return cudaErrorInvalidValue;
+  if (merge && (merge->n_rows <= 0 || swiglu || a.norm || a.argmax || a.rows[1] || a.rows[2] ||
+                merge->head_dim <= 0 || merge->head_dim > kGemvMergeMaxHeadDim ||
+                merge->n_rows * merge->head_dim != n * k || (size_t)(n * k) * 4 > kGemvMergeMaxBytes ||
+                !merge->part_begin || !merge->part_rows || !merge->part_o || !merge->part_lse || merge->out != x))
     return cudaErrorInvalidValue;
   bool vec = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
              reinterpret_cast<uintptr_t>(a.norm) % 16 == 0;
@@ -179,10 +187,10 @@ cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k,
   GemvArgs ap = a;
   ap.prefetch = stream.pdl ? 1 : 0;
   if (bf16)
-    return swiglu ? gemv_rows<__nv_bfloat16, true>(ap, x, n, k, vec, sm_count, stream)
-                  : gemv_rows<__nv_bfloat16, false>(ap, x, n, k, vec, sm_count, stream);
-  return swiglu ? gemv_rows<__half, true>(ap, x, n, k, vec, sm_count, stream)
-                : gemv_rows<__half, false>(ap, x, n, k, vec, sm_count, stream);
+    return swiglu ? gemv_rows<__nv_bfloat16, true>(ap, x, n, k, vec, sm_count, stream, merge)
+                  : gemv_rows<__nv_bfloat16, false>(ap, x, n, k, vec, sm_count, stream, merge);
+  return swiglu ? gemv_rows<__half, true>(ap, x, n, k, vec, sm_count, stream, merge)
+                : gemv_rows<__half, false>(ap, x, n, k, vec, sm_count, stream, merge);
 }
 
 cudaError_t launch_rope(float* x, int n_heads, float* x2, int n_heads2, int64_t n, int head_dim, bool neox,

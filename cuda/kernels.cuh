@@ -506,12 +506,16 @@ __device__ __forceinline__ void gemv_argmax_end(const GemvArgs& a, int per_block
   if (threadIdx.x == 0) atomicExch(count, 0);
 }
 
-// ARGMAX (not with SWIGLU): a.argmax's picks too (gemv_argmax_end); its
-// own instances, so that the others keep theirs as they were.
-template <typename T, int R, bool SWIGLU, bool ARGMAX>
-__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
-                                                           bool vec) {
-  static_assert(!(SWIGLU && ARGMAX), "picks of a plain product's rows");
+// EPI (not with SWIGLU): kGemvArgmax, a.argmax's picks too
+// (gemv_argmax_end); kGemvMerge, x made from mg first (launch.h's
+// GemvMerge) in dynamic shared memory of n * k floats (gemv_merge_kernel).
+// Their own instances, so that the others keep their registers as they
+// were.
+constexpr int kGemvPlain = 0, kGemvArgmax = 1, kGemvMerge = 2;
+template <typename T, int R, bool SWIGLU, int EPI>
+__device__ __forceinline__ void gemv_run(const GemvArgs& a, const GemvMerge& mg, const float* x, int64_t k,
+                                         int split, bool vec) {
+  static_assert(!(SWIGLU && EPI != kGemvPlain), "picks and merges of a plain product's rows");
   __shared__ float part[kGemvThreads / 32][R], part_u[kGemvThreads / 32][R], red[33];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per_block = kGemvThreads / 32 / split;  // output rows per block
@@ -539,6 +543,28 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
     }
   }
   pdl_enter();
+  if constexpr (EPI == kGemvMerge) {
+    // x's rows, a warp a row, as merge_warp_kernel makes them (any of its
+    // slot counts gives the same numbers: a lane's elements are summed in
+    // partial order whatever the others').
+    extern __shared__ __align__(16) float gemv_xs[];  // x's rows
+    float* out = blockIdx.x == 0 ? mg.out : nullptr;
+    for (int64_t row = warp; row < mg.n_rows; row += kGemvThreads / 32) {
+      const int32_t j0 = mg.part_begin[row], j1 = mg.part_begin[row + 1];
+      float acc[kGemvMergeMaxHeadDim / 32];
+      merge_row_warp(j1 - j0, ListIdx{mg.part_rows + j0}, mg.part_o, mg.part_lse, mg.head_dim, acc);
+#pragma unroll
+      for (int s = 0; s < kGemvMergeMaxHeadDim / 32; s++) {
+        const int64_t d = lane + 32 * s;
+        if (d < mg.head_dim) {
+          gemv_xs[row * mg.head_dim + d] = acc[s];
+          if (out) out[row * mg.head_dim + d] = acc[s];
+        }
+      }
+    }
+    __syncthreads();
+    x = gemv_xs;
+  }
   // With a norm: each row's 1 / rms as rmsnorm_kernel has it (the same
   // sum in the same order: blocks of 256 threads, block_sum).
   const float* nw = a.norm;
@@ -615,7 +641,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const fl
     }
     __syncthreads();  // part is the next rows'
   }
-  if constexpr (ARGMAX) gemv_argmax_end<R>(a, per_block);
+  if constexpr (EPI == kGemvArgmax) gemv_argmax_end<R>(a, per_block);
+}
+
+template <typename T, int R, bool SWIGLU, int EPI>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a, const float* x, int64_t k, int split,
+                                                           bool vec) {
+  gemv_run<T, R, SWIGLU, EPI>(a, GemvMerge{}, x, k, split, vec);
+}
+// kGemvMerge's, with the merge beside GemvArgs: a GemvArgs of more than 128
+// bytes costs the other instances registers (ptxas: the one-row f16 one 54
+// a thread instead of 44, the 8-row SwiGLU one 254 instead of 180).
+template <typename T, int R>
+__global__ void __launch_bounds__(kGemvThreads) gemv_merge_kernel(GemvArgs a, GemvMerge mg, const float* x, int64_t k,
+                                                                 int split, bool vec) {
+  gemv_run<T, R, false, kGemvMerge>(a, mg, x, k, split, vec);
 }
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none

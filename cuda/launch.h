@@ -121,6 +121,25 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
 // left so by each).
 constexpr int kGemvMaxRows = 8;
 constexpr int kGemvThreads = 256;
+// launch_gemv's merge (count 1, not swiglu, no norm, no argmax):
+// x [n][k] is not read but made, as launch_merge(warp_merge) makes its out,
+// bit for bit: row i of n_rows (n * k == n_rows * head_dim, head_dim at
+// most kGemvMergeMaxHeadDim) combines partial rows part_rows[part_begin[i]
+// .. part_begin[i + 1]) of part_o, part_lse. Each block merges all of them
+// into shared memory (n * k * 4 bytes, at most kGemvMergeMaxBytes) before
+// its products, and the first also writes them to out (== x): the
+// attention's output product without the merge launch before it.
+struct GemvMerge {
+  const int32_t* part_begin;
+  const int32_t* part_rows;
+  const float* part_o;
+  const double* part_lse;
+  int64_t n_rows;
+  int head_dim;
+  float* out;
+};
+constexpr int kGemvMergeMaxHeadDim = 128;
+constexpr size_t kGemvMergeMaxBytes = (size_t)32 << 10;
 struct GemvArgs {
   const void* w[3];
   float* y[3];
@@ -138,7 +157,7 @@ inline size_t gemv_argmax_bytes(int sm_count) {
   return kGemvArgmaxHead + (size_t)8 * (size_t)(sm_count > 1 ? sm_count : 1) * kGemvMaxRows * 8;
 }
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
-                        int sm_count, Stream stream);
+                        int sm_count, Stream stream, const GemvMerge* merge = nullptr);
 
 // Rotate x [n][n_heads][head_dim] and x2 [n][n_heads2][head_dim] (none
 // when n_heads2 is 0) in place by pos [n] * pos_scale * inv_freq

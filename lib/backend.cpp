@@ -58,6 +58,12 @@ void Backend::norm_matmul_many(const float* x, const float* weight, int64_t n, i
   matmul_many(w, count, xn, n, y);
 }
 
+void Backend::merge_matmul_add(const MergeList& list, int32_t head_dim, float* out, const Weight& w, int64_t n,
+                               float* y, float* tmp) {
+  merge(list, head_dim, out);
+  matmul_add(w, out, n, y, tmp);
+}
+
 void Backend::norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                  const Weight& w, float* y, int32_t* out) {
   const Weight* ws = &w;

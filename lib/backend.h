@@ -270,6 +270,12 @@ class Backend {
                  size_t n_problems);
   // out [n_out_rows][head_dim]
   virtual void merge(const MergeList& list, int32_t head_dim, float* out) = 0;
+  // merge into out, then matmul_add(w, out, n, y, tmp) (out's rows are the
+  // product's: list.n_out_rows * head_dim == n * w.n_in): a layer's
+  // attention rows and its output product. The default is those two
+  // calls; the CUDA backend's few-row product can merge the rows itself.
+  virtual void merge_matmul_add(const MergeList& list, int32_t head_dim, float* out, const Weight& w, int64_t n,
+                                float* y, float* tmp);
 
   // A pass's operations as one unit (the CUDA backend's graphs: a step's
   // hundreds of launches replayed as one). Between pass_begin and pass_end

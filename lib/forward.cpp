@@ -181,9 +181,10 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
       be_.rope_kv_write(*work_, l, hd, q, nh, k, v, kvh, T, pos, rope_);
       if (mode != CLADE_ATTENTION_NONE) {
         be_.attention_run(*work_, l, q);
-        be_.merge(ml, hd, attn);
+        be_.merge_matmul_add(ml, hd, attn, L.wo, T, x, xn);
+      } else {
+        be_.matmul_add(L.wo, attn, T, x, xn);
       }
-      be_.matmul_add(L.wo, attn, T, x, xn);
       be_.norm_matmul_swiglu(x, L.ffn_norm, T, dim, c.norm_eps, xn, L.w_gate, L.w_up, gate, up);
       be_.matmul_add(L.w_down, gate, T, x, xn);
     }

@@ -699,6 +699,62 @@ void test_matmul_argmax(Backend& be, clade::TensorType t) {
     }
 }
 
+// A layer's attention rows and their output product in one call
+// (merge_matmul_add; the CUDA backend with CLADE_CUDA_GEMV_MERGE=1 merges
+// the rows inside its few-row product): the merged rows and the residual
+// stream those of merge then matmul_add, bit for bit, for rows of 0 to 3
+// partials (some of logsumexp -inf), head dims 64, 80 and 128, 1 to 8
+// tokens. One backend against itself.
+void test_merge_matmul(Backend& be, clade::TensorType t) {
+  const int n_heads = 4, n_out = 96;
+  std::mt19937 rng(7);
+  for (int hd : {64, 80, 128})
+    for (int64_t n : {1, 3, 8}) {
+      const std::string tag = std::string("merge_matmul_add ") + be.name() + " " + type_name(t) + " hd " +
+                              std::to_string(hd) + " " + std::to_string(n) + " tokens";
+      const int64_t k = (int64_t)n_heads * hd, rows = n * n_heads, n_part = 3 * rows;
+      HostWeight hw = make_weight(t, k, n_out);
+      std::vector<float> part_o = randn((size_t)(n_part * hd)), y0 = randn((size_t)(n * n_out));
+      std::vector<double> part_lse((size_t)n_part);
+      for (double& v : part_lse) v = (double)(rng() % 1000) / 100.0 - 5.0;
+      for (int64_t i = 0; i < n_part; i += 7) part_lse[(size_t)i] = -INFINITY;
+      std::vector<int32_t> begin(1, 0), list;
+      for (int64_t r = 0; r < rows; r++) {
+        const int c = (int)((r * 5 + 1) % 4);  // 0..3 partials
+        for (int j = 0; j < c; j++) list.push_back((int32_t)(rng() % n_part));
+        begin.push_back((int32_t)list.size());
+      }
+      Arena a(be);
+      clade::Weight w = be.upload_weight(hw.view());
+      clade::MergeList ml;
+      ml.n_out_rows = rows;
+      ml.part_begin = a.put(begin);
+      ml.part_rows = a.put(list);
+      ml.part_o = a.put(part_o);
+      ml.part_lse = a.put(part_lse);
+      float* out = static_cast<float*>(a.raw((size_t)(rows * hd) * 4));
+      float* out2 = static_cast<float*>(a.raw((size_t)(rows * hd) * 4));
+      float* y = a.put(y0);
+      float* y2 = a.put(y0);
+      float* tmp = static_cast<float*>(a.raw((size_t)(n * n_out) * 4));
+      be.merge_matmul_add(ml, hd, out, w, n, y, tmp);
+      be.merge(ml, hd, out2);
+      be.matmul_add(w, out2, n, y2, tmp);
+      expect_equal(tag + " rows", a.get(out, (size_t)(rows * hd)), a.get(out2, (size_t)(rows * hd)));
+      expect_equal(tag + " product", a.get(y, (size_t)(n * n_out)), a.get(y2, (size_t)(n * n_out)));
+    }
+}
+
+// A CUDA backend made with the switch `name` set to `value`, whose
+// settings line says `says`.
+std::unique_ptr<Backend> cuda_backend_with(const char* name, const char* value, const char* says) {
+  ScopedEnv e(name, value);
+  std::unique_ptr<Backend> be = clade::make_cuda_backend();
+  const std::string line = be->settings();
+  CHECK_MSG(line.find(says) != std::string::npos, "settings '%s' do not say '%s'", line.c_str(), says);
+  return be;
+}
+
 // Reads of every size back as they were written: the CUDA backend reads up
 // to 1 MiB through pinned memory (unless CLADE_CUDA_PINNED_READ=0) and
 // more straight into the caller's, here at an odd address too; its
@@ -1328,14 +1384,12 @@ int main(int argc, char** argv) {
     for (T t : {T::F32, T::F16, T::BF16}) test_fused_products(*cpu, *gpu, t);
     test_argmax(*cpu, *gpu);
     for (T t : {T::F16, T::BF16}) {
+      test_merge_matmul(*gpu, t);
       test_matmul_argmax(*gpu, t);
       if (!harness) {
-        ScopedEnv picked("CLADE_CUDA_GEMV_ARGMAX", "1");
-        std::unique_ptr<Backend> fused = clade::make_cuda_backend();
-        const std::string line = fused->settings();
-        CHECK_MSG(line.find("greedy tokens picked in the product") != std::string::npos, "settings '%s'",
-                  line.c_str());
-        test_matmul_argmax(*fused, t);
+        test_merge_matmul(*cuda_backend_with("CLADE_CUDA_GEMV_MERGE", "1", "attention rows merged in the product"), t);
+        test_matmul_argmax(*cuda_backend_with("CLADE_CUDA_GEMV_ARGMAX", "1", "greedy tokens picked in the product"),
+                           t);
       }
     }
     if (!harness) {
@@ -1352,8 +1406,7 @@ int main(int argc, char** argv) {
     for (T t : {T::F16, T::BF16, T::Q8_0}) test_fused_copies(*gpu, t);
     if (!harness) {
       test_reads(*gpu, !env_off("CLADE_CUDA_PINNED_READ"));
-      ScopedEnv straight("CLADE_CUDA_PINNED_READ", "0");
-      test_reads(*clade::make_cuda_backend(), false);
+      test_reads(*cuda_backend_with("CLADE_CUDA_PINNED_READ", "0", "reads straight"), false);
     }
     for (bool neox : {false, true})
       for (float s : {1.0f, 0.25f}) test_rope(*cpu, *gpu, neox, s);
