@@ -64,12 +64,12 @@ struct PlanRule {
   int32_t mma_floor_rows = 16;
   int32_t min_units = 1;
   // Unit slots for those same problems (tensor-core, mma_floor_rows rows
-  // or more) when > 0 (CLADE_CUDA_MMA_UNITS_PER_SM x multiprocessors): each
-  // such problem's row groups take floor(many_target_units x len / all
-  // groups' keys) chunks (at least 1; none under the floor but the last),
-  // so that they come to at most that many units, one wave where it is
-  // the kernel's blocks a multiprocessor. 0: target_units, as every other
-  // problem. (Three units a multiprocessor for every problem made batch
+  // or more) when > 0 (CLADE_CUDA_MMA_UNITS_PER_SM x multiprocessors), as
+  // if they were alone: each such problem's row groups take
+  // floor(many_target_units x len / their groups' keys) chunks (at least
+  // 1; none under the floor but the last), so that they come to at most
+  // that many units, one wave where it is the kernel's blocks a
+  // multiprocessor. 0: target_units, as every other problem. (Three units a multiprocessor for every problem made batch
   // 256 x 8192's shared attention 0.87x the time on an H200, its 16 chunks
   // of 512 keys 6, and the multi-head flat problems 1.35x:
   // gpu-h200-ab2-1127.txt.)
@@ -145,7 +145,7 @@ inline void plan_attention(const PlanProblem* probs, size_t n, const PlanRule& r
     const bool floor = many && per_mma > per;
     const int64_t p = floor ? per_mma : per;
     if (many && many_rule) {
-      const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(group_keys, 1));
+      const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(many_keys, 1));
       chunk = std::max(whole_chunks_up((d.len + parts - 1) / parts), whole_chunks_up(floor_keys));
       if (chunk < d.len) split = (int32_t)((d.len + chunk - 1) / chunk);
       else chunk = d.len;

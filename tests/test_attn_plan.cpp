@@ -21,6 +21,7 @@ namespace {
 using clade::cuda::AttnPlan;
 using clade::cuda::AttnUnit;
 using clade::cuda::kMinChunk;
+using clade::cuda::whole_chunks_up;
 using clade::cuda::plan_attention;
 using clade::cuda::PlanProblem;
 using clade::cuda::PlanRule;
@@ -83,8 +84,7 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
     const bool floor = d.mma && d.n_rows >= rule.mma_floor_rows && per_mma > per && !many;
     const int64_t p = floor ? per_mma : per;
     // (many: the most chunks the target allows this problem's groups)
-    const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(
-                                                   group_keys(probs, rule), 1));
+    const int64_t parts = std::max<int64_t>(1, rule.many_target_units * d.len / std::max<int64_t>(many_keys, 1));
     int32_t split = -1;
     int64_t part_at = -1;
     bool fused = false;
@@ -129,7 +129,14 @@ void check_plan(const std::string& what, const std::vector<PlanProblem>& probs, 
         CHECK_MSG(split <= parts, "%s: problem %zu in %d chunks, %lld allowed", what.c_str(), i, split,
                   (long long)parts);
         many_units += split;
-        if (rule.many_target_units * d.len < group_keys(probs, rule)) short_groups++;
+        if (rule.many_target_units * d.len < many_keys) short_groups++;
+        // Unsplit only where its share is under two units, the floor holds
+        // it whole, or it is one block.
+        if (split == 1)
+          CHECK_MSG(rule.many_target_units * d.len < 2 * many_keys || whole_chunks_up(floor_keys) >= d.len ||
+                        d.len <= kMinChunk,
+                    "%s: problem %zu of %d keys unsplit, %lld slots for %lld keys, floor %lld", what.c_str(), i,
+                    d.len, (long long)rule.many_target_units, (long long)many_keys, (long long)floor_keys);
       }
       if (split > 1) {
         if (part_at < 0) part_at = us[0]->part_at;
