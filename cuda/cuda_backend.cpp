@@ -1626,7 +1626,12 @@ void CudaBackend::pass_time_read() {
 
 void CudaBackend::pass_time_report(const Graph& g) {
   if (g.ms.empty()) return;
-  std::vector<float> t = g.ms;
+  std::vector<float> t;
+  try {  // (from destroy(), which must not throw)
+    t = g.ms;
+  } catch (...) {
+    return;
+  }
   std::sort(t.begin(), t.end());
   std::fprintf(stderr,
                "clade cuda: a pass's graph of %zu nodes, %zu replays timed: device %.4f ms least, %.4f median\n",

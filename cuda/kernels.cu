@@ -144,7 +144,7 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
   // 250 a thread, so 1), so that a normed launch's blocks each norm the
   // rows once for many output rows.
   const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
-                                                    8 * (int64_t)std::max(sm_count, 1));
+                                                    kGemvBlocksPerSm * (int64_t)std::max(sm_count, 1));
   switch (n) {
 #define CLADE_GEMV_CASE(R)                                                                           \
   case R:                                                                                            \

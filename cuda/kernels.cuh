@@ -324,7 +324,7 @@ struct ListIdx {
 // kMergeBatch at a time before any is added (then added in order, so the
 // numbers are those of one at a time), not one round trip each.
 template <int kSlots>
-constexpr int kMergeBatch = kSlots >= 8 ? 2 : 16 / kSlots;
+constexpr int kMergeBatch = kSlots <= 2 ? 8 : kSlots <= 4 ? 4 : 2;  // (a power of two: whole batches in 32)
 template <int kSlots, typename Idx>
 __device__ __forceinline__ double merge_row_warp(int n, Idx idx, const float* part_o, const double* part_lse,
                                                  int head_dim, float (&acc)[kSlots]) {

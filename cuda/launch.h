@@ -121,6 +121,7 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
 // left so by each).
 constexpr int kGemvMaxRows = 8;
 constexpr int kGemvThreads = 256;
+constexpr int kGemvBlocksPerSm = 8;  // a launch's grid: at most this many blocks a multiprocessor
 // launch_gemv's merge (count 1, not swiglu, no norm, no argmax):
 // x [n][k] is not read but made, as launch_merge(warp_merge) makes its out,
 // bit for bit: row i of n_rows (n * k == n_rows * head_dim, head_dim at
@@ -154,7 +155,7 @@ struct GemvArgs {
 // A block counter, then each block's picks (a float and an index a row).
 constexpr size_t kGemvArgmaxHead = 16;
 inline size_t gemv_argmax_bytes(int sm_count) {
-  return kGemvArgmaxHead + (size_t)8 * (size_t)(sm_count > 1 ? sm_count : 1) * kGemvMaxRows * 8;
+  return kGemvArgmaxHead + (size_t)8 * kGemvBlocksPerSm * (size_t)(sm_count > 1 ? sm_count : 1) * kGemvMaxRows;
 }
 cudaError_t launch_gemv(const GemvArgs& a, const float* x, int64_t n, int64_t k, bool bf16, bool swiglu,
                         int sm_count, Stream stream, const GemvMerge* merge = nullptr);

@@ -109,7 +109,7 @@ for s in ${steps//,/ }; do
         log "ab: skipped, no SETTING given"
       fi
       ;;
-    split) step split 60 bash -c split_steps ;;
+    split) step split 90 bash -c split_steps ;;
     gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
     memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
     racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
