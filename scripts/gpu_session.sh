@@ -7,7 +7,8 @@
 #   1. test_cuda (every comparison against the CPU backend);
 #   2. scripts/gpu_profile.sh: Nsight Compute of the attention kernels
 #      (scripts/ncu_summary.py's summary in OUT/ncu-summary.txt);
-#   3. scripts/gpu_ab.sh of the defaults against each SETTING given;
+#   3. scripts/gpu_ab.sh of the defaults against each SETTING given
+#      (scripts/ab_summary.py's tables in OUT/ab-summary.md);
 #   3b. split: decode steps whose graphs are timed on the device
 #      (CLADE_CUDA_PASS_TIMES=1): batch 1 x 2048 shared and without
 #      attention, batch 256 x 8192 shared; a step's wall time less its
@@ -105,6 +106,7 @@ for s in ${steps//,/ }; do
     ab)
       if [ $# -gt 0 ]; then
         step ab $((60 * $# + 60)) scripts/gpu_ab.sh --prebuilt "$out/gpu-ab.txt" X "$@"
+        [ -s "$out/gpu-ab.txt" ] && python3 scripts/ab_summary.py "$out/gpu-ab.txt" > "$out/ab-summary.md" 2>&1
       else
         log "ab: skipped, no SETTING given"
       fi
