@@ -572,8 +572,8 @@ std::string CudaBackend::settings() const {
                 mma_kernel_ == cuda::kMmaWmma ? 0 : fuse_max_parts_, (int)mma_min_chunk_, many.c_str(),
                 warp_merge_ ? "warp" : "block", pdl_ ? "on" : "off", use_graphs_ ? "on" : "off",
                 down_ ? "through pinned memory" : "straight",
-                gemv_argmax_ ? "; greedy tokens picked in the product" : "",
-                gemv_merge_ && warp_merge_ ? "; attention rows merged in the product" : "");
+                gemv_argmax_ && gemv_max_rows_ > 0 ? "; greedy tokens picked in the product" : "",
+                gemv_merge_ && warp_merge_ && gemv_max_rows_ > 0 ? "; attention rows merged in the product" : "");
   return line;
 }
 
@@ -1027,11 +1027,12 @@ void CudaBackend::merge_matmul_add(const MergeList& list, int32_t head_dim, floa
   {
     auto lock = gate();
     const Weight* ws = &w;
+    const size_t bytes = (size_t)(n * w.n_in) * 4;
     if (gemv_merge_ && warp_merge_ && list.n_out_rows > 0 && head_dim > 0 &&
         head_dim <= cuda::kGemvMergeMaxHeadDim && gemv_takes(&ws, 1, n) &&
-        list.n_out_rows * head_dim == n * w.n_in && (size_t)(n * w.n_in) * 4 <= cuda::kGemvMergeMaxBytes) {
-      enter();
-      forget_narrowed(out, n * w.n_in);  // (out is rewritten, and no narrowed copy of it made)
+        list.n_out_rows * head_dim == n * w.n_in && bytes <= cuda::kGemvMergeMaxBytes &&
+        (size_t)cuda::gemv_blocks(w.n_out, w.n_in, sm_count_) * bytes <= cuda::kGemvMergeMaxReads) {
+      enter();  // (forgets any narrowed copy: out is rewritten, and none of it made)
       const cuda::GemvMerge m{list.part_begin, list.part_rows, list.part_o, list.part_lse, list.n_out_rows,
                               head_dim, out};
       gemv(&ws, 1, out, n, &y, false, nullptr, 0.0f, true, nullptr, &m);

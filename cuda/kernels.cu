@@ -128,6 +128,19 @@ cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, 
 namespace {
 // Warps per output row of gemv_kernel: one per 512 inputs, at most 8, a
 // power of two (rows of 1024 inputs: 2; of 2816: 4).
+int gemv_split(int64_t k);
+}  // namespace
+
+int64_t gemv_blocks(int64_t total, int64_t k, int sm_count) {
+  // At most 8 blocks of 256 threads per multiprocessor (one wave where
+  // the registers allow 8; the 7- and 8-row SwiGLU kernels take about
+  // 250 a thread, so 1), so that a normed launch's blocks each norm the
+  // rows once for many output rows.
+  return std::min<int64_t>(blocks_for(total * gemv_split(k) * 32, kGemvThreads),
+                           kGemvBlocksPerSm * (int64_t)std::max(sm_count, 1));
+}
+
+namespace {
 int gemv_split(int64_t k) {
   int s = 1;
   while (s < 8 && k >= 512 * 2 * s) s *= 2;
@@ -139,12 +152,7 @@ cudaError_t gemv_rows(const GemvArgs& a, const float* x, int64_t n, int64_t k, b
                       Stream stream, const GemvMerge* merge) {
   const int64_t total = SWIGLU ? a.rows[0] : a.rows[0] + a.rows[1] + a.rows[2];
   const int split = gemv_split(k);
-  // At most 8 blocks of 256 threads per multiprocessor (one wave where
-  // the registers allow 8; the 7- and 8-row SwiGLU kernels take about
-  // 250 a thread, so 1), so that a normed launch's blocks each norm the
-  // rows once for many output rows.
-  const unsigned grid = (unsigned)std::min<int64_t>(blocks_for(total * split * 32, kGemvThreads),
-                                                    kGemvBlocksPerSm * (int64_t)std::max(sm_count, 1));
+  const unsigned grid = (unsigned)gemv_blocks(total, k, sm_count);
   switch (n) {
 #define CLADE_GEMV_CASE(R)                                                                           \
   case R:                                                                                            \

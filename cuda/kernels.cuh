@@ -554,11 +554,11 @@ __device__ __forceinline__ void gemv_run(const GemvArgs& a, const GemvMerge& mg,
       float acc[kGemvMergeMaxHeadDim / 32];
       merge_row_warp(j1 - j0, ListIdx{mg.part_rows + j0}, mg.part_o, mg.part_lse, mg.head_dim, acc);
 #pragma unroll
-      for (int s = 0; s < kGemvMergeMaxHeadDim / 32; s++) {
-        const int64_t d = lane + 32 * s;
+      for (int sl = 0; sl < kGemvMergeMaxHeadDim / 32; sl++) {
+        const int64_t d = lane + 32 * sl;
         if (d < mg.head_dim) {
-          gemv_xs[row * mg.head_dim + d] = acc[s];
-          if (out) out[row * mg.head_dim + d] = acc[s];
+          gemv_xs[row * mg.head_dim + d] = acc[sl];
+          if (out) out[row * mg.head_dim + d] = acc[sl];
         }
       }
     }

@@ -141,6 +141,14 @@ struct GemvMerge {
 };
 constexpr int kGemvMergeMaxHeadDim = 128;
 constexpr size_t kGemvMergeMaxBytes = (size_t)32 << 10;
+static_assert(kGemvMergeMaxBytes <= ((size_t)40 << 10), "the rows and the kernel's own shared memory in the 48 KiB "
+                                                         "a launch has without opting in");
+// Every block merges all the rows again: the backend takes the merge into
+// the product only while blocks x rows' bytes stay under this (about the
+// L2 reads it adds, times the partials a row).
+constexpr size_t kGemvMergeMaxReads = (size_t)8 << 20;
+// The blocks of a few-row product of `total` output rows of k inputs.
+int64_t gemv_blocks(int64_t total, int64_t k, int sm_count);
 struct GemvArgs {
   const void* w[3];
   float* y[3];
