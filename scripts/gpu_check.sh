@@ -46,6 +46,10 @@ bash tests/cli.sh build-gpu/examples/clade
 # Whole passes (graphs included) with plain launches and the WMMA
 # attention kernel: the same tokens as the CPU backend.
 CLADE_CUDA_PDL=0 CLADE_CUDA_MMA_REG=0 bash tests/cli.sh build-gpu/examples/clade
+# ... and with the switches not yet the defaults (the few-row products
+# picking the tokens and merging the attention rows, the many-row split).
+CLADE_CUDA_GEMV_ARGMAX=1 CLADE_CUDA_GEMV_MERGE=1 CLADE_CUDA_MMA_UNITS_PER_SM=3 \
+  bash tests/cli.sh build-gpu/examples/clade
 [ $prebuilt == 1 ] || meson test -C build-gpu --suite unit --suite cuda
 [ "${1:-}" == "--no-bench" ] && exit 0
 clade=build-gpu/examples/clade
