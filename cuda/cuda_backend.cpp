@@ -243,12 +243,13 @@ class CudaBackend final : public Backend {
   void gemv(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
             const float* norm = nullptr, float eps = 0.0f, bool add = false, int32_t* argmax = nullptr,
             const cuda::GemvMerge* merge = nullptr);
-  // The overrides of matmul_many, matmul_swiglu and their norm_ forms:
-  // under the lock, the few-row launch where gemv_takes (with swiglu,
-  // both weights of one n_out; with a norm, n_in == dim) and true; else
-  // false, and the caller runs Backend's default.
+  // The overrides of matmul_many, matmul_swiglu and their norm_ forms
+  // (norm_matmul_argmax with argmax): under the lock, the few-row launch
+  // where gemv_takes (with swiglu, both weights of one n_out; with a norm,
+  // n_in == dim) and true; else false, and the caller runs Backend's
+  // default.
   bool gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y, bool swiglu,
-                     const float* norm = nullptr, float eps = 0.0f, int64_t dim = 0);
+                     const float* norm = nullptr, float eps = 0.0f, int64_t dim = 0, int32_t* argmax = nullptr);
   // A narrowed copy of activations that y [count] overlaps is stale once y
   // is written: forget it.
   void forget_narrowed(const float* y, int64_t count) {
@@ -1005,14 +1006,14 @@ void CudaBackend::gemv(const Weight* const* w, int count, const float* x, int64_
 }
 
 bool CudaBackend::gemv_if_takes(const Weight* const* w, int count, const float* x, int64_t n, float* const* y,
-                                bool swiglu, const float* norm, float eps, int64_t dim) {
+                                bool swiglu, const float* norm, float eps, int64_t dim, int32_t* argmax) {
   auto lock = gate();
   if (!gemv_takes(w, count, n) || (swiglu && w[0]->n_out != w[1]->n_out) || (norm && w[0]->n_in != dim))
     return false;
   // (matmul_many keeps the narrowed copy as matmul does: the launch writes
   // only y, whose overlap gemv forgets)
   enter(!swiglu && !norm);
-  gemv(w, count, x, n, y, swiglu, norm, eps);
+  gemv(w, count, x, n, y, swiglu, norm, eps, false, argmax);
   return true;
 }
 
@@ -1044,16 +1045,10 @@ void CudaBackend::merge_matmul_add(const MergeList& list, int32_t head_dim, floa
 
 void CudaBackend::norm_matmul_argmax(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* xn,
                                      const Weight& w, float* y, int32_t* out) {
-  {
-    auto lock = gate();
-    const Weight* ws = &w;
-    if (gemv_argmax_ && gemv_takes(&ws, 1, n) && w.n_in == dim && w.n_out <= INT32_MAX) {
-      enter();
-      gemv(&ws, 1, x, n, &y, false, weight, eps, false, out);
-      return;
-    }
-  }
-  Backend::norm_matmul_argmax(x, weight, n, dim, eps, xn, w, y, out);
+  const Weight* ws = &w;
+  // (gemv_argmax_ is fixed at construction)
+  if (!gemv_argmax_ || w.n_out > INT32_MAX || !gemv_if_takes(&ws, 1, x, n, &y, false, weight, eps, dim, out))
+    Backend::norm_matmul_argmax(x, weight, n, dim, eps, xn, w, y, out);
 }
 
 void CudaBackend::norm_matmul_swiglu(const float* x, const float* weight, int64_t n, int64_t dim, float eps,
