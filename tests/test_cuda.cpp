@@ -350,6 +350,16 @@ void test_elementwise(Backend& cpu, Backend& gpu) {
 // CUDA backend splits rows of over 4096 into chunks (ties across them),
 // with 300 it does not; at an offset of one element its 16-byte loads are
 // off.
+// Backend::argmax's rule on the host: the index of row's largest element
+// of dim, the lowest among equal ones; NaN passed over, -1 when nothing is
+// above -inf.
+int32_t host_argmax(const float* row, int64_t dim) {
+  int32_t at = -1;
+  for (int64_t i = 0; i < dim; i++)
+    if (!std::isnan(row[i]) && row[i] > -INFINITY && (at < 0 || row[i] > row[at])) at = (int32_t)i;
+  return at;
+}
+
 void test_argmax(Backend& cpu, Backend& gpu) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (int64_t n : {12, 300})
@@ -375,12 +385,7 @@ void test_argmax(Backend& cpu, Backend& gpu) {
     row(10)[0] = nan;                                                          // row 10: NaN first
     for (int64_t i = 0; i < dim; i++) row(11)[i] = -3.0f;  // row 11: every element equal
     std::vector<int32_t> want((size_t)n);
-    for (int64_t r = 0; r < n; r++) {
-      int32_t at = -1;
-      for (int64_t i = 0; i < dim; i++)
-        if (!std::isnan(row(r)[i]) && row(r)[i] > -inf && (at < 0 || row(r)[i] > row(r)[at])) at = (int32_t)i;
-      want[(size_t)r] = at;
-    }
+    for (int64_t r = 0; r < n; r++) want[(size_t)r] = host_argmax(row(r), dim);
     CHECK(want[3] == -1 && want[4] == -1 && want[5] == last && want[7] == 0 && want[11] == 0);
     CHECK(want[1] == (dim > 7 ? 7 : 0) || dim <= 7);
     Backend* bes[2] = {&cpu, &gpu};
@@ -685,11 +690,7 @@ void test_matmul_argmax(Backend& be, clade::TensorType t, bool equal_rows) {
         expect_equal(tag + " logits", y, a.get(dy2, (size_t)(n * n_out)));
         expect_equal(tag + " tokens", tok, a.get(dtok2, (size_t)n));
         for (int64_t r = 0; r < n; r++) {
-          int32_t at = -1;
-          for (int64_t i = 0; i < n_out; i++) {
-            const float v = y[(size_t)(r * n_out + i)];
-            if (!std::isnan(v) && v > -INFINITY && (at < 0 || v > y[(size_t)(r * n_out + at)])) at = (int32_t)i;
-          }
+          const int32_t at = host_argmax(y.data() + r * n_out, n_out);
           const float ya = y[(size_t)(r * n_out + tie_a)], yb = y[(size_t)(r * n_out + tie_b)];
           const bool nan_row = n >= 3 && r == 2;
           if (equal_rows && !nan_row && n_out > 1)
