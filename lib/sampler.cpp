@@ -229,7 +229,29 @@ double Sampler::uniform(uint64_t stream) {
 }
 
 void Sampler::check_row(const SampleRow& r, int32_t n) const {
-  if (!r.logits) fail(CLADE_E_INVALID_ARG, "logits is NULL");
+  if (r.cand_logits || r.cand_tokens) {
+    // A row's highest logits (SampleRow::cand_*): enough of them, for
+    // settings that read no others, in the candidates' order.
+    if (!r.cand_logits || !r.cand_tokens)
+      fail(CLADE_E_INVALID_ARG, "clade_sample: candidate tokens or logits is NULL");
+    const size_t k = (size_t)sparse_k(n);
+    if (!k || r.n_cand < k)
+      fail(CLADE_E_INVALID_ARG, "clade_sample: a row of " + std::to_string(r.n_cand) +
+                                    " candidates where the settings need " +
+                                    (k ? std::to_string(k) + " candidates" : std::string("every logit")));
+    for (size_t j = 0; j < k; j++) {
+      const int32_t t = r.cand_tokens[j];
+      if (t < 0 || t >= n)
+        fail(CLADE_E_TOKEN, "clade_sample: candidate token " + std::to_string(t) +
+                                " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
+      const float v = r.cand_logits[j], u = j ? r.cand_logits[j - 1] : 0.0f;
+      if (j && !std::isnan(v) && !std::isnan(u) && !(key(v, t) < key(u, r.cand_tokens[j - 1])))
+        fail(CLADE_E_INVALID_ARG, "clade_sample: candidate " + std::to_string(j) + " (token " + std::to_string(t) +
+                                      ") is not below the one before it");
+    }
+  } else if (!r.logits) {
+    fail(CLADE_E_INVALID_ARG, "logits is NULL");
+  }
   if (!r.history && r.n_history) fail(CLADE_E_INVALID_ARG, "history is NULL");
   if (r.n_prompt > r.n_history)
     fail(CLADE_E_INVALID_ARG, "n_prompt (" + std::to_string(r.n_prompt) + ") is above n_history (" +
@@ -278,11 +300,23 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
   const smp::Kernels& K = smp::kernels();
   std::vector<uint64_t>& cand_ = s.cand;
   std::vector<double>& prob_ = s.prob;
-  const float* l = adjusted(r, n, s);
+  // sparse: the row's highest logits only (check_row: at least top-k's k)
+  const bool sparse = r.cand_logits != nullptr;
+  const float* l = sparse ? nullptr : adjusted(r, n, s);
   r.n_top = 0;
   smp::RowMax rm;
-  if (s.pre_row && s.pre_row == r.logits && l == r.logits) rm = s.pre_max;  // scanned by the last row's pass
-  else K.scan(l, n, &rm);
+  if (sparse) {
+    // Backend::topk ranks a NaN or +inf above every finite logit: when
+    // the row holds one, so do its candidates.
+    for (size_t j = 0; j < (size_t)p_.top_k; j++)
+      rm.bad = rm.bad || std::isnan(r.cand_logits[j]) || r.cand_logits[j] == kInf;
+    rm.max = r.cand_logits[0];
+    rm.arg = rm.max > -kInf ? r.cand_tokens[0] : -1;
+  } else if (s.pre_row && s.pre_row == r.logits && l == r.logits) {
+    rm = s.pre_max;  // scanned by the last row's pass
+  } else {
+    K.scan(l, n, &rm);
+  }
   s.pre_row = nullptr;
   const float lmax = rm.max;
   const int32_t arg = rm.arg;
@@ -315,9 +349,14 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
   auto z = [temp, zmax](float v) { return (double)v / (double)temp - zmax; };
   double S = 0;  // the softmax's denominator over the candidates, relative to the top
   bool memo = false;  // candidates sorted, s.ke[i].e their e^z
+  bool sorted0 = false;  // candidates sorted (S is summed in their order)
   cand_.clear();
   const bool all = k >= (size_t)n;
-  if (!all && k <= 4096) {
+  if (sparse) {
+    // the top k, every one above -inf (check_row: in order)
+    for (size_t j = 0; j < k && r.cand_logits[j] > -kInf; j++) cand_.push_back(key(r.cand_logits[j], r.cand_tokens[j]));
+    sorted0 = true;
+  } else if (!all && k <= 4096) {
     // a heap of the k best so far, its worst on top: one comparison for most tokens
     cand_.reserve(k);
     int32_t i = 0;
@@ -335,6 +374,9 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
       std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
       i++;
     }
+    // sorted, for S's sum in one order whoever listed them (sparse rows)
+    std::sort(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+    sorted0 = true;
   } else if (!all) {
     for (int32_t i = 0; i < n; i++)
       if (l[i] > -kInf) cand_.push_back(key(l[i], i));
@@ -490,13 +532,19 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
     if (p_.min_p > 0) lo = std::max(lo, std::log((double)p_.min_p));
     if (p_.top_p < 1.0f) lo = std::max(lo, std::log((1.0 - (double)p_.top_p) * S / (double)cand_.size()));
     lo -= 1e-3;  // rounding: the exact tests follow on the survivors
-    auto end = std::partition(cand_.begin(), cand_.end(), [&](uint64_t c) { return z(key_logit(c)) >= lo; });
-    cand_.erase(end, cand_.end());
+    const auto survives = [&](uint64_t c) { return z(key_logit(c)) >= lo; };
+    if (sorted0) {  // a prefix
+      size_t e = 0;
+      while (e < cand_.size() && survives(cand_[e])) e++;
+      cand_.resize(e);
+    } else {
+      cand_.erase(std::partition(cand_.begin(), cand_.end(), survives), cand_.end());
+    }
   }
   // The prefix walk, sorting the survivors only as far as it goes: the next
   // block (4 times the sorted part) is selected, then sorted.
   const size_t m = cand_.size();  // >= 1: the top token always survives
-  size_t sorted = memo ? m : 0;
+  size_t sorted = memo || sorted0 ? m : 0;
   auto sort_to = [&](size_t want) {
     want = std::min(want, m);
     if (want < m)

@@ -28,6 +28,13 @@ struct SampleRow {
   const int32_t* history = nullptr;
   size_t n_history = 0;
   size_t n_prompt = 0;  // leading history tokens that are the prompt
+  // Instead of logits (NULL): the row's n_cand highest logits, most first
+  // (ties: the lower token first), with their tokens, as Backend::topk
+  // gives them; n_cand at least Sampler::sparse_k's. Sampled to the same
+  // results, bit for bit, as the whole row.
+  const int32_t* cand_tokens = nullptr;
+  const float* cand_logits = nullptr;
+  size_t n_cand = 0;
   // out
   int32_t token = -1;
   float logprob = 0;
@@ -84,9 +91,13 @@ class Sampler {
   // the history: greedy with no logit bias and no penalty. sample() then
   // gives the argmax with log-probability 0, draws nothing, and fails only
   // where argmax gives -1 or the row holds a NaN or +inf.
-  bool plain_greedy() const {
-    return greedy_temperature(p_.temperature) && bias_.empty() && p_.repeat_penalty == 1.0f &&
-           p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  bool plain_greedy() const { return greedy_temperature(p_.temperature) && unadjusted(); }
+  // The k for which a row's k highest logits (SampleRow::cand_*) sample
+  // as the whole row does: top-k's, when it keeps fewer than the
+  // vocabulary's n tokens and nothing reads the others (no logit bias, no
+  // penalty; not greedy, which is Backend::argmax's); else 0.
+  int32_t sparse_k(int32_t n) const {
+    return !greedy_temperature(p_.temperature) && unadjusted() && p_.top_k > 0 && p_.top_k < n ? p_.top_k : 0;
   }
   // The distribution row r is drawn from, after every stage: the kept
   // tokens, most likely first, and their probabilities (summing to 1);
@@ -99,6 +110,9 @@ class Sampler {
 
  private:
   double uniform(uint64_t stream);  // [0, 1)
+  bool unadjusted() const {  // stages 1-3 leave every row as it is
+    return bias_.empty() && p_.repeat_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f;
+  }
   void check_row(const SampleRow& r, int32_t n) const;
   // u: the row's uniform number (drawn beforehand, in row order); next:
   // the logits of the row this thread samples next (NULL: none), scanned

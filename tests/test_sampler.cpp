@@ -12,6 +12,8 @@
 
 #include "check.h"
 #include "clade/clade.h"
+#include "error.h"
+#include "sampler.h"
 #include "sampler_simd.h"
 
 #define CHECK_ST(call, want)                                                                  \
@@ -869,6 +871,199 @@ void test_threads() {
   CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
 }
 
+// A row's k highest logits, most first: a NaN above everything, then by
+// value (-0 equal to +0), ties to the lower token (Backend::topk's order).
+void top_of(const float* l, int32_t n, int32_t k, int32_t* tok, float* val) {
+  std::vector<int32_t> ix((size_t)n);
+  for (int32_t i = 0; i < n; i++) ix[(size_t)i] = i;
+  std::sort(ix.begin(), ix.end(), [l](int32_t a, int32_t b) {
+    const float x = l[a], y = l[b];
+    if (std::isnan(x) != std::isnan(y)) return std::isnan(x);
+    if (!std::isnan(x) && x != y) return x > y;
+    return a < b;
+  });
+  for (int32_t j = 0; j < k; j++) {
+    tok[j] = ix[(size_t)j];
+    val[j] = l[ix[(size_t)j]];
+  }
+}
+
+// A row's top-k candidates (SampleRow::cand_*, what a device backend reads
+// back) sample to the whole row's results bit for bit: token, log-
+// probability, the top alternatives and the stream's next draws, over
+// ties, signed zeros, -inf, too few finite logits, and the refusals.
+void test_sparse() {
+  const int32_t n = 3000;
+  const size_t rows = 8;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 2.5f);
+  std::vector<float> l(rows * (size_t)n);
+  for (size_t r = 0; r < rows; r++) {
+    float* x = l.data() + r * (size_t)n;
+    for (int32_t i = 0; i < n; i++) x[i] = nd(rng);
+    if (r == 1)  // many ties
+      for (int32_t i = 0; i < n; i++) x[i] = std::round(x[i] * 2.0f) / 2.0f;
+    if (r == 2)  // signed zeros at the top
+      for (int32_t i = 0; i < n; i++) x[i] = i % 3 ? -std::fabs(x[i]) - 1.0f : (i % 2 ? -0.0f : 0.0f);
+    if (r == 3)  // -inf here and there
+      for (int32_t i = 0; i < n; i += 3) x[i] = -kInf;
+    if (r == 4)  // fewer finite logits than most k's
+      for (int32_t i = 0; i < n; i++) x[i] = i % 500 == 7 ? x[i] : -kInf;
+    if (r == 5)  // one far above the rest
+      x[1234] = 40.0f;
+  }
+  const uint64_t streams[rows] = {1, 2, 3, 4, 5, 6, 2, 8};
+  const int32_t ks[] = {1, 2, 40, 1000, n - 1};
+  const float temps[] = {0.7f, 1.0f, 2.0f, 1e-3f};
+  const float top_ps[] = {1.0f, 0.9f, 0.3f};
+  const float min_ps[] = {0.0f, 0.05f};
+  const size_t cap = 6;
+  int cases = 0;
+  for (int32_t k : ks)
+    for (float t : temps)
+      for (float tp : top_ps)
+        for (float mp : min_ps) {
+          clade_sampler_params p;
+          clade_sampler_params_init(&p);
+          p.top_k = k;
+          p.temperature = t;
+          p.top_p = tp;
+          p.min_p = mp;
+          p.seed = (uint64_t)cases;
+          clade::Sampler dense(p), sparse(p);
+          CHECK(sparse.sparse_k(n) == k);
+          std::vector<int32_t> ct(rows * (size_t)k);
+          std::vector<float> cl(rows * (size_t)k);
+          for (size_t r = 0; r < rows; r++)
+            top_of(l.data() + r * (size_t)n, n, k, ct.data() + r * (size_t)k, cl.data() + r * (size_t)k);
+          for (int step = 0; step < 2; step++) {
+            std::vector<clade::SampleRow> a(rows), b(rows);
+            std::vector<int32_t> at(rows * cap, -1), bt(rows * cap, -1);
+            std::vector<float> al(rows * cap, 0), bl(rows * cap, 0);
+            for (size_t r = 0; r < rows; r++) {
+              a[r].stream = b[r].stream = streams[r];
+              a[r].logits = l.data() + r * (size_t)n;
+              b[r].cand_tokens = ct.data() + r * (size_t)k;
+              b[r].cand_logits = cl.data() + r * (size_t)k;
+              b[r].n_cand = (size_t)k;
+              a[r].top_tokens = at.data() + r * cap;
+              a[r].top_logprobs = al.data() + r * cap;
+              b[r].top_tokens = bt.data() + r * cap;
+              b[r].top_logprobs = bl.data() + r * cap;
+              a[r].top_capacity = b[r].top_capacity = cap;
+            }
+            dense.sample_rows(a.data(), rows, n);
+            sparse.sample_rows(b.data(), rows, n);
+            for (size_t r = 0; r < rows; r++) {
+              CHECK_MSG(a[r].token == b[r].token && fbits(a[r].logprob) == fbits(b[r].logprob) &&
+                            a[r].n_top == b[r].n_top,
+                        "k %d temp %g top-p %g min-p %g row %zu: whole row %d (%a, %zu top), candidates %d (%a, %zu)",
+                        k, (double)t, (double)tp, (double)mp, r, a[r].token, (double)a[r].logprob, a[r].n_top,
+                        b[r].token, (double)b[r].logprob, b[r].n_top);
+              CHECK(std::memcmp(at.data() + r * cap, bt.data() + r * cap, a[r].n_top * 4) == 0);
+              CHECK(std::memcmp(al.data() + r * cap, bl.data() + r * cap, a[r].n_top * 4) == 0);
+            }
+          }
+          // the distributions too (speculative decoding's)
+          std::vector<int32_t> dt, st2;
+          std::vector<double> dp, sp;
+          dense.distribution(clade::SampleRow{0, l.data(), nullptr, 0, 0}, n, dt, dp);
+          clade::SampleRow c;
+          c.cand_tokens = ct.data();
+          c.cand_logits = cl.data();
+          c.n_cand = (size_t)k;
+          sparse.distribution(c, n, st2, sp);
+          CHECK(dt == st2 && dp == sp);
+          cases++;
+        }
+
+  // Refusals: the same error either way, a row that cannot be sampled from
+  // its candidates, and candidates out of order; no stream advances.
+  clade_sampler_params p;
+  clade_sampler_params_init(&p);
+  p.top_k = 40;
+  clade::Sampler dense(p), sparse(p);
+  std::vector<float> row(l.begin(), l.begin() + n);
+  std::vector<int32_t> ct(40);
+  std::vector<float> cl(40);
+  auto status_of = [&](clade::Sampler& s, const clade::SampleRow& r0) {
+    clade::SampleRow r = r0;
+    r.stream = 77;
+    try {
+      s.sample_rows(&r, 1, n);
+      return CLADE_OK;
+    } catch (const clade::Error& e) {
+      return e.status();
+    }
+  };
+  auto both = [&](const char* what, clade_status want) {
+    top_of(row.data(), n, 40, ct.data(), cl.data());
+    clade::SampleRow a, b;
+    a.logits = row.data();
+    b.cand_tokens = ct.data();
+    b.cand_logits = cl.data();
+    b.n_cand = 40;
+    const clade_status sa = status_of(dense, a), sb = status_of(sparse, b);
+    CHECK_MSG(sa == want && sb == want, "%s: whole row %d, candidates %d, not %d", what, (int)sa, (int)sb, (int)want);
+  };
+  row[2999] = std::numeric_limits<float>::quiet_NaN();
+  both("a NaN at the end", CLADE_E_INVALID_ARG);
+  row[2999] = -std::numeric_limits<float>::quiet_NaN();
+  both("a negative NaN", CLADE_E_INVALID_ARG);
+  row[2999] = kInf;
+  both("+inf", CLADE_E_INVALID_ARG);
+  std::fill(row.begin(), row.end(), -kInf);
+  both("every logit -inf", CLADE_E_INVALID_ARG);
+  row.assign(l.begin(), l.begin() + n);
+  both("a plain row", CLADE_OK);
+  top_of(row.data(), n, 40, ct.data(), cl.data());
+  clade::SampleRow b;
+  b.cand_tokens = ct.data();
+  b.cand_logits = cl.data();
+  b.n_cand = 39;
+  CHECK(status_of(sparse, b) == CLADE_E_INVALID_ARG);  // fewer than top-k's
+  b.n_cand = 40;
+  std::swap(ct[3], ct[4]);
+  std::swap(cl[3], cl[4]);
+  CHECK(status_of(sparse, b) == CLADE_E_INVALID_ARG);  // out of order
+  std::swap(ct[3], ct[4]);
+  std::swap(cl[3], cl[4]);
+  ct[5] = n;
+  CHECK(status_of(sparse, b) == CLADE_E_TOKEN);
+  ct[5] = -1;
+  CHECK(status_of(sparse, b) == CLADE_E_TOKEN);
+  b.cand_tokens = nullptr;
+  CHECK(status_of(sparse, b) == CLADE_E_INVALID_ARG);
+  // settings that read every logit take no candidates
+  for (int s = 0; s < 4; s++) {
+    clade_sampler_params q = p;
+    if (s == 0) q.temperature = 0;
+    if (s == 1) q.top_k = 0;
+    if (s == 2) q.presence_penalty = 0.5f;
+    clade_logit_bias bias = {3, 1.0f};
+    if (s == 3) {
+      q.logit_bias = &bias;
+      q.n_logit_bias = 1;
+    }
+    clade::Sampler x(q);
+    CHECK(x.sparse_k(n) == 0);
+    top_of(row.data(), n, 40, ct.data(), cl.data());
+    b.cand_tokens = ct.data();
+    CHECK_MSG(status_of(x, b) == CLADE_E_INVALID_ARG, "setting %d took candidates", s);
+  }
+  // after the refusals, the stream draws as if they never were
+  clade::Sampler fresh(p);
+  clade::SampleRow a, c;
+  a.stream = c.stream = 77;
+  a.logits = row.data();
+  c.logits = row.data();
+  fresh.sample_rows(&a, 1, n);  // "a plain row"'s draw
+  fresh.sample_rows(&a, 1, n);
+  sparse.sample_rows(&c, 1, n);
+  CHECK(a.token == c.token && fbits(a.logprob) == fbits(c.logprob));
+  CHECK(clade::Sampler(p).sparse_k(40) == 0 && clade::Sampler(p).sparse_k(41) == 40);
+}
+
 }  // namespace
 
 int main() {
@@ -880,5 +1075,6 @@ int main() {
   test_compat();
   test_simd();
   test_threads();
+  test_sparse();
   return check_exit();
 }
