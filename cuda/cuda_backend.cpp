@@ -173,6 +173,8 @@ class CudaBackend final : public Backend {
   void swiglu(float* gate, const float* up, int64_t n) override;
   Peaks measure_peaks() override;
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
+  void topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) override;
+  int32_t topk_max() const override { return cuda::kTopkMax; }
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int64_t n, const int32_t* pos,
                const RopeParams& p) override;
@@ -1201,6 +1203,17 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
   const size_t parts = cuda::argmax_parts_bytes(n, dim, sm_count_);
   void* p = parts ? scratch(argmax_parts_, parts, "argmax: chunk picks") : nullptr;
   launched(cuda::launch_argmax(x, n, dim, out, sm_count_, p, launch_stream()), "argmax");
+}
+
+void CudaBackend::topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) {
+  auto lock = gate();
+  enter();
+  if (n <= 0) return;
+  if (k < 1 || k > dim || k > cuda::kTopkMax)
+    fail(CLADE_E_INVALID_ARG, "cuda: topk: k " + std::to_string(k) + " of rows of " + std::to_string(dim) +
+                                  " (at most " + std::to_string(cuda::kTopkMax) + ")");
+  if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: topk: rows of over 2^31 elements");
+  launched(cuda::launch_topk(x, n, dim, k, idx, val, launch_stream()), "topk");
 }
 
 void CudaBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {

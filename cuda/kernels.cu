@@ -106,6 +106,12 @@ int argmax_chunks(int64_t n, int64_t dim, int sm_count) {
   return (int)std::max<int64_t>(1, std::min<int64_t>(c, 1024));
 }
 
+cudaError_t launch_topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val, Stream stream) {
+  if (n <= 0) return cudaSuccess;
+  if (k < 1 || k > kTopkMax || k > dim) return cudaErrorInvalidValue;
+  return launch_k(stream, topk_kernel, rows_grid(n), kTopkThreads, 0, x, n, dim, k, idx, val);
+}
+
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
                           Stream stream) {
   if (n <= 0) return cudaSuccess;

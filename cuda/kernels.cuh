@@ -295,6 +295,104 @@ __global__ void argmax_parts_kernel(int64_t n, int n_chunks, const float* part_v
   }
 }
 
+// ---- top-k of rows (a step's sampling candidates) ----
+
+constexpr int kTopkThreads = 512;  // (kTopkMax, launch.h: the shared candidate arrays)
+
+// A float as an integer of the same order: a NaN above every number, -0
+// equal to +0 (lib/sampler.cpp's key, the candidates' order).
+__device__ __forceinline__ uint32_t topk_bits(float v) {
+  if (isnan(v)) return 0xFFFFFFFFu;
+  uint32_t u = __float_as_uint(v);
+  if (u == 0x80000000u) u = 0;  // -0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// idx, val [n][k] = each row's k highest elements of x [n][dim], most
+// first (ties: the lower index), val the row's own floats; 1 <= k <=
+// min(dim, kTopkMax). A block a row (kTopkThreads threads, any grid):
+// the k-th highest value t by a radix select over topk_bits, 8 bits a pass
+// over the row; then every element above t, and the lowest-index ones
+// equal to t that k still has room for, in index order; then each
+// candidate's place, by counting the candidates above it (the keys, value
+// then the complement of the index, are distinct).
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* x, int64_t n, int64_t dim, int32_t k,
+                                                            int32_t* idx, float* val) {
+  pdl_enter();
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t pick[2];  // the pass's digit, and how many of it k still needs
+  __shared__ uint32_t n_above;
+  __shared__ uint32_t warp_n[kTopkThreads / 32];
+  __shared__ uint32_t cu[kTopkMax];
+  __shared__ int32_t ci[kTopkMax];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_warps = blockDim.x / 32;
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const float* xr = x + r * dim;  // (plain loads: the kernel before wrote it)
+    uint32_t prefix = 0, mask = 0, need = (uint32_t)k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+      for (int64_t j = tid; j < dim; j += blockDim.x) {
+        const uint32_t u = topk_bits(xr[j]);
+        if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (tid == 0) {  // the digit where the count from the top reaches need
+        uint32_t above = 0;
+        int d = 255;
+        for (; d > 0 && above + hist[d] < need; d--) above += hist[d];
+        pick[0] = (uint32_t)d;
+        pick[1] = need - above;
+      }
+      __syncthreads();
+      prefix |= pick[0] << shift;
+      mask |= 0xFFu << shift;
+      need = pick[1];
+    }
+    // prefix is the k-th highest value's bits: k - need elements lie above
+    // it, and need of those equal to it are taken
+    if (tid == 0) n_above = 0;
+    __syncthreads();
+    uint32_t ties = 0;  // equal ones seen so far (the same in every thread)
+    for (int64_t base = 0; base < dim; base += blockDim.x) {
+      const int64_t j = base + tid;
+      const uint32_t u = j < dim ? topk_bits(xr[j]) : 0u;
+      if (j < dim && u > prefix) {
+        const uint32_t at = atomicAdd(&n_above, 1u);
+        cu[at] = u;
+        ci[at] = (int32_t)j;
+      }
+      if (ties < need) {
+        const bool eq = j < dim && u == prefix;
+        const uint32_t ballot = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) warp_n[warp] = __popc(ballot);
+        __syncthreads();
+        uint32_t before = 0, total = 0;
+        for (int w = 0; w < n_warps; w++) {
+          before += w < warp ? warp_n[w] : 0u;
+          total += warp_n[w];
+        }
+        const uint32_t at = ties + before + __popc(ballot & ((1u << lane) - 1u));
+        if (eq && at < need) {
+          cu[(uint32_t)k - need + at] = u;
+          ci[(uint32_t)k - need + at] = (int32_t)j;
+        }
+        ties += total;
+        __syncthreads();  // (warp_n is rewritten next)
+      }
+    }
+    __syncthreads();
+    for (int a = tid; a < k; a += blockDim.x) {
+      const uint64_t ka = ((uint64_t)cu[a] << 32) | (0xFFFFFFFFu - (uint32_t)ci[a]);
+      int place = 0;
+      for (int b = 0; b < k; b++) place += (((uint64_t)cu[b] << 32) | (0xFFFFFFFFu - (uint32_t)ci[b])) > ka;
+      idx[r * k + place] = ci[a];
+      val[r * k + place] = xr[ci[a]];
+    }
+    __syncthreads();  // (the shared arrays, for the next row)
+  }
+}
+
 // ---- merging partial rows, a warp a row ----
 
 // Partial c of row r of a split problem (AttnSplit).

@@ -107,6 +107,13 @@ inline size_t argmax_parts_bytes(int64_t n, int64_t dim, int sm_count) {
 cudaError_t launch_argmax(const float* x, int64_t n, int64_t dim, int32_t* out, int sm_count, void* parts,
                           Stream stream);
 
+// idx, val [n][k] = each row's k highest elements of x [n][dim], most first:
+// a NaN above every number, then by value (-0 and +0 equal), equal ones by
+// the lower index; val holds the row's own floats (lib/sampler.h's
+// top_k_rows). 1 <= k <= min(dim, kTopkMax) (else cudaErrorInvalidValue).
+constexpr int32_t kTopkMax = 1024;
+cudaError_t launch_topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val, Stream stream);
+
 // Few-row products of 16-bit weights (gemv_kernel): y[m] [n][rows[m]] =
 // x [n][k] w[m]^T for m < count (1..3; unused entries: rows 0), w[m]
 // [rows[m]][k] f16 or (bf16) bf16, n at most kGemvMaxRows. swiglu (count

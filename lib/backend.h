@@ -216,6 +216,15 @@ class Backend {
   // with no element above -inf gives -1. The greedy token of each logits
   // row, found where the logits are, so that only the indices come back.
   virtual void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) = 0;
+  // Each row's k highest elements (1 <= k <= min(dim, topk_max())), most
+  // first, into idx and val [n][k]: a NaN above every number, then by value
+  // (-0 and +0 equal), equal ones by the lower index; val holds the row's
+  // own floats (top_k_rows, sampler.h). A step's candidates for top-k
+  // sampling (Sampler::sparse_k), found where the logits are, so that k
+  // tokens and logits come back instead of the row. The CPU backend's is
+  // top_k_rows itself.
+  virtual void topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) = 0;
+  virtual int32_t topk_max() const { return INT32_MAX; }
   // rotate x [n][n_heads][head_dim] in place; pos [n] and p.inv_freq in
   // backend memory (uploaded once per pass and once per model)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;

@@ -255,8 +255,15 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
 
 // Everything checked before anything changes. *rows: logit rows the step
 // gives; *total_new: tokens it brings.
-clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, size_t* rows, size_t* total_new) {
+clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, const Top* top, size_t* rows,
+                               size_t* total_new) {
   if (b.n_seqs && (!b.seq_ids || !b.n_tokens)) fail(CLADE_E_INVALID_ARG, "decode: seq_ids and n_tokens are required");
+  if (top && top->k) {
+    const int32_t most = std::min(tree.model.cfg.n_vocab, tree.model.backend->topk_max());
+    if (top->k < 0 || top->k > most)
+      fail(CLADE_E_INVALID_ARG, "decode: top-k of " + std::to_string(top->k) + ": 1 to " + std::to_string(most));
+    if (!top->tokens || !top->logits) fail(CLADE_E_INVALID_ARG, "decode: top-k's tokens or logits is NULL");
+  }
   *rows = *total_new = 0;
   struct Clear {  // seen_ back to all zero however this ends
     std::vector<char>& v;
@@ -300,15 +307,15 @@ clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, siz
     else tree.check_context(s.kv->length + (int64_t)s.queued.size() + b.n_tokens[i], "decode");
   }
   tree.check_tokens(b.tokens, *total_new);
-  if ((b.logits || b.argmax) && *rows > b.logits_rows)
+  if ((b.logits || b.argmax || (top && top->k)) && *rows > b.logits_rows)
     return with_message(CLADE_BUFFER_SMALL, "decode: the step gives " + std::to_string(*rows) +
                                                 " logits rows, batch.logits_rows is " + std::to_string(b.logits_rows));
   return CLADE_OK;
 }
 
-clade_status Cache::decode(const clade_batch& b, const int32_t* parents) {
+clade_status Cache::decode(const clade_batch& b, const int32_t* parents, const Top* top) {
   size_t rows = 0, total_new = 0;
-  clade_status st = check_step(b, parents, &rows, &total_new);
+  clade_status st = check_step(b, parents, top, &rows, &total_new);
   if (st != CLADE_OK) return st;
   // The KV budget for the whole step first, so that a refusal grows
   // nothing (each store's reserve checks it again).
@@ -345,7 +352,7 @@ clade_status Cache::decode(const clade_batch& b, const int32_t* parents) {
   pend_at_.push_back(pending_.size());
   tree_layout(b, parents);
   try {
-    run_passes(b);
+    run_passes(b, top);
   } catch (...) {
     for (size_t i = 0; i < b.n_seqs; i++) get(b.seq_ids[i]).kv->length = saved_len_[i];
     throw;
@@ -412,7 +419,7 @@ void Cache::keep(clade_seq_id id, int32_t from, const int32_t* idx, size_t n) {
 
 // Passes of at most `chunk` tokens; a sequence may span passes. Lengths
 // grow pass by pass (the caller restores them on a throw).
-void Cache::run_passes(const clade_batch& b) {
+void Cache::run_passes(const clade_batch& b, const Top* top) {
   const int32_t n_vocab = tree.model.cfg.n_vocab;
   const size_t chunk = (size_t)tree.chunk;
   size_t seq = 0, off = 0, out_row = 0;
@@ -457,9 +464,15 @@ void Cache::run_passes(const clade_batch& b) {
       }
     }
     if (plan.seqs.empty()) continue;
-    fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(),
-             b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr, tree.abort,
-             b.argmax ? b.argmax + first_row : nullptr);
+    LogitsOut out;
+    out.logits = b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr;
+    out.argmax = b.argmax ? b.argmax + first_row : nullptr;
+    if (top && top->k) {
+      out.top_k = top->k;
+      out.top_tokens = top->tokens + first_row * (size_t)top->k;
+      out.top_logits = top->logits + first_row * (size_t)top->k;
+    }
+    fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(), out, tree.abort);
     out_row += want_.size();
     for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;
   }

@@ -19,15 +19,15 @@ Forward::Forward(const Model& model) : m_(model), be_(*model.backend), work_(be_
 }
 
 Forward::~Forward() {
-  for (Buf* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &tables_, &part_o_,
+  for (Buf* b : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &top_, &tables_, &part_o_,
                  &part_lse_, &inv_freq_})
     if (b->p) be_.release(b->p);
 }
 
 size_t Forward::workspace_bytes() const {
-  size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes() + staging_.capacity();
-  for (const Buf* x : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &tables_, &part_o_,
-                       &part_lse_, &inv_freq_})
+  size_t b = zero_.capacity() * sizeof(float) + plan.host_bytes() + staging_.capacity() + top_host_.capacity();
+  for (const Buf* x : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &logits_, &sel_, &argmax_, &top_, &tables_,
+                       &part_o_, &part_lse_, &inv_freq_})
     b += x->cap;
   return b;
 }
@@ -49,8 +49,7 @@ T* Forward::get(Buf& b, size_t n) {
 }
 
 void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type,
-                  const int32_t* logit_tokens, size_t n_logits, float* out, const AbortHook& abort,
-                  int32_t* argmax) {
+                  const int32_t* logit_tokens, size_t n_logits, const LogitsOut& out, const AbortHook& abort) {
   const ModelConfig& c = m_.cfg;
   const int64_t T = plan.n_tokens();
   if (T == 0) return;
@@ -136,12 +135,17 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
 
   // The logits' rows: a decode step asks for every token's in order, read
   // where they are; else they are gathered first.
-  const int64_t nl = out || argmax ? (int64_t)n_logits : 0;
+  const int64_t nl = out.any() ? (int64_t)n_logits : 0;
   bool in_order = nl <= T;
   for (int64_t i = 0; in_order && i < nl; i++) in_order = logit_tokens[i] == i;
   float* gathered = nl && !in_order ? get<float>(sel_, (size_t)(nl * dim)) : nullptr;
   float* logits = nl ? get<float>(logits_, (size_t)(nl * c.n_vocab)) : nullptr;
-  int32_t* greedy = nl && argmax ? get<int32_t>(argmax_, (size_t)nl) : nullptr;
+  int32_t* greedy = nl && out.argmax ? get<int32_t>(argmax_, (size_t)nl) : nullptr;
+  // the top-k's tokens then logits, in one buffer (one copy back)
+  const int32_t top_k = nl ? out.top_k : 0;
+  const size_t n_top = (size_t)nl * (size_t)std::max(top_k, 0);
+  int32_t* top_tok = top_k > 0 ? get<int32_t>(top_, 2 * n_top) : nullptr;
+  float* top_val = top_tok ? reinterpret_cast<float*>(top_tok + n_top) : nullptr;
 
   // Everything the operations below are called with but what is in backend
   // memory already, for the backend's replay of a whole pass
@@ -150,10 +154,10 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   for (const void* p : {(const void*)&m_, (const void*)x, (const void*)xn, (const void*)q, (const void*)k,
                         (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
                         (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
-                        (const void*)greedy, (const void*)pbegin, (const void*)prows, (const void*)part_o,
-                        (const void*)part_lse})
+                        (const void*)greedy, (const void*)top_tok, (const void*)pbegin, (const void*)prows,
+                        (const void*)part_o, (const void*)part_lse})
     key.add(p);
-  for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows}) key.add((uint64_t)h);
+  for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows, (int64_t)top_k}) key.add((uint64_t)h);
   if (gathered)
     for (int64_t i = 0; i < nl; i++) key.add((uint64_t)logit_tokens[i]);
 
@@ -197,6 +201,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     const Weight* out_w = &m_.output;
     if (greedy) be_.norm_matmul_argmax(sel, m_.output_norm, nl, dim, c.norm_eps, xn, m_.output, logits, greedy);
     else be_.norm_matmul_many(sel, m_.output_norm, nl, dim, c.norm_eps, xn, &out_w, 1, &logits);
+    if (top_tok) be_.topk(logits, nl, c.n_vocab, top_k, top_tok, top_val);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
   const Backend::PassMode pm = be_.pass_begin(*work_, key.h);
@@ -213,8 +218,14 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   }
   grows += work_->grows;
   work_->grows = 0;
-  if (greedy) be_.copy_from(argmax, greedy, (size_t)nl * 4);
-  if (out && nl) be_.copy_from(out, logits, (size_t)(nl * c.n_vocab) * 4);
+  if (greedy) be_.copy_from(out.argmax, greedy, (size_t)nl * 4);
+  if (top_tok) {
+    top_host_.resize(n_top * 8);
+    be_.copy_from(top_host_.data(), top_tok, n_top * 8);
+    std::memcpy(out.top_tokens, top_host_.data(), n_top * 4);
+    std::memcpy(out.top_logits, top_host_.data() + n_top * 4, n_top * 4);
+  }
+  if (out.logits && nl) be_.copy_from(out.logits, logits, (size_t)(nl * c.n_vocab) * 4);
 }
 
 void HostAttention::prepare(AttnPlan& plan, int head_dim, float scale) {

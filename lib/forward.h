@@ -22,6 +22,19 @@ struct AbortHook {
   void* user = nullptr;
 };
 
+// What a pass gives back of its logits rows, in host memory (each part
+// NULL or 0 for none).
+struct LogitsOut {
+  float* logits = nullptr;    // [n][n_vocab]
+  int32_t* argmax = nullptr;  // [n]: each row's greedy token (Backend::argmax)
+  // top_k > 0: each row's top_k highest logits and their tokens, most first
+  // (Backend::topk), [n][top_k] each
+  int32_t top_k = 0;
+  int32_t* top_tokens = nullptr;
+  float* top_logits = nullptr;
+  bool any() const { return logits || argmax || top_k > 0; }
+};
+
 class Forward {
  public:
   explicit Forward(const Model& model);
@@ -31,14 +44,13 @@ class Forward {
 
   // Evaluate one pass: the sequences in `plan` (filled by the caller with
   // clear/add_seq/add_span; seq i's tokens are tokens[tok0 .. tok0 +
-  // n_tokens), each own store has room for them). Writes their K/V, and the
-  // logits of the pass tokens logit_tokens[0..n_logits) to out ([n][n_vocab],
-  // host memory) when out is not null, and each of those rows' greedy token
-  // (Backend::argmax, found by the backend) to argmax ([n], host memory)
-  // when argmax is not null. The plan is built once for all layers and
-  // handed to the backend once.
+  // n_tokens), each own store has room for them). Writes their K/V, and
+  // what out asks of the logits of the pass tokens logit_tokens[0..n_logits)
+  // (n rows): the rows, their greedy tokens, their top-k (the last two found
+  // by the backend, where the logits are). The plan is built once for all
+  // layers and handed to the backend once.
   void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
-           size_t n_logits, float* out, const AbortHook& abort, int32_t* argmax = nullptr);
+           size_t n_logits, const LogitsOut& out, const AbortHook& abort);
 
   // Bytes of this Forward's workspaces now: its buffers in backend memory
   // and the plan's host arrays (what a pass's size bounds; not the KV).
@@ -60,7 +72,8 @@ class Forward {
 
   const Model& m_;
   Backend& be_;
-  Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_, argmax_;
+  Buf x_, xn_, q_, k_, v_, attn_, gate_, up_, logits_, sel_, argmax_, top_;
+  std::vector<uint8_t> top_host_;  // top_'s tokens and logits, read back in one copy
   Buf part_o_, part_lse_, inv_freq_;
   // A pass's host tables (tokens, positions, the plan's rows, limits,
   // part lists and masks) in one backend buffer, uploaded from staging_

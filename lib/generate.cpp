@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -175,6 +176,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   // decode step itself (clade_batch.argmax): on the CUDA backend only the
   // tokens leave the device.
   const bool step_argmax = sampler.plain_greedy();
+  // Top-k sampling that reads no other logit (Sampler::sparse_k) samples
+  // steps without drafts from each row's top-k candidates, found by the
+  // decode step (Cache::Top), to the same tokens: on the CUDA backend k
+  // tokens and logits a row leave the device instead of n_vocab floats.
+  // CLADE_SAMPLE_WHOLE_ROWS=1 reads the rows instead (a check and a
+  // measure of the path).
+  const int32_t sparse_k = sampler.sparse_k(n_vocab);
+  const char* whole_rows = std::getenv("CLADE_SAMPLE_WHOLE_ROWS");
+  const int32_t step_topk =
+      sparse_k <= model.backend->topk_max() && !(whole_rows && std::strcmp(whole_rows, "1") == 0) ? sparse_k : 0;
   SpecCost cost;
   clade_generation_stats& stats = out.stats;
   uint64_t taken = 0;  // tokens drawn so far (the cost model's outcomes)
@@ -280,6 +291,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   RowDist dist;
   std::vector<float> logits;
   std::vector<int32_t> argmax;
+  std::vector<int32_t> cand_tok;  // the rows' top-k candidates (step_topk)
+  std::vector<float> cand_logit;
   std::vector<SampleRow> rows;
   size_t next = 0;  // the first sequence not admitted yet
   for (;;) {
@@ -404,8 +417,17 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       n_rows += any_draft ? (size_t)(1 + n_draft[r]) : 1;
     }
     const bool by_argmax = step_argmax && !any_draft;
-    if (!by_argmax) logits.resize(n_rows * (size_t)n_vocab);
+    const bool by_topk = step_topk > 0 && !any_draft;
+    if (!by_argmax && !by_topk) logits.resize(n_rows * (size_t)n_vocab);
     argmax.resize(by_argmax ? n_rows : 0);
+    Cache::Top top;
+    if (by_topk) {
+      cand_tok.resize(n_rows * (size_t)step_topk);
+      cand_logit.resize(n_rows * (size_t)step_topk);
+      top.k = step_topk;
+      top.tokens = cand_tok.data();
+      top.logits = cand_logit.data();
+    }
     clade_batch b;
     std::memset(&b, 0, sizeof b);
     b.size = sizeof b;
@@ -414,11 +436,11 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     b.n_tokens = counts.data();
     b.tokens = toks.data();
     b.all_logits = any_draft ? 1 : 0;
-    b.logits = by_argmax ? nullptr : logits.data();
+    b.logits = by_argmax || by_topk ? nullptr : logits.data();
     b.argmax = by_argmax ? argmax.data() : nullptr;
     b.logits_rows = n_rows;
     const auto t0 = std::chrono::steady_clock::now();
-    clade_status ds = cache.decode(b, any_tree ? pars.data() : nullptr);
+    clade_status ds = cache.decode(b, any_tree ? pars.data() : nullptr, by_topk ? &top : nullptr);
     const double step_s = seconds_since(t0);
     if (ds == CLADE_STOPPED) {
       finish_rest(CLADE_FINISH_ABORTED);
@@ -450,7 +472,13 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       for (size_t r = 0; r < live.size(); r++) {
         const SeqState& s = st[live[r]];
         rows[r].stream = p.first_stream + live[r];
-        rows[r].logits = logits.data() + r * (size_t)n_vocab;
+        if (by_topk) {
+          rows[r].cand_tokens = cand_tok.data() + r * (size_t)step_topk;
+          rows[r].cand_logits = cand_logit.data() + r * (size_t)step_topk;
+          rows[r].n_cand = (size_t)step_topk;
+        } else {
+          rows[r].logits = logits.data() + r * (size_t)n_vocab;
+        }
         rows[r].history = s.history.data();
         rows[r].n_history = s.history.size();
         rows[r].n_prompt = s.n_prompt;

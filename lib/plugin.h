@@ -30,10 +30,10 @@ namespace clade {
 
 // The interface number is bumped whenever backend.h's Backend or the
 // table below changes.
-#define CLADE_BACKEND_INTERFACE 8
+#define CLADE_BACKEND_INTERFACE 9
 #define CLADE_PLUGIN_STR2(x) #x
 #define CLADE_PLUGIN_STR(x) CLADE_PLUGIN_STR2(x)
-// "clade 1.4.0 backend 8": the version and the interface, both of which
+// "clade 1.4.0 backend 9": the version and the interface, both of which
 // must match.
 constexpr const char* kPluginBuildId =
     "clade " CLADE_PLUGIN_STR(CLADE_VERSION_MAJOR) "." CLADE_PLUGIN_STR(CLADE_VERSION_MINOR) "." CLADE_PLUGIN_STR(

@@ -187,7 +187,9 @@ void Tree::batch_passes(Batch& b) {
       }
     }
     if (logits.size() < want.size() * n_vocab) logits.resize(want.size() * n_vocab);
-    fwd_.run(toks.data(), CLADE_ATTENTION_SHARED, kv_type, want.data(), want.size(), logits.data(), abort);
+    LogitsOut out;
+    out.logits = logits.data();
+    fwd_.run(toks.data(), CLADE_ATTENTION_SHARED, kv_type, want.data(), want.size(), out, abort);
     for (const PackPiece& pc : pass) b.pend[(size_t)pc.item].kv->length += pc.n;
     for (size_t w = 0; w < want.size(); w++)
       std::copy(logits.begin() + (long)(w * n_vocab), logits.begin() + (long)((w + 1) * n_vocab),

@@ -587,6 +587,46 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
     put_top(i, key_token(cand_[i]), (float)(z(key_logit(cand_[i])) - log_norm));
 }
 
+void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) {
+  const smp::Kernels& K = smp::kernels();
+  thread_local std::vector<uint64_t> heap;  // (grown once: a steady step allocates nothing)
+  thread_local std::vector<int32_t> ix;
+  heap.reserve((size_t)k);
+  for (int64_t r = 0; r < n; r++) {
+    const float* l = x + r * dim;
+    int32_t* ti = idx + r * k;
+    float* tv = val + r * k;
+    smp::RowMax rm;
+    K.scan(l, (int32_t)dim, &rm);
+    if (rm.bad) {  // a NaN or +inf (rare): a plain sort, NaNs first
+      ix.resize((size_t)dim);
+      for (int32_t i = 0; i < (int32_t)dim; i++) ix[(size_t)i] = i;
+      std::partial_sort(ix.begin(), ix.begin() + k, ix.end(), [l](int32_t a, int32_t b) {
+        if (std::isnan(l[a]) != std::isnan(l[b])) return std::isnan(l[a]);
+        if (!std::isnan(l[a]) && l[a] != l[b]) return l[a] > l[b];
+        return a < b;
+      });
+      for (int32_t j = 0; j < k; j++) tv[j] = l[ti[j] = ix[(size_t)j]];
+      continue;
+    }
+    // sample_row's heap of the k best, -inf included
+    heap.clear();
+    int32_t i = 0;
+    for (; i < k; i++) {
+      heap.push_back(key(l[i], i));
+      std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+    }
+    while ((i = K.find_above(l, i, (int32_t)dim, key_logit(heap.front()))) < (int32_t)dim) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+      heap.back() = key(l[i], i);
+      std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
+      i++;
+    }
+    std::sort(heap.begin(), heap.end(), std::greater<uint64_t>());
+    for (int32_t j = 0; j < k; j++) tv[j] = l[ti[j] = key_token(heap[(size_t)j])];
+  }
+}
+
 void Sampler::sample_rows(SampleRow* rows, size_t n_rows, int32_t n) {
   for (size_t i = 0; i < n_rows; i++) check_row(rows[i], n);
   for (SampleScratch& sc : scratch_) sc.pre_row = nullptr;  // (a failed call's)

@@ -48,6 +48,12 @@ struct SampleRow {
 
 class RowPool;
 
+// Each of n rows of dim floats (x): its k highest (1 <= k <= dim), most
+// first, into idx and val [n][k]: a NaN above every number, then by value
+// (-0 and +0 equal), equal ones by the lower index; val holds the row's
+// own floats. What Backend::topk gives, and SampleRow::cand_* takes.
+void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val);
+
 // One thread's buffers (the results never depend on what they held).
 struct SampleScratch {
   std::vector<uint64_t> cand;    // candidates: (logit, token) keys, larger first

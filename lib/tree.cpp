@@ -89,7 +89,9 @@ clade_node_id Tree::append(clade_node_id parent_id, const int32_t* tokens, size_
     add_path(parent, fwd_.plan);
     const bool last = c0 + (size_t)n_pass == n;
     const int32_t want = n_pass - 1;
-    fwd_.run(tokens + c0, CLADE_ATTENTION_AUTO, kv_type, &want, last && logits ? 1 : 0, logits, abort);
+    LogitsOut out;
+    out.logits = logits;
+    fwd_.run(tokens + c0, CLADE_ATTENTION_AUTO, kv_type, &want, last && logits ? 1 : 0, out, abort);
     kv->length = (int32_t)(c0 + (size_t)n_pass);
     tokens_evaluated += (uint64_t)n_pass;
   }

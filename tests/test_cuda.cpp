@@ -403,6 +403,83 @@ void test_argmax(Backend& cpu, Backend& gpu) {
   }
 }
 
+// topk (a step's sampling candidates) against a plain full sort: a NaN
+// above every number, then by value (-0 equal to +0), ties to the lower
+// index, the row's own floats (NaN payloads too). Rows of ties at the
+// threshold, NaN and +-inf, all -inf, zeros of both signs, few finite;
+// k from 1 to the backend's largest and the row's length.
+void test_topk(Backend& cpu, Backend& gpu) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t dim : {1, 7, 300, 4099, 32000, 50257}) {
+    const int64_t n = dim >= 32000 ? 14 : 20;
+    std::vector<float> x = randn((size_t)(n * dim));
+    auto row = [&](int64_t r) { return x.data() + r * dim; };
+    const int64_t last = dim - 1;
+    for (int64_t i = 0; i < dim; i++) row(1)[i] = std::round(row(1)[i]);  // row 1: ties everywhere
+    for (int64_t i = 0; i < dim; i += 3) row(2)[i] = nan;                   // row 2: NaN among values
+    row(2)[last] = 50.0f;
+    for (int64_t i = 0; i < dim; i++) row(3)[i] = -inf;                      // row 3: nothing above -inf
+    for (int64_t i = 0; i < dim; i++) row(4)[i] = i % 2 ? -nan : nan;        // row 4: NaNs of both signs only
+    row(5)[dim / 2] = inf;                                                   // row 5: +inf twice
+    row(5)[last] = inf;
+    for (int64_t i = 0; i < dim; i++) row(6)[i] = i % 3 ? -0.0f : 0.0f;     // row 6: zeros equal
+    for (int64_t i = 0; i < dim; i++) row(7)[i] = i % 97 == 5 ? row(7)[i] : -inf;  // row 7: few finite
+    for (int64_t i = 0; i < dim; i++) row(8)[i] = -3.0f;                     // row 8: every element equal
+    for (int64_t i = 0; i < dim; i++) row(9)[i] = (float)(i % 5) - (i % 2 ? 0.0f : -0.0f);  // row 9: 5 values
+    row(10)[last] = -inf;                                                    // row 10: -inf at the end
+    row(10)[0] = nan;
+    for (int64_t i = 0; i < dim; i++) row(11)[i] = i % 2 ? 1e-40f : -1e-40f;  // row 11: subnormals
+    // rows 12..: random
+    Backend* bes[2] = {&cpu, &gpu};
+    for (int32_t k : {1, 2, 40, 1000, 1024, 1025, (int32_t)dim}) {
+      if (k > dim || k > gpu.topk_max()) continue;
+      std::vector<int32_t> want_i((size_t)(n * k));
+      std::vector<float> want_v((size_t)(n * k));
+      for (int64_t r = 0; r < n; r++) {
+        std::vector<int32_t> ix((size_t)dim);
+        for (int64_t i = 0; i < dim; i++) ix[(size_t)i] = (int32_t)i;
+        const float* l = row(r);
+        std::sort(ix.begin(), ix.end(), [l](int32_t a, int32_t b) {
+          if (std::isnan(l[a]) != std::isnan(l[b])) return std::isnan(l[a]);
+          if (!std::isnan(l[a]) && l[a] != l[b]) return l[a] > l[b];
+          return a < b;
+        });
+        for (int32_t j = 0; j < k; j++) {
+          want_i[(size_t)(r * k + j)] = ix[(size_t)j];
+          want_v[(size_t)(r * k + j)] = l[ix[(size_t)j]];
+        }
+      }
+      for (int b = 0; b < 2; b++) {
+        Arena a(*bes[b]);
+        const float* dx = a.put(x);
+        int32_t* di = static_cast<int32_t*>(a.raw((size_t)(n * k) * 4));
+        float* dv = static_cast<float*>(a.raw((size_t)(n * k) * 4));
+        bes[b]->topk(dx, n, dim, k, di, dv);
+        const std::string tag = std::string("topk ") + bes[b]->name() + " " + std::to_string(n) + " rows of " +
+                                std::to_string(dim) + ", k " + std::to_string(k);
+        expect_equal(tag + ": tokens", a.get(di, (size_t)(n * k)), want_i);
+        expect_equal(tag + ": values", a.get(dv, (size_t)(n * k)), want_v);
+      }
+    }
+  }
+  // k outside 1..min(dim, topk_max) is refused, naming it
+  for (Backend* be : {&cpu, &gpu}) {
+    Arena a(*be);
+    const float* dx = a.put(randn(64));
+    int32_t* di = static_cast<int32_t*>(a.raw(2048 * 4));
+    float* dv = static_cast<float*>(a.raw(2048 * 4));
+    for (int32_t k : {0, -1, 65}) {
+      bool refused = false;
+      try {
+        be->topk(dx, 1, 64, k, di, dv);
+      } catch (const clade::Error& e) {
+        refused = e.status() == CLADE_E_INVALID_ARG && std::strstr(e.what(), "topk") != nullptr;
+      }
+      CHECK_MSG(refused, "%s: topk with k %d of 64 was not refused", be->name(), k);
+    }
+  }
+}
+
 // matmul_many (q, k and v of one input) and matmul_swiglu (the FFN's gate
 // and up) against the CPU backend within matmul's bound (the gate's taken
 // on the same weights' plain products: swiglu only scales it), and on the
@@ -1390,6 +1467,7 @@ int main(int argc, char** argv) {
     for (T t : {T::F32, T::F16, T::BF16}) test_matmul_many(*cpu, *gpu, t);
     for (T t : {T::F32, T::F16, T::BF16}) test_fused_products(*cpu, *gpu, t);
     test_argmax(*cpu, *gpu);
+    test_topk(*cpu, *gpu);
     for (T t : {T::F16, T::BF16}) {
       test_merge_matmul(*gpu, t);
       test_matmul_argmax(*gpu, t, false);

@@ -19,7 +19,9 @@
 //   and stopping all (CLADE_STOPPED).
 // - Errors: NULL pointers, bad options and prompts give clear statuses, no
 //   results, and leave the tree as it was.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -59,12 +61,19 @@ clade_tree* new_tree(clade_model* m) {
 // its tokens from the decode step's argmax (clade_batch.argmax), the step
 // API run (run_admitted) from the logits through clade_sample_ex.
 bool g_plain_greedy = false;
+// Plain top-k (no bias, no penalty): clade_generate samples from each
+// row's top-k candidates, found by the decode step (Backend::topk).
+bool g_plain_topk = false;
 
 clade_sampler_params sampling(uint64_t seed) {
   clade_sampler_params sp;
   clade_sampler_params_init(&sp);
   if (g_plain_greedy) {
     sp.temperature = 0;
+    sp.seed = seed;
+    return sp;
+  }
+  if (g_plain_topk) {  // the library's defaults: top-k 40, top-p 0.95, min-p 0.05
     sp.seed = seed;
     return sp;
   }
@@ -660,6 +669,96 @@ void test_tree_and_errors(const std::string& path) {
 
 }  // namespace
 
+// kPrompt's n_samples samples of max_new tokens (end of generation
+// ignored), with log-probabilities and top alternatives per token.
+clade_generation* generate_with_top(clade_model* m, const clade_sampler_params& sp, int max_new, int n_samples,
+                                    int top, const clade_speculative_params* spec) {
+  clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
+  clade_generate_params gp;
+  clade_generate_params_init(&gp);
+  gp.max_new_tokens = max_new;
+  gp.n_samples = n_samples;
+  gp.ignore_eog = 1;
+  gp.logprobs = 1;
+  gp.top_logprobs = top;
+  gp.sampler = &sp;
+  clade_tree* t = new_tree(m);
+  clade_generation* g = nullptr;
+  if (spec)
+    CHECK_OK(clade_generate_speculative(t, &pr, 1, &gp, spec, &g));
+  else
+    CHECK_OK(clade_generate(t, &pr, 1, &gp, &g));
+  clade_tree_free(t);
+  return g;
+}
+
+// Steps sampled from their rows' top-k candidates (Sampler::sparse_k,
+// Backend::topk) give what the whole rows give (CLADE_SAMPLE_WHOLE_ROWS=1)
+// bit for bit: tokens, log-probabilities and top alternatives, for k from
+// 1 to the vocabulary, with top-p and min-p, and speculative decoding,
+// whose draft-free steps take the candidates.
+void test_topk_steps(const std::string& path) {
+  clade_model* m = load(path, 2);
+  if (!m) return;
+  struct Out {
+    std::vector<clade_token> tok, top;
+    std::vector<float> lp, top_lp;
+  };
+  auto run = [&](const clade_sampler_params& sp, bool whole, const clade_speculative_params* spec) {
+    if (whole) setenv("CLADE_SAMPLE_WHOLE_ROWS", "1", 1);
+    clade_generation* g = generate_with_top(m, sp, 20, 5, 4, spec);
+    unsetenv("CLADE_SAMPLE_WHOLE_ROWS");
+    Out o;
+    for (size_t i = 0; g && i < clade_generation_count(g); i++) {
+      size_t n = 0, per = 0;
+      const float* tlp = nullptr;
+      const clade_token* toks = clade_generation_tokens(g, i, &n);
+      const float* lp = clade_generation_logprobs(g, i);
+      const clade_token* top = clade_generation_top(g, i, &tlp, &per);
+      CHECK(n == 20 && lp && top && per == 4);
+      if (!toks || !lp || !top) continue;
+      o.tok.insert(o.tok.end(), toks, toks + n);
+      o.lp.insert(o.lp.end(), lp, lp + n);
+      o.top.insert(o.top.end(), top, top + n * per);
+      o.top_lp.insert(o.top_lp.end(), tlp, tlp + n * per);
+    }
+    clade_generation_free(g);
+    return o;
+  };
+  auto same = [](const Out& a, const Out& b) {
+    return a.tok == b.tok && a.top == b.top && a.lp.size() == b.lp.size() &&
+           std::memcmp(a.lp.data(), b.lp.data(), a.lp.size() * 4) == 0 && a.top_lp.size() == b.top_lp.size() &&
+           std::memcmp(a.top_lp.data(), b.top_lp.data(), a.top_lp.size() * 4) == 0;
+  };
+  const int32_t ks[] = {1, 2, 40, kVocab - 1, kVocab};
+  for (int32_t k : ks)
+    for (int variant = 0; variant < 3; variant++) {
+      clade_sampler_params sp;
+      clade_sampler_params_init(&sp);
+      sp.seed = 11;
+      sp.top_k = k;
+      if (variant == 1) sp.top_p = 1.0f, sp.min_p = 0.0f, sp.temperature = 1.5f;
+      if (variant == 2) sp.top_p = 0.5f, sp.temperature = 0.3f;
+      const Out cand = run(sp, false, nullptr), whole = run(sp, true, nullptr);
+      CHECK_MSG(cand.tok.size() == 100 && same(cand, whole), "top-k %d, variant %d: candidates and whole rows differ",
+                k, variant);
+    }
+  // a high temperature: the 5 sequences do not all repeat one token
+  clade_sampler_params sp;
+  clade_sampler_params_init(&sp);
+  sp.temperature = 2.0f;
+  sp.seed = 4;
+  const Out hot = run(sp, false, nullptr);
+  CHECK(hot.tok.size() == 100 && std::count(hot.tok.begin(), hot.tok.end(), hot.tok[0]) < 50);
+  clade_speculative_params spec;
+  clade_speculative_params_init(&spec);
+  spec.lookup_ngram = 2;
+  spec.adaptive = 0;  // (the cost model's timings would pick the drafts)
+  const Out sc = run(sp, false, &spec), sw = run(sp, true, &spec);
+  CHECK_MSG(sc.tok.size() == 100 && same(sc, sw), "speculative: candidates and whole rows differ");
+  clade_model_free(m);
+}
+
 // top_logprobs: per token, the row's most likely kept tokens, most likely
 // first, the chosen token among them with its own log-probability when it
 // is that likely; greedy keeps one (log-probability 0); speculative
@@ -667,24 +766,8 @@ void test_tree_and_errors(const std::string& path) {
 void test_top_logprobs(const std::string& path) {
   clade_model* m = load(path, 2);
   if (!m) return;
-  clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
   auto run = [&](const clade_sampler_params& sp, int top, const clade_speculative_params* spec) {
-    clade_generate_params gp;
-    clade_generate_params_init(&gp);
-    gp.max_new_tokens = 16;
-    gp.n_samples = 3;
-    gp.ignore_eog = 1;
-    gp.logprobs = 1;
-    gp.top_logprobs = top;
-    gp.sampler = &sp;
-    clade_tree* t = new_tree(m);
-    clade_generation* g = nullptr;
-    if (spec)
-      CHECK_OK(clade_generate_speculative(t, &pr, 1, &gp, spec, &g));
-    else
-      CHECK_OK(clade_generate(t, &pr, 1, &gp, &g));
-    clade_tree_free(t);
-    return g;
+    return generate_with_top(m, sp, 16, 3, top, spec);
   };
   clade_sampler_params sp = sampling(3);
   clade_generation* g = run(sp, 5, nullptr);
@@ -751,6 +834,7 @@ void test_top_logprobs(const std::string& path) {
   gp.top_logprobs = 21;
   clade_tree* t = new_tree(m);
   g = nullptr;
+  const clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
   CHECK(clade_generate(t, &pr, 1, &gp, &g) == CLADE_E_INVALID_ARG && g == nullptr);
   clade_tree_free(t);
   clade_model_free(m);
@@ -795,6 +879,10 @@ int main() {
   g_plain_greedy = true;
   test_reproducible(path);
   g_plain_greedy = false;
+  g_plain_topk = true;
+  test_reproducible(path);
+  g_plain_topk = false;
+  test_topk_steps(path);
   test_greedy_rows(path);
   test_tree_and_errors(path);
   test_top_logprobs(path);

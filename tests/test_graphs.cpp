@@ -14,15 +14,17 @@
 //
 // Decode steps of two caches (shared and private sequences, steps of one
 // and of two tokens, sequences added and removed, so keys change and come
-// back) through the emulator give bit for bit the logits of the plain CPU
+// back; some steps asking for each row's top-k too, k changing) through the
+// emulator give bit for bit the logits and top-k of the plain CPU
 // backend (the CPU backend's results do not depend on its thread count or
 // on the order of passes): a replay that ran a stale pointer or size that
 // Forward's key missed would differ. The counters show that recordings,
 // replays and given-up recordings all happened. Planted faults that fail
-// it: the logits' rows left out of Forward's key; a given-up pass not run
-// again. (The pass's size left out does not: a recording of a larger pass
-// computes the smaller one's rows right, with more rows beside them; the
-// CUDA backend's own key has its launch sizes.)
+// it: the logits' rows left out of Forward's key; the top-k's k left out
+// of it; a given-up pass not run again. (The pass's size left out does
+// not: a recording of a larger pass computes the smaller one's rows right,
+// with more rows beside them; the CUDA backend's own key has its launch
+// sizes.)
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -38,6 +40,7 @@
 #include "check.h"
 #include "model.h"
 #include "random_model.h"
+#include "sampler.h"
 #include "tree.h"
 
 namespace {
@@ -93,6 +96,10 @@ class GraphEmu final : public Backend {
                const clade::RopeParams& p) override {
     op([=] { in_->rope_qk(q, nh, k, kvh, n, pos, p); });
   }
+  void topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) override {
+    op([=] { in_->topk(x, n, dim, k, idx, val); });
+  }
+  int32_t topk_max() const override { return in_->topk_max(); }
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override {
     op([=] { in_->argmax(x, n, dim, out); });
   }
@@ -241,7 +248,7 @@ int main() {
       }
     }
     std::mt19937 rng(5);
-    size_t compared = 0, differ = 0;
+    size_t compared = 0, differ = 0, with_top = 0;
     for (int step = 0; step < 40; step++) {
       if (step == 12 || step == 25) {  // a new sequence: other shapes, and later the old ones back
         for (Side& d : side) {
@@ -282,6 +289,11 @@ int main() {
         std::vector<int32_t> toks(total);
         for (int32_t& t : toks) t = (int32_t)(rng() % 300);
         std::vector<float> logits[2];
+        // some steps ask for each row's top-k too (Backend::topk in the
+        // pass), k changing with the step
+        const int32_t top_k = step % 3 == 1 ? 3 + step % 4 : 0;
+        std::vector<int32_t> top_tok[2];
+        std::vector<float> top_logit[2];
         for (int s = 0; s < 2; s++) {
           Side& d = side[s];
           // (a sequence's first step also evaluates the token it was added with)
@@ -298,11 +310,30 @@ int main() {
           b.all_logits = mixed ? 0 : step % 2;
           b.logits = logits[s].data();
           b.logits_rows = rows;
-          const clade_status st = (which ? d.flat : d.shared)->decode(b);
+          clade::Cache::Top top;
+          top_tok[s].assign(rows * (size_t)top_k, -1);
+          top_logit[s].assign(rows * (size_t)top_k, 0.0f);
+          top.k = top_k;
+          top.tokens = top_tok[s].data();
+          top.logits = top_logit[s].data();
+          const clade_status st = (which ? d.flat : d.shared)->decode(b, nullptr, &top);
           CHECK_MSG(st == CLADE_OK, "step %d: decode: status %d", step, (int)st);
           if (st != CLADE_OK) throw clade::Error(st, "decode failed");
         }
         compared++;
+        if (top_k) {
+          // (each row's top-k: the same both ways, and its logits row's)
+          bool top_same = top_tok[0] == top_tok[1] &&
+                          std::memcmp(top_logit[0].data(), top_logit[1].data(), top_logit[0].size() * 4) == 0;
+          std::vector<int32_t> want((size_t)top_k);
+          std::vector<float> want_v((size_t)top_k);
+          for (size_t r = 0; r * 300 < logits[0].size() && top_tok[0][r * (size_t)top_k] >= 0; r++) {
+            clade::top_k_rows(logits[0].data() + r * 300, 1, 300, top_k, want.data(), want_v.data());
+            top_same = top_same && std::equal(want.begin(), want.end(), top_tok[0].begin() + (long)(r * (size_t)top_k));
+            with_top++;
+          }
+          if (!top_same) differ++;
+        }
         if (std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) != 0) {
           differ++;
           if (differ <= 3) std::printf("step %d, %s cache: logits differ\n", step, which ? "private" : "shared");
@@ -315,6 +346,7 @@ int main() {
     CHECK(emu->recordings >= 4);
     CHECK(emu->replays >= 20);
     CHECK(emu->given_up >= 1);
+    CHECK_MSG(with_top >= 50, "%zu rows with their top-k", with_top);
   } catch (const clade::Error& e) {
     std::fprintf(stderr, "error %d: %s\n", (int)e.status(), e.what());
     std::remove(path.c_str());

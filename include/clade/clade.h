@@ -1053,7 +1053,13 @@ typedef struct clade_generate_params {
                                           come from clade_batch.argmax, not
                                           from the logits (the same tokens;
                                           a NaN logit is passed over, not
-                                          refused) */
+                                          refused). Top-k below the
+                                          vocabulary (at most 1024 on the
+                                          GPU) with no logit bias or
+                                          penalty: steps without drafts
+                                          sample from their rows' top-k
+                                          logits, found where the logits
+                                          are (the same results) */
   clade_generate_fn callback; /* NULL (default): no streaming */
   void *user;                 /* passed to callback unchanged */
   clade_attention attention;  /* the call's cache's (clade_cache_params);
