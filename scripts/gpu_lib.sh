@@ -26,3 +26,21 @@ gpu_models() {
   [ -f "$m4" ] || "$1" model random -o "$m4" --layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000 --type f16
   [ -f "$m16" ] || "$1" model random -o "$m16" --layers 8 --dim 1024 --heads 16 --kv-heads 16 --ff 2816 --vocab 32000 --type f16
 }
+
+# gpu_sample_ab CLADE MODEL BACKEND PREFIX SAMPLES N ROUNDS: top-k sampling
+# (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05: the library's
+# defaults) of SAMPLES sequences under one PREFIX-token prompt, N tokens
+# each, with the steps' top-k candidates read back (the default) and the
+# whole rows (CLADE_SAMPLE_WHOLE_ROWS=1), alternating, ROUNDS rounds; each
+# run's "tokens generated" line.
+gpu_sample_ab() {
+  local clade=$1 model=$2 backend=$3 prefix=$4 samples=$5 n=$6 rounds=$7 toks round whole
+  toks=$(seq -s ' ' 1 "$prefix")
+  for round in $(seq 1 "$rounds"); do
+    for whole in 0 1; do
+      echo "## round $round, CLADE_SAMPLE_WHOLE_ROWS=$whole"
+      CLADE_SAMPLE_WHOLE_ROWS=$whole "$clade" generate -m "$model" --backend "$backend" --past-context \
+        --tokens "$toks" --samples "$samples" -n "$n" --temp 0.8 --ignore-eos 2>&1 > /dev/null | grep "tokens generated"
+    done
+  done
+}
