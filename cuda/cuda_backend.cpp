@@ -1208,11 +1208,11 @@ void CudaBackend::argmax(const float* x, int64_t n, int64_t dim, int32_t* out) {
 void CudaBackend::topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) {
   auto lock = gate();
   enter();
-  if (n <= 0) return;
   if (k < 1 || k > dim || k > cuda::kTopkMax)
     fail(CLADE_E_INVALID_ARG, "cuda: topk: k " + std::to_string(k) + " of rows of " + std::to_string(dim) +
                                   " (at most " + std::to_string(cuda::kTopkMax) + ")");
   if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cuda: topk: rows of over 2^31 elements");
+  if (n <= 0) return;
   launched(cuda::launch_topk(x, n, dim, k, idx, val, launch_stream()), "topk");
 }
 

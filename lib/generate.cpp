@@ -10,6 +10,7 @@
 
 #include "cache.h"
 #include "error.h"
+#include "log.h"
 #include "sampler.h"
 #include "speculative.h"
 #include "tokenizer.h"
@@ -293,6 +294,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   std::vector<int32_t> argmax;
   std::vector<int32_t> cand_tok;  // the rows' top-k candidates (step_topk)
   std::vector<float> cand_logit;
+  bool said_topk = false;  // (logged at the first such step)
   std::vector<SampleRow> rows;
   size_t next = 0;  // the first sequence not admitted yet
   for (;;) {
@@ -487,6 +489,11 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         rows[r].top_capacity = top_n;
       }
       sampler.sample_rows(rows.data(), rows.size(), n_vocab);
+      if (by_topk && !said_topk) {
+        said_topk = true;
+        log(CLADE_LOG_DEBUG, "generate: steps sample from their rows' top " + std::to_string(step_topk) +
+                                 " logits, read back instead of the rows (CLADE_SAMPLE_WHOLE_ROWS=1: the rows)");
+      }
       for (size_t r = 0; r < live.size() && !stop_all; r++) {
         const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + 1;
         if (!take(live[r], rows[r].token, rows[r].logprob, pos, rows[r].top_tokens, rows[r].top_logprobs,

@@ -356,7 +356,7 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
     // the top k, every one above -inf (check_row: in order)
     for (size_t j = 0; j < k && r.cand_logits[j] > -kInf; j++) cand_.push_back(key(r.cand_logits[j], r.cand_tokens[j]));
     sorted0 = true;
-  } else if (!all && k <= 4096) {
+  } else if (!all && k <= (size_t)kHeapTopK) {
     // a heap of the k best so far, its worst on top: one comparison for most tokens
     cand_.reserve(k);
     int32_t i = 0;

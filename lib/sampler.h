@@ -102,9 +102,17 @@ class Sampler {
   // as the whole row does: top-k's, when it keeps fewer than the
   // vocabulary's n tokens and nothing reads the others (no logit bias, no
   // penalty; not greedy, which is Backend::argmax's); else 0.
+  // (k at most kHeapTopK: above it the whole row's sum runs in another
+  // order.)
   int32_t sparse_k(int32_t n) const {
-    return !greedy_temperature(p_.temperature) && unadjusted() && p_.top_k > 0 && p_.top_k < n ? p_.top_k : 0;
+    return !greedy_temperature(p_.temperature) && unadjusted() && p_.top_k > 0 && p_.top_k < n &&
+                   p_.top_k <= kHeapTopK
+               ? p_.top_k
+               : 0;
   }
+  // top-k up to this keeps a heap of its candidates over the row, then
+  // sorts them; above it, selects them (nth_element) and sorts as needed
+  static constexpr int32_t kHeapTopK = 4096;
   // The distribution row r is drawn from, after every stage: the kept
   // tokens, most likely first, and their probabilities (summing to 1);
   // greedy: the one token, probability 1. Draws nothing. Throws as

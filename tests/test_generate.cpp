@@ -670,9 +670,10 @@ void test_tree_and_errors(const std::string& path) {
 }  // namespace
 
 // kPrompt's n_samples samples of max_new tokens (end of generation
-// ignored), with log-probabilities and top alternatives per token.
+// ignored), with log-probabilities and top alternatives per token; chunk:
+// the tree's tokens a pass (0: its default).
 clade_generation* generate_with_top(clade_model* m, const clade_sampler_params& sp, int max_new, int n_samples,
-                                    int top, const clade_speculative_params* spec) {
+                                    int top, const clade_speculative_params* spec, int chunk = 0) {
   clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
   clade_generate_params gp;
   clade_generate_params_init(&gp);
@@ -682,7 +683,11 @@ clade_generation* generate_with_top(clade_model* m, const clade_sampler_params& 
   gp.logprobs = 1;
   gp.top_logprobs = top;
   gp.sampler = &sp;
-  clade_tree* t = new_tree(m);
+  clade_tree_params tp;
+  clade_tree_params_init(&tp);
+  tp.prefill_chunk = chunk;
+  clade_tree* t = nullptr;
+  CHECK_OK(clade_tree_create(m, &tp, &t));
   clade_generation* g = nullptr;
   if (spec)
     CHECK_OK(clade_generate_speculative(t, &pr, 1, &gp, spec, &g));
@@ -692,11 +697,20 @@ clade_generation* generate_with_top(clade_model* m, const clade_sampler_params& 
   return g;
 }
 
+// Whether the library logged that a generation's steps sampled from their
+// rows' top-k candidates (lib/generate.cpp, at its first such step).
+int g_topk_logged = 0;
+void note_topk_log(clade_log_level, const char* message, void*) {
+  if (std::strstr(message, "generate: steps sample from their rows' top")) g_topk_logged++;
+}
+
 // Steps sampled from their rows' top-k candidates (Sampler::sparse_k,
 // Backend::topk) give what the whole rows give (CLADE_SAMPLE_WHOLE_ROWS=1)
 // bit for bit: tokens, log-probabilities and top alternatives, for k from
-// 1 to the vocabulary, with top-p and min-p, and speculative decoding,
-// whose draft-free steps take the candidates.
+// 1 to the vocabulary, with top-p and min-p, in passes of 2 tokens too
+// (a step's rows in 3 passes), and speculative decoding, whose
+// draft-free steps take the candidates. The log says which runs took
+// them.
 void test_topk_steps(const std::string& path) {
   clade_model* m = load(path, 2);
   if (!m) return;
@@ -704,9 +718,15 @@ void test_topk_steps(const std::string& path) {
     std::vector<clade_token> tok, top;
     std::vector<float> lp, top_lp;
   };
-  auto run = [&](const clade_sampler_params& sp, bool whole, const clade_speculative_params* spec) {
+  auto run = [&](const clade_sampler_params& sp, bool whole, const clade_speculative_params* spec, int chunk = 0) {
     if (whole) setenv("CLADE_SAMPLE_WHOLE_ROWS", "1", 1);
-    clade_generation* g = generate_with_top(m, sp, 20, 5, 4, spec);
+    g_topk_logged = 0;
+    clade_set_log(note_topk_log, nullptr, CLADE_LOG_DEBUG);
+    clade_generation* g = generate_with_top(m, sp, 20, 5, 4, spec, chunk);
+    clade_set_log(nullptr, nullptr, CLADE_LOG_DEBUG);
+    const bool sparse = sp.top_k > 0 && sp.top_k < kVocab && !whole;
+    CHECK_MSG(g_topk_logged == (sparse ? 1 : 0), "top-k %d%s: logged %d times", sp.top_k, whole ? ", whole rows" : "",
+              g_topk_logged);
     unsetenv("CLADE_SAMPLE_WHOLE_ROWS");
     Out o;
     for (size_t i = 0; g && i < clade_generation_count(g); i++) {
@@ -742,6 +762,11 @@ void test_topk_steps(const std::string& path) {
       const Out cand = run(sp, false, nullptr), whole = run(sp, true, nullptr);
       CHECK_MSG(cand.tok.size() == 100 && same(cand, whole), "top-k %d, variant %d: candidates and whole rows differ",
                 k, variant);
+      if (variant == 0) {  // (passes of other sizes give other logits: both ways in passes of 2)
+        const Out chunked = run(sp, false, nullptr, 2), chunked_whole = run(sp, true, nullptr, 2);
+        CHECK_MSG(chunked.tok.size() == 100 && same(chunked, chunked_whole),
+                  "top-k %d in passes of 2 tokens: candidates and whole rows differ", k);
+      }
     }
   // a high temperature: the 5 sequences do not all repeat one token
   clade_sampler_params sp;

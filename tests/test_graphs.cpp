@@ -25,6 +25,7 @@
 // not: a recording of a larger pass computes the smaller one's rows right,
 // with more rows beside them; the CUDA backend's own key has its launch
 // sizes.)
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -322,14 +323,23 @@ int main() {
         }
         compared++;
         if (top_k) {
-          // (each row's top-k: the same both ways, and its logits row's)
+          // (each row's top-k: the same both ways, and its logits row's;
+          // a row the step wrote no logits to gets none)
           bool top_same = top_tok[0] == top_tok[1] &&
                           std::memcmp(top_logit[0].data(), top_logit[1].data(), top_logit[0].size() * 4) == 0;
           std::vector<int32_t> want((size_t)top_k);
           std::vector<float> want_v((size_t)top_k);
-          for (size_t r = 0; r * 300 < logits[0].size() && top_tok[0][r * (size_t)top_k] >= 0; r++) {
-            clade::top_k_rows(logits[0].data() + r * 300, 1, 300, top_k, want.data(), want_v.data());
-            top_same = top_same && std::equal(want.begin(), want.end(), top_tok[0].begin() + (long)(r * (size_t)top_k));
+          for (size_t r = 0; r * 300 < logits[0].size(); r++) {
+            const float* lr = logits[0].data() + r * 300;
+            const bool written = std::any_of(lr, lr + 300, [](float v) { return v != 0.0f; });
+            const int32_t* tr = top_tok[0].data() + r * (size_t)top_k;
+            if (!written) {
+              top_same = top_same && tr[0] == -1;
+              continue;
+            }
+            clade::top_k_rows(lr, 1, 300, top_k, want.data(), want_v.data());
+            top_same = top_same && std::equal(want.begin(), want.end(), tr) &&
+                       std::memcmp(want_v.data(), top_logit[0].data() + r * (size_t)top_k, (size_t)top_k * 4) == 0;
             with_top++;
           }
           if (!top_same) differ++;

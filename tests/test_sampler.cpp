@@ -1058,10 +1058,18 @@ void test_sparse() {
   a.logits = row.data();
   c.logits = row.data();
   fresh.sample_rows(&a, 1, n);  // "a plain row"'s draw
-  fresh.sample_rows(&a, 1, n);
-  sparse.sample_rows(&c, 1, n);
-  CHECK(a.token == c.token && fbits(a.logprob) == fbits(c.logprob));
+  for (int i = 0; i < 8; i++) {  // the next draws alike (a draw that differs would move some)
+    fresh.sample_rows(&a, 1, n);
+    sparse.sample_rows(&c, 1, n);
+    CHECK(a.token == c.token && fbits(a.logprob) == fbits(c.logprob));
+  }
   CHECK(clade::Sampler(p).sparse_k(40) == 0 && clade::Sampler(p).sparse_k(41) == 40);
+  // up to the heap's k: above it the whole row's denominator is summed in
+  // another order
+  p.top_k = clade::Sampler::kHeapTopK;
+  CHECK(clade::Sampler(p).sparse_k(50000) == p.top_k);
+  p.top_k++;
+  CHECK(clade::Sampler(p).sparse_k(50000) == 0);
 }
 
 }  // namespace
