@@ -1054,8 +1054,8 @@ typedef struct clade_generate_params {
                                           from the logits (the same tokens;
                                           a NaN logit is passed over, not
                                           refused). Top-k below the
-                                          vocabulary (at most 1024 on the
-                                          GPU) with no logit bias or
+                                          vocabulary, at most 4096 (1024
+                                          on the GPU), with no logit bias or
                                           penalty: steps without drafts
                                           sample from their rows' top-k
                                           logits, found where the logits
