@@ -44,3 +44,29 @@ gpu_sample_ab() {
     done
   done
 }
+
+# gpu_quant_ab CLADE BACKEND ROUNDS [MODEL ARGS...]: decode steps without
+# attention at batch 1 and 16 (prefix 512, greedy tokens) of Q4_0 and Q8_0
+# random models (m4's shape unless MODEL ARGS for `clade model random`,
+# written to $CLADE_MODELS), their weights kept quantized and widened a
+# tile at each product (the default) against widened to F16 at load
+# (CLADE_CUDA_WIDEN_QUANT=1), alternating, ROUNDS rounds: issue 25 asks for
+# both measured.
+gpu_quant_ab() {
+  local clade=$1 backend=$2 rounds=$3 models=${CLADE_MODELS:-/tmp/clade-bench-models} type model round widen
+  shift 3
+  local shape=("$@")
+  [ ${#shape[@]} -gt 0 ] || shape=(--layers 8 --dim 1024 --heads 16 --kv-heads 4 --ff 2816 --vocab 32000)
+  mkdir -p "$models"
+  for type in q4_0 q8_0; do
+    model=$models/quant-ab-$type-$(echo "${shape[*]}" | tr -dc '0-9a-z').gguf
+    [ -f "$model" ] || "$clade" model random -o "$model" "${shape[@]}" --type $type > /dev/null || return 1
+    for round in $(seq 1 "$rounds"); do
+      for widen in 0 1; do
+        echo "## $type, round $round, CLADE_CUDA_WIDEN_QUANT=$widen"
+        CLADE_CUDA_WIDEN_QUANT=$widen "$clade" bench decode -m "$model" --backend "$backend" --past-context \
+          --batch 1,16 --prefix 512 --mode noattn --gen 32 --rounds 1 --logits greedy --csv 2>&1
+      done
+    done
+  done
+}

@@ -17,6 +17,10 @@
 #      under one 2048-token prompt, 64 tokens each, the steps' top-k
 #      candidates read back against the whole rows, alternating, 3 rounds
 #      (gpu_lib.sh's gpu_sample_ab);
+#   3d. quant: Q4_0 and Q8_0 weights kept quantized (widened a tile at
+#      each product) against widened to F16 at load, decode steps of batch
+#      1 and 16 without attention, alternating, 2 rounds (gpu_lib.sh's
+#      gpu_quant_ab);
 #   4. scripts/gpu_check.sh --prebuilt --no-sanitizers: the tests again
 #      with SYNC and without PDL, the CLI test and the decode sweep whose
 #      CSVs bench/README.md and README.md report (about 130 s on an H100);
@@ -27,20 +31,21 @@
 # Everything lands in OUT/session.tar.xz (on the device tool's machine:
 # $OUT), with a log of each step and its exit status in OUT/session.log.
 # --steps LIST: only the steps named, in the order named (comma-separated:
-# test_cuda, profile, ab, split, sample, gpu_check, memcheck, racecheck), for a session of
-# short calls or one whose official run (gpu_check) must come first.
+# test_cuda, profile, ab, split, sample, quant, gpu_check, memcheck,
+# racecheck), for a session of short calls or one whose official run
+# (gpu_check) must come first.
 # usage: scripts/gpu_session.sh [--steps LIST] BUNDLE OUT SECONDS [SETTING...]
 #   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-steps=test_cuda,profile,ab,split,sample,gpu_check,memcheck,racecheck
+steps=test_cuda,profile,ab,split,sample,quant,gpu_check,memcheck,racecheck
 if [ "${1:-}" == "--steps" ]; then
   steps=${2:?gpu_session.sh: --steps needs a LIST}
   shift 2
   for s in ${steps//,/ }; do
-    case $s in test_cuda | profile | ab | split | sample | gpu_check | memcheck | racecheck) ;;
-      *) echo "gpu_session.sh: unknown step '$s' (test_cuda, profile, ab, split, sample, gpu_check, memcheck," \
-        "racecheck)" >&2
+    case $s in test_cuda | profile | ab | split | sample | quant | gpu_check | memcheck | racecheck) ;;
+      *) echo "gpu_session.sh: unknown step '$s' (test_cuda, profile, ab, split, sample, quant, gpu_check," \
+        "memcheck, racecheck)" >&2
         exit 2 ;;
     esac
   done
@@ -103,7 +108,8 @@ sample_steps() {
   gpu_models $clade
   gpu_sample_ab $clade "$m4" cuda 2048 256 64 3
 }
-export -f split_steps sample_steps gpu_models gpu_sample_ab
+quant_steps() { gpu_quant_ab build-gpu/examples/clade cuda 2; }
+export -f split_steps sample_steps quant_steps gpu_models gpu_sample_ab gpu_quant_ab
 for s in ${steps//,/ }; do
   case $s in
     test_cuda) step test_cuda 90 build-gpu/tests/test_cuda ;;
@@ -123,6 +129,7 @@ for s in ${steps//,/ }; do
       ;;
     split) step split 90 bash -c split_steps ;;
     sample) step sample 60 bash -c sample_steps ;;
+    quant) step quant 90 bash -c quant_steps ;;
     gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
     memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
     racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
