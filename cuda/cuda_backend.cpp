@@ -18,7 +18,8 @@
 // weights by the activations narrowed to the same type, accumulating in
 // fp32. Q8_0 and Q4_0 stay quantized in device memory (the file's size);
 // each matmul widens tiles of rows to f16 in a scratch buffer (at most
-// kDequantTileBytes, sized at upload time) and multiplies those. The other
+// kDequantTileBytes, sized at upload time) and multiplies those
+// (CLADE_CUDA_WIDEN_QUANT=1: widened at upload as below instead). The other
 // GGUF types (Q4_1, Q5_0, Q5_1, the K types) are widened to F16 once, at
 // upload (on the host, a slice of rows at a time): the simplest way to run
 // them, at F16's memory (about 3.5x a Q4_K file's).

@@ -1498,8 +1498,12 @@ int main(int argc, char** argv) {
     if (!harness) {
       // Q8_0 and Q4_0 widened at load instead of a tile at each product
       std::unique_ptr<Backend> wide = cuda_backend_with("CLADE_CUDA_WIDEN_QUANT", "1", "Q8_0 and Q4_0 widened at load");
-      for (T t : {T::Q8_0, T::Q4_0})
+      for (T t : {T::Q8_0, T::Q4_0}) {
+        CHECK_MSG(wide->upload_weight(make_weight(t, 256, 96).view()).type == T::F16, "%s not widened at load",
+                  type_name(t));
+        CHECK(gpu->upload_weight(make_weight(t, 256, 96).view()).type == t);  // (kept by default)
         for (int64_t n : {1, 3, 17}) test_matmul(*cpu, *wide, t, 256, 96, n);
+      }
       test_reads(*gpu, !env_off("CLADE_CUDA_PINNED_READ"));
       test_reads(*cuda_backend_with("CLADE_CUDA_PINNED_READ", "0", "reads straight"), false);
     }
