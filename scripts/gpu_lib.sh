@@ -32,7 +32,7 @@ gpu_models() {
 # defaults) of SAMPLES sequences under one PREFIX-token prompt, N tokens
 # each, with the steps' top-k candidates read back (the default) and the
 # whole rows (CLADE_SAMPLE_WHOLE_ROWS=1), alternating, ROUNDS rounds; each
-# run's "tokens generated" line.
+# run's "tokens generated" line, and any line that says it failed.
 gpu_sample_ab() {
   local clade=$1 model=$2 backend=$3 prefix=$4 samples=$5 n=$6 rounds=$7 toks round whole
   toks=$(seq -s ' ' 1 "$prefix")
@@ -40,7 +40,8 @@ gpu_sample_ab() {
     for whole in 0 1; do
       echo "## round $round, CLADE_SAMPLE_WHOLE_ROWS=$whole"
       CLADE_SAMPLE_WHOLE_ROWS=$whole "$clade" generate -m "$model" --backend "$backend" --past-context \
-        --tokens "$toks" --samples "$samples" -n "$n" --temp 0.8 --ignore-eos 2>&1 > /dev/null | grep "tokens generated"
+        --tokens "$toks" --samples "$samples" -n "$n" --temp 0.8 --ignore-eos 2>&1 > /dev/null |
+        tr '\r' '\n' | grep -iE "tokens generated|error|fail"
     done
   done
 }
@@ -64,7 +65,7 @@ gpu_quant_ab() {
     for round in $(seq 1 "$rounds"); do
       for widen in 0 1; do
         echo "## $type, round $round, CLADE_CUDA_WIDEN_QUANT=$widen"
-        CLADE_CUDA_WIDEN_QUANT=$widen "$clade" bench decode -m "$model" --backend "$backend" --past-context \
+        CLADE_CUDA_VERBOSE=1 CLADE_CUDA_WIDEN_QUANT=$widen "$clade" bench decode -m "$model" --backend "$backend" --past-context \
           --batch 1,16 --prefix 512 --mode noattn --gen 32 --rounds 1 --logits greedy --csv 2>&1
       done
     done

@@ -13,17 +13,17 @@
 #      (CLADE_CUDA_PASS_TIMES=1): batch 1 x 2048 shared and without
 #      attention, batch 256 x 8192 shared; a step's wall time less its
 #      graph's device time is the host's, the copies' and the wait's;
-#   3c. sample: top-k sampling (the library's defaults) of 256 sequences
-#      under one 2048-token prompt, 64 tokens each, the steps' top-k
-#      candidates read back against the whole rows, alternating, 3 rounds
-#      (gpu_lib.sh's gpu_sample_ab);
-#   3d. quant: Q4_0 and Q8_0 weights kept quantized (widened a tile at
-#      each product) against widened to F16 at load, decode steps of batch
-#      1 and 16 without attention, alternating, 2 rounds (gpu_lib.sh's
-#      gpu_quant_ab);
 #   4. scripts/gpu_check.sh --prebuilt --no-sanitizers: the tests again
 #      with SYNC and without PDL, the CLI test and the decode sweep whose
 #      CSVs bench/README.md and README.md report (about 130 s on an H100);
+#   4b. sample: top-k sampling (the library's defaults) of 256 sequences
+#      under one 2048-token prompt, 64 tokens each, the steps' top-k
+#      candidates read back against the whole rows, alternating, 2 rounds
+#      (gpu_lib.sh's gpu_sample_ab);
+#   4c. quant: Q4_0 and Q8_0 weights kept quantized (widened a tile at
+#      each product) against widened to F16 at load, decode steps of batch
+#      1 and 16 without attention, alternating, 2 rounds (gpu_lib.sh's
+#      gpu_quant_ab);
 #   5. compute-sanitizer memcheck, then racecheck (whose hazards inside
 #      cuBLAS's nvjet kernels are not clade's: gpu_check.sh) on test_cuda,
 #      with what time is left.
@@ -38,7 +38,7 @@
 #   e.g. scripts/gpu_session.sh .gpu/B.tar.xz "$OUT" 540 CLADE_CUDA_MMA_MIN_CHUNK=512
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-steps=test_cuda,profile,ab,split,sample,quant,gpu_check,memcheck,racecheck
+steps=test_cuda,profile,ab,split,gpu_check,sample,quant,memcheck,racecheck
 if [ "${1:-}" == "--steps" ]; then
   steps=${2:?gpu_session.sh: --steps needs a LIST}
   shift 2
@@ -106,7 +106,7 @@ split_steps() {
 sample_steps() {
   local clade=build-gpu/examples/clade m4 m16
   gpu_models $clade
-  gpu_sample_ab $clade "$m4" cuda 2048 256 64 3
+  gpu_sample_ab $clade "$m4" cuda 2048 256 64 2
 }
 quant_steps() { gpu_quant_ab build-gpu/examples/clade cuda 2; }
 export -f split_steps sample_steps quant_steps gpu_models gpu_sample_ab gpu_quant_ab
@@ -128,8 +128,8 @@ for s in ${steps//,/ }; do
       fi
       ;;
     split) step split 90 bash -c split_steps ;;
-    sample) step sample 60 bash -c sample_steps ;;
-    quant) step quant 90 bash -c quant_steps ;;
+    sample) step sample 45 bash -c sample_steps ;;
+    quant) step quant 75 bash -c quant_steps ;;
     gpu_check) step gpu_check 200 scripts/gpu_check.sh --prebuilt --no-sanitizers ;;
     memcheck) step memcheck 60 compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/tests/test_cuda ;;
     racecheck) step racecheck 240 compute-sanitizer --tool racecheck build-gpu/tests/test_cuda ;;
