@@ -51,6 +51,30 @@ inline uint32_t bits(float v) {
   return u;
 }
 
+// The k highest of l[0..n) as keys, most first, into out: a heap of the k
+// best so far, its worst on top (one comparison for most tokens). A -inf
+// counts as any other with neg_inf, else is left out (fewer than k then
+// when fewer are finite). The row holds no NaN or +inf.
+void heap_top_k(const smp::Kernels& K, const float* l, int32_t n, size_t k, bool neg_inf, std::vector<uint64_t>& out) {
+  out.clear();
+  out.reserve(k);
+  int32_t i = 0;
+  for (; i < n && out.size() < k; i++) {
+    if (!neg_inf && !(l[i] > -kInf)) continue;
+    out.push_back(key(l[i], i));
+    std::push_heap(out.begin(), out.end(), std::greater<uint64_t>());
+  }
+  // Then a token enters only above the worst kept logit (at an equal logit
+  // its higher id loses): the vector pass finds the next such one.
+  while (out.size() == k && (i = K.find_above(l, i, n, key_logit(out.front()))) < n) {
+    std::pop_heap(out.begin(), out.end(), std::greater<uint64_t>());
+    out.back() = key(l[i], i);
+    std::push_heap(out.begin(), out.end(), std::greater<uint64_t>());
+    i++;
+  }
+  std::sort(out.begin(), out.end(), std::greater<uint64_t>());
+}
+
 // v's size at least n (never shrunk: no row pays to fill it again).
 template <class T>
 void grow(std::vector<T>& v, size_t n) {
@@ -357,25 +381,8 @@ void Sampler::sample_row(SampleRow& r, int32_t n, SampleScratch& s, double u, co
     for (size_t j = 0; j < k && r.cand_logits[j] > -kInf; j++) cand_.push_back(key(r.cand_logits[j], r.cand_tokens[j]));
     sorted0 = true;
   } else if (!all && k <= (size_t)kHeapTopK) {
-    // a heap of the k best so far, its worst on top: one comparison for most tokens
-    cand_.reserve(k);
-    int32_t i = 0;
-    for (; i < n && cand_.size() < k; i++) {
-      const float v = l[i];
-      if (!(v > -kInf)) continue;
-      cand_.push_back(key(v, i));
-      std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-    }
-    // Then a token enters only above the worst kept logit (at an equal
-    // logit its higher id loses): the vector pass finds the next such one.
-    while (cand_.size() == k && (i = K.find_above(l, i, n, key_logit(cand_.front()))) < n) {
-      std::pop_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-      cand_.back() = key(l[i], i);
-      std::push_heap(cand_.begin(), cand_.end(), std::greater<uint64_t>());
-      i++;
-    }
     // sorted, for S's sum in one order whoever listed them (sparse rows)
-    std::sort(cand_.begin(), cand_.end(), std::greater<uint64_t>());
+    heap_top_k(K, l, n, k, false, cand_);
     sorted0 = true;
   } else if (!all) {
     for (int32_t i = 0; i < n; i++)
@@ -591,7 +598,6 @@ void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx,
   const smp::Kernels& K = smp::kernels();
   thread_local std::vector<uint64_t> heap;  // (grown once: a steady step allocates nothing)
   thread_local std::vector<int32_t> ix;
-  heap.reserve((size_t)k);
   for (int64_t r = 0; r < n; r++) {
     const float* l = x + r * dim;
     int32_t* ti = idx + r * k;
@@ -609,20 +615,7 @@ void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx,
       for (int32_t j = 0; j < k; j++) tv[j] = l[ti[j] = ix[(size_t)j]];
       continue;
     }
-    // sample_row's heap of the k best, -inf included
-    heap.clear();
-    int32_t i = 0;
-    for (; i < k; i++) {
-      heap.push_back(key(l[i], i));
-      std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-    }
-    while ((i = K.find_above(l, i, (int32_t)dim, key_logit(heap.front()))) < (int32_t)dim) {
-      std::pop_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-      heap.back() = key(l[i], i);
-      std::push_heap(heap.begin(), heap.end(), std::greater<uint64_t>());
-      i++;
-    }
-    std::sort(heap.begin(), heap.end(), std::greater<uint64_t>());
+    heap_top_k(K, l, (int32_t)dim, (size_t)k, true, heap);  // (k <= dim: k of them)
     for (int32_t j = 0; j < k; j++) tv[j] = l[ti[j] = key_token(heap[(size_t)j])];
   }
 }
