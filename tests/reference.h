@@ -6,6 +6,8 @@
 // rest are its own code, written from the GGML / llama.cpp conventions.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,6 +38,21 @@ std::unique_ptr<Model> load(const std::string& gguf_path);
 std::vector<double> forward(const Model& m, const std::vector<int32_t>& tokens);
 
 int n_vocab(const Model& m);
+
+// A row's k highest of n floats, most first, into tok and val (the row's
+// own floats): a NaN above every number, then by value (-0 equal to +0),
+// equal ones by the lower index. The plain reference of the sampling
+// candidates (Backend::topk, SampleRow::cand_*): a whole sort.
+inline void top_k(const float* l, int64_t n, int32_t k, int32_t* tok, float* val) {
+  std::vector<int32_t> ix((size_t)n);
+  for (int64_t i = 0; i < n; i++) ix[(size_t)i] = (int32_t)i;
+  std::sort(ix.begin(), ix.end(), [l](int32_t a, int32_t b) {
+    if (std::isnan(l[a]) != std::isnan(l[b])) return std::isnan(l[a]);
+    if (!std::isnan(l[a]) && l[a] != l[b]) return l[a] > l[b];
+    return a < b;
+  });
+  for (int32_t j = 0; j < k; j++) val[j] = l[tok[j] = ix[(size_t)j]];
+}
 
 // ---- exposed for the reference's own tests ----
 

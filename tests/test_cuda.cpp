@@ -33,6 +33,7 @@
 #include "check.h"
 #include "error.h"
 #include "quant.h"
+#include "reference.h"
 
 using clade::Backend;
 
@@ -403,7 +404,7 @@ void test_argmax(Backend& cpu, Backend& gpu) {
   }
 }
 
-// topk (a step's sampling candidates) against a plain full sort: a NaN
+// topk (a step's sampling candidates) against a plain full sort (ref::top_k): a NaN
 // above every number, then by value (-0 equal to +0), ties to the lower
 // index, the row's own floats (NaN payloads too). Rows of ties at the
 // threshold, NaN and +-inf, all -inf, zeros of both signs, few finite;
@@ -435,20 +436,7 @@ void test_topk(Backend& cpu, Backend& gpu) {
       if (k > dim || k > gpu.topk_max()) continue;
       std::vector<int32_t> want_i((size_t)(n * k));
       std::vector<float> want_v((size_t)(n * k));
-      for (int64_t r = 0; r < n; r++) {
-        std::vector<int32_t> ix((size_t)dim);
-        for (int64_t i = 0; i < dim; i++) ix[(size_t)i] = (int32_t)i;
-        const float* l = row(r);
-        std::sort(ix.begin(), ix.end(), [l](int32_t a, int32_t b) {
-          if (std::isnan(l[a]) != std::isnan(l[b])) return std::isnan(l[a]);
-          if (!std::isnan(l[a]) && l[a] != l[b]) return l[a] > l[b];
-          return a < b;
-        });
-        for (int32_t j = 0; j < k; j++) {
-          want_i[(size_t)(r * k + j)] = ix[(size_t)j];
-          want_v[(size_t)(r * k + j)] = l[ix[(size_t)j]];
-        }
-      }
+      for (int64_t r = 0; r < n; r++) ref::top_k(row(r), dim, k, want_i.data() + r * k, want_v.data() + r * k);
       for (int b = 0; b < 2; b++) {
         Arena a(*bes[b]);
         const float* dx = a.put(x);

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "clade/clade.h"
 #include "error.h"
+#include "reference.h"
 #include "sampler.h"
 #include "sampler_simd.h"
 
@@ -871,23 +872,6 @@ void test_threads() {
   CHECK_ST(clade_sampler_create(&p, &s), CLADE_E_INVALID_ARG);
 }
 
-// A row's k highest logits, most first: a NaN above everything, then by
-// value (-0 equal to +0), ties to the lower token (Backend::topk's order).
-void top_of(const float* l, int32_t n, int32_t k, int32_t* tok, float* val) {
-  std::vector<int32_t> ix((size_t)n);
-  for (int32_t i = 0; i < n; i++) ix[(size_t)i] = i;
-  std::sort(ix.begin(), ix.end(), [l](int32_t a, int32_t b) {
-    const float x = l[a], y = l[b];
-    if (std::isnan(x) != std::isnan(y)) return std::isnan(x);
-    if (!std::isnan(x) && x != y) return x > y;
-    return a < b;
-  });
-  for (int32_t j = 0; j < k; j++) {
-    tok[j] = ix[(size_t)j];
-    val[j] = l[ix[(size_t)j]];
-  }
-}
-
 // A row's top-k candidates (SampleRow::cand_*, what a device backend reads
 // back) sample to the whole row's results bit for bit: token, log-
 // probability, the top alternatives and the stream's next draws, over
@@ -935,7 +919,7 @@ void test_sparse() {
           std::vector<int32_t> ct(rows * (size_t)k);
           std::vector<float> cl(rows * (size_t)k);
           for (size_t r = 0; r < rows; r++)
-            top_of(l.data() + r * (size_t)n, n, k, ct.data() + r * (size_t)k, cl.data() + r * (size_t)k);
+            ref::top_k(l.data() + r * (size_t)n, n, k, ct.data() + r * (size_t)k, cl.data() + r * (size_t)k);
           for (int step = 0; step < 2; step++) {
             std::vector<clade::SampleRow> a(rows), b(rows);
             std::vector<int32_t> at(rows * cap, -1), bt(rows * cap, -1);
@@ -997,7 +981,7 @@ void test_sparse() {
     }
   };
   auto both = [&](const char* what, clade_status want) {
-    top_of(row.data(), n, 40, ct.data(), cl.data());
+    ref::top_k(row.data(), n, 40, ct.data(), cl.data());
     clade::SampleRow a, b;
     a.logits = row.data();
     b.cand_tokens = ct.data();
@@ -1016,7 +1000,7 @@ void test_sparse() {
   both("every logit -inf", CLADE_E_INVALID_ARG);
   row.assign(l.begin(), l.begin() + n);
   both("a plain row", CLADE_OK);
-  top_of(row.data(), n, 40, ct.data(), cl.data());
+  ref::top_k(row.data(), n, 40, ct.data(), cl.data());
   clade::SampleRow b;
   b.cand_tokens = ct.data();
   b.cand_logits = cl.data();
@@ -1047,7 +1031,7 @@ void test_sparse() {
     }
     clade::Sampler x(q);
     CHECK(x.sparse_k(n) == 0);
-    top_of(row.data(), n, 40, ct.data(), cl.data());
+    ref::top_k(row.data(), n, 40, ct.data(), cl.data());
     b.cand_tokens = ct.data();
     CHECK_MSG(status_of(x, b) == CLADE_E_INVALID_ARG, "setting %d took candidates", s);
   }
