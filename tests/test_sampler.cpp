@@ -33,6 +33,15 @@ uint32_t fbits(float v) {
   return u;
 }
 
+// count logits from N(0, sigma), drawn in order by std::mt19937(seed).
+std::vector<float> normal_logits(size_t count, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sigma);
+  std::vector<float> l(count);
+  for (float& v : l) v = nd(rng);
+  return l;
+}
+
 // The reference: every stage written out plainly, a full sort, doubles.
 // Returns the kept tokens in order (most likely first) and their
 // log-probabilities in the distribution drawn from.
@@ -488,10 +497,7 @@ void test_distribution() {
 // vocabulary.
 void test_logprobs() {
   const int32_t n = 5000;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  std::vector<float> l((size_t)n);
-  for (float& v : l) v = nd(rng);
+  std::vector<float> l = normal_logits((size_t)n, 5, 2.0f);
   for (double temp : {1.0, 0.7}) {
     clade_sampler_params p = plain();
     p.temperature = (float)temp;
@@ -816,10 +822,7 @@ void test_simd() {
 void test_threads() {
   const int32_t V = 5000;
   const size_t R = 13;
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  std::vector<float> l(R * (size_t)V);
-  for (float& v : l) v = nd(rng);
+  std::vector<float> l = normal_logits(R * (size_t)V, 9, 2.0f);
   std::vector<uint64_t> st(R);
   for (size_t r = 0; r < R; r++) st[r] = r % 4;  // streams repeat: draws in row order
   for (int setting = 0; setting < 3; setting++) {
@@ -879,12 +882,9 @@ void test_threads() {
 void test_sparse() {
   const int32_t n = 3000;
   const size_t rows = 8;
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd(0.0f, 2.5f);
-  std::vector<float> l(rows * (size_t)n);
+  std::vector<float> l = normal_logits(rows * (size_t)n, 17, 2.5f);
   for (size_t r = 0; r < rows; r++) {
     float* x = l.data() + r * (size_t)n;
-    for (int32_t i = 0; i < n; i++) x[i] = nd(rng);
     if (r == 1)  // many ties
       for (int32_t i = 0; i < n; i++) x[i] = std::round(x[i] * 2.0f) / 2.0f;
     if (r == 2)  // signed zeros at the top
