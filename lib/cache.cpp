@@ -255,7 +255,7 @@ clade_status Cache::move(clade_seq_id id, clade_node_id node_id) {
 
 // Everything checked before anything changes. *rows: logit rows the step
 // gives; *total_new: tokens it brings.
-clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, const Top* top, size_t* rows,
+clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, const TopK* top, size_t* rows,
                                size_t* total_new) {
   if (b.n_seqs && (!b.seq_ids || !b.n_tokens)) fail(CLADE_E_INVALID_ARG, "decode: seq_ids and n_tokens are required");
   if (top && top->k) {
@@ -313,7 +313,7 @@ clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, con
   return CLADE_OK;
 }
 
-clade_status Cache::decode(const clade_batch& b, const int32_t* parents, const Top* top) {
+clade_status Cache::decode(const clade_batch& b, const int32_t* parents, const TopK* top) {
   size_t rows = 0, total_new = 0;
   clade_status st = check_step(b, parents, top, &rows, &total_new);
   if (st != CLADE_OK) return st;
@@ -419,7 +419,7 @@ void Cache::keep(clade_seq_id id, int32_t from, const int32_t* idx, size_t n) {
 
 // Passes of at most `chunk` tokens; a sequence may span passes. Lengths
 // grow pass by pass (the caller restores them on a throw).
-void Cache::run_passes(const clade_batch& b, const Top* top) {
+void Cache::run_passes(const clade_batch& b, const TopK* top) {
   const int32_t n_vocab = tree.model.cfg.n_vocab;
   const size_t chunk = (size_t)tree.chunk;
   size_t seq = 0, off = 0, out_row = 0;
@@ -467,11 +467,8 @@ void Cache::run_passes(const clade_batch& b, const Top* top) {
     LogitsOut out;
     out.logits = b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr;
     out.argmax = b.argmax ? b.argmax + first_row : nullptr;
-    if (top && top->k) {
-      out.top_k = top->k;
-      out.top_tokens = top->tokens + first_row * (size_t)top->k;
-      out.top_logits = top->logits + first_row * (size_t)top->k;
-    }
+    if (top && top->k)
+      out.top = {top->k, top->tokens + first_row * (size_t)top->k, top->logits + first_row * (size_t)top->k};
     fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(), out, tree.abort);
     out_row += want_.size();
     for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;

@@ -49,12 +49,7 @@ class Cache {
   // top (not NULL, k > 0): each logits row's k highest logits and their
   // tokens too, [batch.logits_rows][k] each (Backend::topk: only these
   // leave a device), 1 <= k <= min(n_vocab, the backend's topk_max()).
-  struct Top {
-    int32_t k = 0;
-    int32_t* tokens = nullptr;
-    float* logits = nullptr;
-  };
-  clade_status decode(const clade_batch& batch, const int32_t* parents = nullptr, const Top* top = nullptr);
+  clade_status decode(const clade_batch& batch, const int32_t* parents = nullptr, const TopK* top = nullptr);
   // Keep the unique tokens [0, from) and from + idx[0..n) (increasing),
   // in that order, and drop the rest: a tree step's accepted path.
   void keep(clade_seq_id id, int32_t from, const int32_t* idx, size_t n);
@@ -91,10 +86,10 @@ class Cache {
   clade_status too_long(int64_t need, const std::string& what) const;
   void grow(Seq& s, int32_t need);
   int64_t grown_capacity(const Seq& s, int32_t need) const;
-  clade_status check_step(const clade_batch& b, const int32_t* parents, const Top* top, size_t* rows,
+  clade_status check_step(const clade_batch& b, const int32_t* parents, const TopK* top, size_t* rows,
                           size_t* total_new);
   void tree_layout(const clade_batch& b, const int32_t* parents);
-  void run_passes(const clade_batch& b, const Top* top);
+  void run_passes(const clade_batch& b, const TopK* top);
   std::vector<Seq> seqs_;
   Forward fwd_;
   // Step workspaces (kept from step to step).

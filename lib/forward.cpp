@@ -142,7 +142,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   float* logits = nl ? get<float>(logits_, (size_t)(nl * c.n_vocab)) : nullptr;
   int32_t* greedy = nl && out.argmax ? get<int32_t>(argmax_, (size_t)nl) : nullptr;
   // the top-k's tokens then logits, in one buffer (one copy back)
-  const int32_t top_k = nl ? out.top_k : 0;
+  const int32_t top_k = nl ? out.top.k : 0;
   const size_t n_top = (size_t)nl * (size_t)std::max(top_k, 0);
   int32_t* top_tok = top_k > 0 ? get<int32_t>(top_, 2 * n_top) : nullptr;
   float* top_val = top_tok ? reinterpret_cast<float*>(top_tok + n_top) : nullptr;
@@ -222,8 +222,8 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
   if (top_tok) {
     top_host_.resize(n_top * 8);
     be_.copy_from(top_host_.data(), top_tok, n_top * 8);
-    std::memcpy(out.top_tokens, top_host_.data(), n_top * 4);
-    std::memcpy(out.top_logits, top_host_.data() + n_top * 4, n_top * 4);
+    std::memcpy(out.top.tokens, top_host_.data(), n_top * 4);
+    std::memcpy(out.top.logits, top_host_.data() + n_top * 4, n_top * 4);
   }
   if (out.logits && nl) be_.copy_from(out.logits, logits, (size_t)(nl * c.n_vocab) * 4);
 }

@@ -22,17 +22,21 @@ struct AbortHook {
   void* user = nullptr;
 };
 
+// k > 0: each logits row's k highest logits and their tokens, most first
+// (Backend::topk), [rows][k] each, in host memory.
+struct TopK {
+  int32_t k = 0;
+  int32_t* tokens = nullptr;
+  float* logits = nullptr;
+};
+
 // What a pass gives back of its logits rows, in host memory (each part
 // NULL or 0 for none).
 struct LogitsOut {
   float* logits = nullptr;    // [n][n_vocab]
   int32_t* argmax = nullptr;  // [n]: each row's greedy token (Backend::argmax)
-  // top_k > 0: each row's top_k highest logits and their tokens, most first
-  // (Backend::topk), [n][top_k] each
-  int32_t top_k = 0;
-  int32_t* top_tokens = nullptr;
-  float* top_logits = nullptr;
-  bool any() const { return logits || argmax || top_k > 0; }
+  TopK top;
+  bool any() const { return logits || argmax || top.k > 0; }
 };
 
 class Forward {

@@ -179,7 +179,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   const bool step_argmax = sampler.plain_greedy();
   // Top-k sampling that reads no other logit (Sampler::sparse_k) samples
   // steps without drafts from each row's top-k candidates, found by the
-  // decode step (Cache::Top), to the same tokens: on the CUDA backend k
+  // decode step (TopK), to the same tokens: on the CUDA backend k
   // tokens and logits a row leave the device instead of n_vocab floats.
   // CLADE_SAMPLE_WHOLE_ROWS=1 reads the rows instead (a check and a
   // measure of the path).
@@ -422,7 +422,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     const bool by_topk = step_topk > 0 && !any_draft;
     if (!by_argmax && !by_topk) logits.resize(n_rows * (size_t)n_vocab);
     argmax.resize(by_argmax ? n_rows : 0);
-    Cache::Top top;
+    TopK top;
     if (by_topk) {
       cand_tok.resize(n_rows * (size_t)step_topk);
       cand_logit.resize(n_rows * (size_t)step_topk);

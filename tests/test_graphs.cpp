@@ -311,7 +311,7 @@ int main() {
           b.all_logits = mixed ? 0 : step % 2;
           b.logits = logits[s].data();
           b.logits_rows = rows;
-          clade::Cache::Top top;
+          clade::TopK top;
           top_tok[s].assign(rows * (size_t)top_k, -1);
           top_logit[s].assign(rows * (size_t)top_k, 0.0f);
           top.k = top_k;
