@@ -17,6 +17,17 @@ pkg-config --exists nlohmann_json 2>/dev/null || need+=(nlohmann-json3-dev)
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi
+# Toolchains of the bindings that list them (bindings/<lang>/apt-packages:
+# Debian package names, one a line, # for comments).
+if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
+  for f in bindings/*/apt-packages; do
+    [ -f "$f" ] || continue
+    while read -r p _; do
+      case "$p" in ''|'#'*) continue ;; esac
+      dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+    done < "$f"
+  done
+fi
 # the install test's `pip install bindings/python` into a fresh venv
 /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
