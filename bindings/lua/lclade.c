@@ -555,6 +555,7 @@ static int model_tokenize(lua_State *L) {
 
 /* model:detokenize(ids, special = false) -> string */
 static int model_detokenize(lua_State *L) {
+  lua_settop(L, 3); /* scratch buffers go above the arguments */
   lc_model *m = lc_model_check(L, 1);
   size_t n, need = 0;
   clade_token *t = lc_token_array(L, 2, &n, "detokenize");

@@ -114,6 +114,7 @@ static uint64_t stream_arg(lua_State *L, lua_Integer v) {
 
 /* sampler:sample(logits, stream = 0, history = nil) -> token */
 static int sampler_sample(lua_State *L) {
+  lua_settop(L, 4); /* scratch buffers go above the arguments */
   lc_sampler *s = sampler_check(L);
   size_t nv, nh = 0;
   float *logits = lc_float_array(L, 2, &nv, "sample logits");
@@ -374,7 +375,7 @@ typedef struct gen_ctx {
 
 static int cb_protected(lua_State *L) {
   gen_ctx *c = lua_touserdata(L, 1);
-  lua_pushvalue(L, c->cb_idx);
+  lua_pushvalue(L, 2); /* the callback */
   lua_pushinteger(L, (lua_Integer)c->seq + 1);
   if (c->token >= 0) lua_pushinteger(L, c->token);
   else lua_pushnil(L);
@@ -403,9 +404,11 @@ static int32_t gen_callback(void *user, size_t seq, clade_token token, const cha
   if (c->failed) return CLADE_GENERATE_STOP_ALL;
   if (!lua_checkstack(L, 8)) return CLADE_GENERATE_CONTINUE;
   c->seq = seq, c->token = token, c->text = text, c->len = len;
+  /* the thunk runs in generate's frame, where cb_idx is valid */
   lua_pushcfunction(L, cb_protected);
   lua_pushlightuserdata(L, c);
-  if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+  lua_pushvalue(L, c->cb_idx);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
     keep_error(c);
     return CLADE_GENERATE_STOP_ALL;
   }
@@ -419,7 +422,7 @@ static int draft_protected(lua_State *L) {
   gen_ctx *c = lua_touserdata(L, 1);
   for (size_t i = 0; i < c->n_reqs; i++) {
     clade_draft_request *r = CLADE_DRAFT_REQUEST_AT(c->reqs, i);
-    lua_pushvalue(L, c->draft_idx);
+    lua_pushvalue(L, 2); /* the drafter */
     lua_pushinteger(L, (lua_Integer)r->seq + 1);
     lc_push_tokens(L, r->history, r->n_history);
     lua_pushinteger(L, r->max_tokens);
@@ -454,7 +457,8 @@ static int32_t gen_draft(void *user, clade_draft_request *reqs, size_t n) {
   c->reqs = reqs, c->n_reqs = n;
   lua_pushcfunction(L, draft_protected);
   lua_pushlightuserdata(L, c);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+  lua_pushvalue(L, c->draft_idx);
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
     keep_error(c);
     return -1;
   }

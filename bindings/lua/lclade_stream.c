@@ -203,8 +203,10 @@ static void take_token(lua_State *L, lc_stream *s, size_t k, clade_token tok) {
   q->last = tok;
   const char *piece = "";
   size_t n = 0;
-  clade_status st = clade_detokenizer_push(q->dt, tok, &piece, &n);
-  if (st != CLADE_OK) lc_fail(L, st);
+  if (q->dt) {
+    clade_status st = clade_detokenizer_push(q->dt, tok, &piece, &n);
+    if (st != CLADE_OK) lc_fail(L, st);
+  }
   give(L, s, k, tok, release_text(L, s, k, piece, n, 0));
   if (q->cut) finish_seq(L, s, k, CLADE_FINISH_STOP_STRING);
   else if (q->n_out >= s->max_new || q->n_hist >= (size_t)s->n_ctx) finish_seq(L, s, k, CLADE_FINISH_LENGTH);
@@ -330,7 +332,11 @@ int lc_tree_generator(lua_State *L) {
       seq_state *q = &s->seqs[k];
       q->prompt = (int32_t)i;
       failed = clade_cache_add(s->cache, items[i].node, NULL, 0, 0, &q->id);
-      if (failed == CLADE_OK) failed = clade_detokenizer_create(m->h, o.gp.special, 1, &q->dt);
+      if (failed == CLADE_OK) {
+        /* a model without a tokenizer: tokens and no text (as clade_generate) */
+        failed = clade_detokenizer_create(m->h, o.gp.special, 0, &q->dt);
+        if (failed == CLADE_E_UNSUPPORTED && !s->n_stops) failed = CLADE_OK, q->dt = NULL;
+      }
       if (failed != CLADE_OK) {
         snprintf(msg, sizeof msg, "%s", clade_last_error());
         break;

@@ -12,8 +12,7 @@
    t->self_idx) in protected mode: an error stops the call and is raised by
    the method afterwards. */
 static int abort_protected(lua_State *L) {
-  lc_tree *t = lua_touserdata(L, 1);
-  lua_getiuservalue(L, t->self_idx, 2);
+  lua_getiuservalue(L, 1, 2);
   lua_call(L, 0, 1);
   lua_pushboolean(L, lua_toboolean(L, -1));
   return 1;
@@ -25,8 +24,9 @@ static int32_t abort_thunk(void *user) {
   if (!L) return 0;
   if (t->abort_failed) return 1;
   if (!lua_checkstack(L, 8)) return 0;
+  /* the thunk runs in the method's frame: self_idx is valid here */
   lua_pushcfunction(L, abort_protected);
-  lua_pushlightuserdata(L, t);
+  lua_pushvalue(L, t->self_idx);
   if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
     t->abort_failed = 1;
     lua_setiuservalue(L, t->self_idx, 3); /* kept for the method to raise */
@@ -137,6 +137,7 @@ static clade_node_id node_arg(lua_State *L, int idx) {
 
 /* tree:append(parent, tokens, want_logits = false) -> node[, logits] */
 static int tree_append(lua_State *L) {
+  lua_settop(L, 4); /* scratch buffers go above the arguments */
   lc_tree *t = lc_tree_check(L, 1);
   clade_node_id parent = node_arg(L, 2);
   size_t n;
@@ -155,6 +156,7 @@ static int tree_append(lua_State *L) {
 
 /* tree:append_prefix(tokens, want_logits = false) -> node, n_reused[, logits] */
 static int tree_append_prefix(lua_State *L) {
+  lua_settop(L, 3); /* scratch buffers go above the arguments */
   lc_tree *t = lc_tree_check(L, 1);
   size_t n, reused = 0;
   clade_token *toks = lc_token_array(L, 2, &n, "append_prefix");
@@ -183,6 +185,7 @@ static int l_item(lua_State *L) {
 /* tree:append_batch{ {parent=, tokens=, cache=, logits=bool}, ... } ->
    { {node=, seq=, logits=}, ... } (clade_tree_append_batch; atomic) */
 static int tree_append_batch(lua_State *L) {
+  lua_settop(L, 2); /* scratch buffers go above the arguments */
   lc_tree *t = lc_tree_check(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   size_t n = (size_t)luaL_len(L, 2);
@@ -426,6 +429,7 @@ static lua_Integer get_queued(lua_State *L, clade_seq_id seq) {
 
 /* cache:add(node, tokens = {}, private = false) -> seq */
 static int cache_add(lua_State *L) {
+  lua_settop(L, 4); /* scratch buffers go above the arguments */
   lc_cache *c = lc_cache_check(L, 1);
   clade_node_id node = node_arg(L, 2);
   size_t n = 0;
@@ -517,6 +521,7 @@ static int cache_save(lua_State *L) {
 
 /* cache:keep(seq, from, keep_indices) (clade_cache_keep) */
 static int cache_keep(lua_State *L) {
+  lua_settop(L, 4); /* scratch buffers go above the arguments */
   lc_cache *c = lc_cache_check(L, 1);
   size_t n;
   int32_t *keep = lc_token_array(L, 4, &n, "keep");
@@ -545,6 +550,7 @@ static const char *const decode_keys[] = {"all_logits", "argmax", NULL};
    that evaluates tokens, or with all_logits one per evaluated token; with
    argmax the rows' greedy tokens instead. */
 static int do_decode(lua_State *L, int tree_step) {
+  lua_settop(L, 3); /* scratch buffers go above the arguments */
   lc_cache *c = lc_cache_check(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   lc_check_keys(L, 3, "decode", decode_keys);
