@@ -1,7 +1,7 @@
 // One pool of worker threads owns the cores for the CPU backend: every
 // parallel op runs its items here, so no second pool (a BLAS's or
-// OpenMP's) competes for the cores (see DESIGN.md: spinning BLAS and
-// OpenMP threads together halved throughput in a measurement).
+// OpenMP's) competes for the cores (docs/design.md, "Backends": spinning
+// BLAS and OpenMP threads together halved throughput in a measurement).
 #pragma once
 
 #include <atomic>
