@@ -46,7 +46,7 @@ struct Elem {
 struct Grammar {
   std::vector<Elem> elems;            // all rules back to back
   std::vector<uint32_t> rule_start;   // rule id -> index of its first element
-  std::vector<std::string> rule_names;  // generated helper rules get "name_N"
+  std::vector<std::string> rule_names;  // generated helper rules get "name-N"
   uint32_t root = 0;                  // rule id of `root`
   uint64_t text_hash = 0;             // hash of the GBNF text (cache key)
   // Whether elems[i] starts a character element (Char/CharNot/CharAny).
@@ -83,7 +83,57 @@ bool accepts_prefix(const Grammar& g, std::string_view bytes, size_t* fail_at);
 // Id 0 is the empty stack (the grammar may end there). A matcher state is a
 // sorted vector of the ids of the stacks whose top is a character element
 // (plus 0 when the sentence may end here), and a partial UTF-8 character.
-class StackPool;
+struct State;
+
+// The interned stacks of one matcher (and its copies), with memoized
+// expansions and the mask cache. Not thread-safe: one thread at a time.
+class StackPool {
+ public:
+  static constexpr uint32_t kEmpty = 0;   // the empty stack: the sentence may end
+  static constexpr uint32_t kBottom = 1;  // "the stack below", in per-position walks
+  static constexpr uint32_t kMaxDepth = 10000;  // deeper nesting is refused
+  explicit StackPool(const Grammar& g);
+  const Grammar& grammar() const { return g_; }
+  uint32_t pos(uint32_t id) const { return nodes_[id].pos; }
+  uint32_t parent(uint32_t id) const { return nodes_[id].parent; }
+  size_t size() const { return nodes_.size(); }
+  // The node (pos, parent); UINT32_MAX when it would be deeper than kMaxDepth.
+  uint32_t intern(uint32_t pos, uint32_t parent);
+  // Appends the ids of the stacks (character tops, kEmpty, kBottom) that
+  // node id stands for once rules are entered and finished rules left.
+  void expand_into(uint32_t id, std::vector<uint32_t>& out);
+  // The start state's stacks.
+  void initial(std::vector<uint32_t>& out);
+  // Advance s by one byte / one code point; false (s unspecified) when
+  // refused. scratch: reused buffer.
+  bool advance_byte(State& s, uint8_t b);
+  bool advance_cp(State& s, uint32_t cp);
+  // With a partial character in s: whether some stack can match one of its
+  // completions.
+  bool partial_possible(const State& s) const;
+
+  // Mask cache (grammar_mask.cpp): per stack id, the uncertain tokens it
+  // accepts; valid for the compiled grammar `cache_owner`.
+  const void* cache_owner = nullptr;
+  std::vector<int32_t> cache_index;           // stack id -> offset in cache_data, -1 none
+  std::vector<uint32_t> cache_data;           // [count, ids...]
+
+ private:
+  struct Node {
+    uint32_t pos, parent, depth;
+    uint32_t exp_off;  // offset of the expansion in exp_, UINT32_MAX none yet
+    uint32_t exp_len;
+    uint8_t busy;
+  };
+  const Grammar& g_;
+  std::vector<Node> nodes_;
+  std::vector<uint64_t> keys_;  // open addressing: (pos << 32 | parent) + 1, 0 empty
+  std::vector<uint32_t> vals_;
+  std::vector<uint32_t> exp_;
+  std::vector<uint32_t> scratch_, tmp_;
+  void ensure(uint32_t id);
+  void rehash();
+};
 
 struct State {
   std::vector<uint32_t> stacks;  // sorted, unique
