@@ -616,6 +616,35 @@ test("bad input", function()
   raises("E_INVALID_ARG", clade.chat_apply, {"not a message"}, "chatml")
 end)
 
+test("same_tokens.lua", function()
+  local lua = arg[-1] or "lua5.4"
+  local cmd = string.format("'%s' '%s/same_tokens.lua' '%s'", lua, here, small)
+  local p = assert(io.popen(cmd))
+  local lines = {}
+  for l in p:lines() do lines[#lines + 1] = l end
+  check(p:close(), "same_tokens.lua failed: %s", cmd)
+  eq(#lines, 2, "lines")
+  local t <close> = m:tree()
+  local want = t:generate({{tokens = range(1, 24)}, {tokens = {30, 31, 32}, parent = 1},
+    {tokens = {40, 41}, parent = 1}}, {max_new_tokens = 32, ignore_eog = true, temperature = 0})
+  for i = 1, 2 do
+    eq(lines[i], table.concat(want[i].tokens, " "), "line " .. i)
+    local n = 0
+    for _ in lines[i]:gmatch("%d+") do n = n + 1 end
+    eq(n, 32, "tokens on line " .. i)
+  end
+end)
+
+test("examples/adventure.lua", function()
+  local lua = arg[-1] or "lua5.4"
+  local cmd = string.format("'%s' '%s/examples/adventure.lua' '%s' --script 'look;north;talk who are you?;quit'",
+    lua, here, spm)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  check(p:close(), "adventure.lua failed: %s", out)
+  check(out:find("An old wizard", 1, true) and out:find("\nWizard: "), "no wizard: %s", out)
+end)
+
 m:free()
 ms:free()
 collectgarbage()
