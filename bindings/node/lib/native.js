@@ -7,7 +7,9 @@
 const path = require('path');
 
 function load() {
-  const file = process.env.CLADE_NODE_ADDON || path.join(__dirname, '..', 'build', 'clade.node');
+  const file = process.env.CLADE_NODE_ADDON
+    ? path.resolve(process.env.CLADE_NODE_ADDON)
+    : path.join(__dirname, '..', 'build', 'clade.node');
   try {
     return require(file);
   } catch (e) {

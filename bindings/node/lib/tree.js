@@ -29,9 +29,9 @@ class Tree extends Handle {
     this._lock = new Lock();
   }
 
-  _run(signal, n, fn) {
+  _run(signal, n, fn, always = false) {
     return this._lock.run(async () => {
-      const s = stopFlag(signal, n);
+      const s = stopFlag(signal, n, always);
       try {
         return await fn(s.ctrl);
       } finally {
@@ -43,7 +43,7 @@ class Tree extends Handle {
   /** Evaluate tokens as a new node under parent: {node, logits} (logits: the
    *  last token's, a Float32Array, with wantLogits). The caller holds a
    *  reference to the node (release it). signal: an AbortSignal. */
-  append(parent, tokens, opts) {
+  async append(parent, tokens, opts) {
     const o = options(opts, ['wantLogits', 'signal'], 'append');
     return this._run(o.signal, 1, (ctrl) =>
       native.tree_append(this._get(), parent, tokens, !!o.wantLogits, ctrl));
@@ -51,7 +51,7 @@ class Tree extends Handle {
 
   /** Evaluate a whole prompt, reusing the longest path the tree holds:
    *  {node, reused, logits}. */
-  appendPrefix(tokens, opts) {
+  async appendPrefix(tokens, opts) {
     const o = options(opts, ['wantLogits', 'signal'], 'appendPrefix');
     return this._run(o.signal, 1, (ctrl) =>
       native.tree_append_prefix(this._get(), tokens, !!o.wantLogits, ctrl));
@@ -60,7 +60,7 @@ class Tree extends Handle {
   /** Many appends in packed passes: items [{parent, tokens, cache,
    *  wantLogits}] (parent: a node or itemNode(i); cache: the item is a new
    *  sequence of it). [{node, seq, logits}] (node or seq null). */
-  appendBatch(items, opts) {
+  async appendBatch(items, opts) {
     const o = options(opts, ['signal'], 'appendBatch');
     if (!Array.isArray(items)) throw typeError('appendBatch: items must be an Array');
     const raw = items.map((it, i) => {
@@ -118,12 +118,12 @@ class Tree extends Handle {
   }
 
   /** Save the path root..node (tokens and KV) to a file. */
-  save(node, path) {
+  async save(node, path) {
     return this._run(null, 1, () => native.tree_save(this._get(), node, path));
   }
 
   /** Load a saved file: {node, nTokens, reused}; node is the caller's. */
-  load(path) {
+  async load(path) {
     return this._run(null, 1, async () => snakeToCamel(await native.tree_load(this._get(), path)));
   }
 
@@ -134,7 +134,7 @@ class Tree extends Handle {
 
   /** Generate from prompts (see README): a GenerationList of {text, tokens,
    *  finish, prompt, logprobs, top} with .stats and .stopped. */
-  generate(prompts, opts) {
+  async generate(prompts, opts) {
     const g = gen.prepare(prompts, opts, 'generate');
     return this._run(g.signal, g.nSeqs + 1, async (ctrl) => {
       const onPiece = g.onPiece && ((seq, token, text) => {
@@ -144,7 +144,7 @@ class Tree extends Handle {
       });
       const r = await native.generate(this._get(), g.prompts, g.params, g.spec, onPiece || null, ctrl);
       return gen.toList(r);
-    });
+    }, true);
   }
 
   /** Generate, streaming: an async iterable of {seq, token, text} pieces
@@ -243,7 +243,7 @@ class Cache extends Handle {
   }
 
   /** Save a sequence's evaluated history to a file. */
-  save(seq, path) {
+  async save(seq, path) {
     return this.tree._run(null, 1, () => native.cache_save(this._get(), seq, path));
   }
 
@@ -277,7 +277,7 @@ class Cache extends Handle {
     return rows;
   }
 
-  _decode(step, allLogits, parents, greedy, signal) {
+  async _decode(step, allLogits, parents, greedy, signal) {
     const entries = stepEntries(step);
     const seqIds = [];
     const counts = [];

@@ -79,9 +79,12 @@ class Lock {
 
 function noop() {}
 
-/** An Int32Array stop flag (n elements) set when signal aborts. */
-function stopFlag(signal, n = 1) {
-  if (signal === undefined || signal === null) return { ctrl: null, cleanup: noop };
+/** An Int32Array of n stop flags, element 0 set when signal aborts; null
+ *  without a signal unless always. */
+function stopFlag(signal, n = 1, always = false) {
+  if (signal === undefined || signal === null) {
+    return { ctrl: always ? new Int32Array(Math.max(1, n)) : null, cleanup: noop };
+  }
   if (typeof signal !== 'object' || typeof signal.addEventListener !== 'function' ||
       typeof signal.aborted !== 'boolean') {
     throw typeError('signal must be an AbortSignal');

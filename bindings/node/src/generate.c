@@ -22,6 +22,7 @@ typedef struct GenData {
   clade_generation *gen;
   clade_status status; /* CLADE_OK or CLADE_STOPPED */
   int stop; /* a JS callback threw: stop every sequence */
+  int pieces; /* pieces streamed so far (the worker's count) */
 } GenData;
 
 typedef struct Piece {
@@ -49,6 +50,7 @@ static void free_gen(void *p) {
 static int32_t on_piece(void *user, size_t seq, clade_token token, const char *text, size_t len) {
   Work *w = (Work *)user;
   GenData *d = (GenData *)w->data;
+  d->pieces++;
   if (w->tsfn) {
     Piece *p = (Piece *)malloc(sizeof *p + len + 1);
     if (p) {
@@ -92,9 +94,15 @@ static void tsfn_finalize(napi_env env, void *data, void *hint) {
   work_tsfn_finalized(env, (Work *)data);
 }
 
+/* The tree's abort callback stops the prompts' prefill only: once pieces
+   flow, the streaming callback's CLADE_GENERATE_STOP_ALL stops the
+   generation (clade 1.4 returns no results after an abort in a decode
+   step, against its header; STOP_ALL keeps them). */
 static int32_t abort_gen(void *user) {
   Work *w = (Work *)user;
-  return work_stop_requested(w) || __atomic_load_n(&((GenData *)w->data)->stop, __ATOMIC_RELAXED);
+  GenData *d = (GenData *)w->data;
+  if (d->pieces > 0) return 0;
+  return work_stop_requested(w) || __atomic_load_n(&d->stop, __ATOMIC_RELAXED);
 }
 
 static void gen_exec(Work *w) {
