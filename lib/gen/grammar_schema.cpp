@@ -1,0 +1,605 @@
+// JSON Schema (draft 2020-12) to GBNF: the compiler walks the schema and
+// writes one rule per schema location. Per type: null, boolean, integers
+// and numbers with exact bounds (grammar_schema_num.cpp), strings with
+// lengths, pattern (grammar_regex.cpp) or format (grammar_schema_format.cpp),
+// arrays (prefixItems, items, minItems, maxItems), objects (properties in
+// the schema's order, required ones always present, optional ones
+// optional, additional keys after them when additionalProperties allows),
+// enum/const, anyOf, oneOf (alternatives; see visit_alternatives for
+// exclusivity), allOf (merged), local $ref with recursion.
+//
+// What the grammar emits: compact JSON (or free whitespace between tokens),
+// object keys in the schema's order, numbers in canonical form (integers
+// without fraction or exponent; bounded numbers without exponent).
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <set>
+
+#include "gen/grammar.h"
+#include "gen/grammar_schema.h"
+
+namespace clade::grammar {
+
+namespace {
+
+using detail::Bound;
+using detail::group;
+using detail::Rules;
+using json::Kind;
+using json::Value;
+
+struct Fail {
+  std::string msg;
+};
+
+const std::set<std::string> kSupported = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
+    "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref"};
+
+class Compiler {
+ public:
+  Compiler(const Value& root, const SchemaOptions& o) : root_(root), opt_(o), j_{rules_, o.free_whitespace} {}
+
+  std::string run() {
+    auto e = visit(root_, "", "root");
+    if (!e) throw Fail{"the schema at # admits no instance (no JSON value is valid)"};
+    return rules_.text(*e);
+  }
+
+ private:
+  const Value& root_;
+  SchemaOptions opt_;
+  Rules rules_;
+  detail::JsonRules j_;
+  std::map<std::string, std::string> ref_rules_;  // pointer -> rule
+  std::set<std::string> ref_busy_;                // refs being compiled
+  std::deque<Value> owned_;                       // merged schemas
+  int depth_ = 0;
+
+  [[noreturn]] void fail(const std::string& kw, const std::string& ptr, const std::string& what) {
+    throw Fail{kw + " at " + detail::pointer_text(ptr) + ": " + what};
+  }
+  // An unenforceable keyword: an error unless lenient.
+  void unenforceable(const std::string& kw, const std::string& ptr, const std::string& what) {
+    if (!opt_.lenient) fail(kw, ptr, what + " (lenient ignores it)");
+  }
+
+  std::string sp() const { return opt_.free_whitespace ? " ws " : " "; }
+  std::string comma() const { return opt_.free_whitespace ? "ws \",\" ws" : "\",\""; }
+
+  static bool constrains(const Value& s, const std::set<std::string>& except) {
+    for (auto& kv : s.obj)
+      if (!detail::is_annotation(kv.first) && !except.count(kv.first)) return true;
+    return false;
+  }
+
+  static std::string hint_of(const std::string& ptr) {
+    size_t p = ptr.rfind('/');
+    return detail::rule_hint(p == std::string::npos ? "root" : ptr.substr(p + 1));
+  }
+
+  struct Depth {
+    int& d;
+    explicit Depth(int& x, const std::string& ptr) : d(x) {
+      if (++d > 256) throw Fail{"schema at " + detail::pointer_text(ptr) + ": nesting deeper than 256"};
+    }
+    ~Depth() { d--; }
+  };
+
+  std::optional<std::string> visit(const Value& s, const std::string& ptr, const std::string& hint) {
+    Depth guard(depth_, ptr);
+    if (s.is_bool()) {
+      if (s.b) return j_.value();
+      return std::nullopt;
+    }
+    if (!s.is_object()) fail("schema", ptr, "must be an object or a boolean");
+    if (const Value* sc = s.find("$schema")) {
+      const bool ok = sc->is_string() && (sc->str == "https://json-schema.org/draft/2020-12/schema" ||
+                                           sc->str == "https://json-schema.org/draft/2020-12/schema#");
+      if (!ok) unenforceable("$schema", ptr, "only draft 2020-12 (https://json-schema.org/draft/2020-12/schema) is supported");
+    }
+    for (auto& kv : s.obj) {
+      if (detail::is_annotation(kv.first) || kSupported.count(kv.first)) continue;
+      unenforceable(kv.first, ptr, "not supported");
+    }
+    if (const Value* ref = s.find("$ref")) {
+      if (!ref->is_string()) fail("$ref", ptr, "must be a string");
+      if (constrains(s, {"$ref"}) || s.find("allOf")) return visit_merged(s, ptr, hint);
+      return visit_ref(ref->str, ptr);
+    }
+    if (s.find("allOf")) return visit_merged(s, ptr, hint);
+    if (s.find("anyOf")) return visit_alternatives(s, "anyOf", ptr, hint);
+    if (s.find("oneOf")) return visit_alternatives(s, "oneOf", ptr, hint);
+    int bits;
+    std::string err;
+    if (!detail::type_bits(s, bits, err)) fail("type", ptr, err);
+    if (s.find("const") || s.find("enum")) return visit_values(s, bits, ptr, hint);
+    std::vector<std::string> alts;
+    auto add = [&](std::optional<std::string> e) {
+      if (e) alts.push_back(*e);
+    };
+    if (bits & detail::kObject) add(visit_object(s, ptr, hint));
+    if (bits & detail::kArray) add(visit_array(s, ptr, hint));
+    if (bits & detail::kString) add(visit_string(s, ptr, hint));
+    if (bits & detail::kNumber) add(visit_number(s, false, ptr, hint));
+    else if (bits & detail::kInteger) add(visit_number(s, true, ptr, hint));
+    if (bits & detail::kBool) alts.push_back(j_.boolean());
+    if (bits & detail::kNull) alts.push_back("\"null\"");
+    if (alts.empty()) return std::nullopt;
+    if (alts.size() == 1) return alts[0];
+    std::string body;
+    for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+    return rules_.add(hint, body);
+  }
+
+  std::optional<std::string> visit_ref(const std::string& ref, const std::string& ptr) {
+    // A $ref below a nested $id resolves against that resource: refused.
+    {
+      const Value* cur = &root_;
+      size_t i = 0;
+      while (cur && i < ptr.size()) {
+        size_t j = ptr.find('/', i + 1);
+        if (j == std::string::npos) j = ptr.size();
+        std::string tok = ptr.substr(i + 1, j - i - 1), dec;
+        for (size_t k = 0; k < tok.size(); k++) {
+          if (tok[k] == '~' && k + 1 < tok.size()) dec += tok[++k] == '0' ? '~' : '/';
+          else dec += tok[k];
+        }
+        const Value* next = nullptr;
+        if (cur->is_object()) next = cur->find(dec);
+        else if (cur->is_array() && !dec.empty() && dec.find_first_not_of("0123456789") == std::string::npos &&
+                 dec.size() < 10 && std::stoul(dec) < cur->arr.size())
+          next = &cur->arr[std::stoul(dec)];
+        cur = next;
+        if (cur && cur->is_object() && cur->find("$id"))
+          fail("$ref", ptr, "inside a subschema with its own $id is not supported");
+        i = j;
+      }
+    }
+    std::string target_ptr, err;
+    const Value* target = detail::resolve_ref(root_, ref, target_ptr, err);
+    if (!target) fail("$ref", ptr, err);
+    auto it = ref_rules_.find(target_ptr);
+    if (it != ref_rules_.end()) {
+      if (it->second.empty()) return std::nullopt;
+      return it->second;
+    }
+    const std::string name = rules_.reserve("ref-" + hint_of(target_ptr.empty() ? "/root" : target_ptr));
+    ref_rules_[target_ptr] = name;
+    ref_busy_.insert(target_ptr);
+    auto e = visit(*target, target_ptr, hint_of(target_ptr));
+    ref_busy_.erase(target_ptr);
+    if (!e) {
+      // Nothing is valid there; a recursive use already named the rule.
+      rules_.define(name, "[^\\x00-\\U0010FFFF]");
+      ref_rules_[target_ptr] = "";
+      return std::nullopt;
+    }
+    rules_.define(name, *e);
+    return name;
+  }
+
+  std::optional<std::string> visit_merged(const Value& s, const std::string& ptr, const std::string& hint) {
+    if (const Value* all = s.find("allOf"); all && (!all->is_array() || all->arr.empty()))
+      fail("allOf", ptr, "must be a non-empty array");
+    Value merged;
+    std::string err;
+    if (!detail::merge_schemas(root_, {&s}, ptr, merged, err)) {
+      if (!opt_.lenient) throw Fail{err};
+      // lenient: the parts' first schema alone
+      const Value* all = s.find("allOf");
+      if (all) return visit(all->arr[0], detail::pointer_join(ptr, "allOf") + "/0", hint);
+      throw Fail{err};
+    }
+    owned_.push_back(std::move(merged));
+    return visit(owned_.back(), ptr, hint);
+  }
+
+  // anyOf / oneOf: alternatives, each merged with the schema's other
+  // keywords. oneOf's exclusivity is not enforced by the grammar: it
+  // compiles only when the alternatives are provably disjoint (by type,
+  // const/enum values, or a required key another alternative forbids or
+  // holds to a different const) — then anyOf is the same language — or
+  // when lenient (then the grammar may accept an instance valid under
+  // two alternatives).
+  std::optional<std::string> visit_alternatives(const Value& s, const char* kw, const std::string& ptr,
+                                                const std::string& hint) {
+    const Value* list = s.find(kw);
+    if (!list->is_array() || list->arr.empty()) fail(kw, ptr, "must be a non-empty array");
+    Value rest = s;
+    rest.obj.erase(std::remove_if(rest.obj.begin(), rest.obj.end(), [&](auto& kv) { return kv.first == kw; }),
+                   rest.obj.end());
+    const bool siblings = constrains(rest, {});
+    std::vector<const Value*> branches;
+    for (size_t i = 0; i < list->arr.size(); i++) {
+      const std::string bptr = detail::pointer_join(ptr, kw) + "/" + std::to_string(i);
+      if (!siblings) {
+        branches.push_back(&list->arr[i]);
+        continue;
+      }
+      Value merged;
+      std::string err;
+      if (!detail::merge_schemas(root_, {&rest, &list->arr[i]}, bptr, merged, err)) {
+        throw Fail{err + " (merging " + kw + " alternative " + detail::pointer_text(bptr) +
+                   " with its parent's keywords)"};
+      }
+      owned_.push_back(std::move(merged));
+      branches.push_back(&owned_.back());
+    }
+    if (std::string(kw) == "oneOf" && !opt_.lenient) {
+      for (size_t i = 0; i < branches.size(); i++)
+        for (size_t k = i + 1; k < branches.size(); k++)
+          if (!detail::provably_disjoint(root_, *branches[i], *branches[k]))
+            fail("oneOf", ptr,
+                 "alternatives " + std::to_string(i) + " and " + std::to_string(k) +
+                     " may overlap: exclusivity is not enforced (lenient compiles oneOf as anyOf)");
+    }
+    std::string body;
+    for (size_t i = 0; i < branches.size(); i++) {
+      const std::string bptr = detail::pointer_join(ptr, kw) + "/" + std::to_string(i);
+      auto e = visit(*branches[i], bptr, hint + "-" + std::to_string(i));
+      if (e) body += (body.empty() ? "" : " | ") + *e;
+    }
+    if (body.empty()) return std::nullopt;
+    return rules_.add(hint, body);
+  }
+
+  // A JSON value as GBNF: its compact text, or with free whitespace.
+  std::string literal(const Value& v) {
+    json::WriteOptions w;
+    w.canonical_numbers = true;
+    if (!opt_.free_whitespace || (v.kind != Kind::Array && v.kind != Kind::Object) ||
+        (v.arr.empty() && v.obj.empty()))
+      return detail::gbnf_literal(json::write(v, w));
+    std::string out;
+    if (v.kind == Kind::Array) {
+      out = "\"[\" ws";
+      for (size_t i = 0; i < v.arr.size(); i++) out += (i ? " " + comma() + " " : " ") + literal(v.arr[i]);
+      return out + " ws \"]\"";
+    }
+    out = "\"{\" ws";
+    for (size_t i = 0; i < v.obj.size(); i++)
+      out += (i ? " " + comma() + " " : " ") + detail::gbnf_literal(json::quote(v.obj[i].first)) + " ws \":\" ws " +
+             literal(v.obj[i].second);
+    return out + " ws \"}\"";
+  }
+
+  std::optional<std::string> visit_values(const Value& s, int bits, const std::string& ptr, const std::string& hint) {
+    for (auto& kv : s.obj)
+      if (!detail::is_annotation(kv.first) && kv.first != "type" && kv.first != "enum" && kv.first != "const" &&
+          kSupported.count(kv.first))
+        unenforceable(kv.first, ptr, "together with enum/const is not supported");
+    std::vector<const Value*> values;
+    const Value* c = s.find("const");
+    const Value* en = s.find("enum");
+    if (en && !en->is_array()) fail("enum", ptr, "must be an array");
+    if (c) values.push_back(c);
+    else
+      for (auto& v : en->arr) values.push_back(&v);
+    if (opt_.free_whitespace) j_.ws();
+    std::vector<const Value*> kept;
+    for (auto* v : values) {
+      if (c && en) {
+        bool in = false;
+        for (auto& e : en->arr) in = in || json::equal(*v, e);
+        if (!in) continue;
+      }
+      int vb = 0;
+      switch (v->kind) {
+        case Kind::Null: vb = detail::kNull; break;
+        case Kind::Bool: vb = detail::kBool; break;
+        case Kind::Object: vb = detail::kObject; break;
+        case Kind::Array: vb = detail::kArray; break;
+        case Kind::String: vb = detail::kString; break;
+        case Kind::Number: {
+          json::Decimal d;
+          vb = json::to_decimal(v->str, d) && d.is_integer() ? detail::kInteger : detail::kNumber;
+          break;
+        }
+      }
+      if (!(vb & bits)) continue;
+      bool dup = false;
+      for (auto* k : kept) dup = dup || json::equal(*k, *v);
+      if (!dup) kept.push_back(v);
+    }
+    if (kept.empty()) return std::nullopt;
+    std::string body;
+    for (auto* v : kept) body += (body.empty() ? "" : " | ") + literal(*v);
+    return rules_.add(hint + "-value", body);
+  }
+
+  // ---- numbers
+  std::optional<std::string> visit_number(const Value& s, bool integer, const std::string& ptr, const std::string& hint) {
+    std::optional<Bound> lo, hi;
+    auto take = [&](const char* kw, bool exclusive, std::optional<Bound>& b, bool lower) {
+      const Value* v = s.find(kw);
+      if (!v) return;
+      json::Decimal d;
+      if (!v->is_number() || !json::to_decimal(v->str, d)) fail(kw, ptr, "must be a number (within 400 digits)");
+      if (b) {
+        json::Decimal old;
+        json::to_decimal(b->text, old);
+        int c = json::compare(d, old);
+        bool tighter = lower ? (c > 0 || (c == 0 && exclusive)) : (c < 0 || (c == 0 && exclusive));
+        if (!tighter) return;
+      }
+      b = Bound{v->str, exclusive};
+    };
+    take("minimum", false, lo, true);
+    take("exclusiveMinimum", true, lo, true);
+    take("maximum", false, hi, false);
+    take("exclusiveMaximum", true, hi, false);
+    if (!lo && !hi) return integer ? j_.integer() : j_.number();
+    std::string err;
+    auto e = integer ? detail::integer_range(rules_, lo, hi, err) : detail::number_range(rules_, lo, hi, err);
+    if (!err.empty()) fail(lo ? "minimum" : "maximum", ptr, err);
+    (void)hint;
+    return e;
+  }
+
+  // ---- strings
+  std::optional<uint64_t> count_kw(const Value& s, const char* kw, const std::string& ptr) {
+    const Value* v = s.find(kw);
+    if (!v) return std::nullopt;
+    json::Decimal d;
+    if (!v->is_number() || !json::to_decimal(v->str, d) || !d.is_integer() || d.neg || d.ip.size() > 12)
+      fail(kw, ptr, "must be a non-negative integer (below 10^12)");
+    return std::stoull(d.ip);
+  }
+
+  std::optional<std::string> visit_string(const Value& s, const std::string& ptr, const std::string& hint) {
+    auto mn = count_kw(s, "minLength", ptr), mx = count_kw(s, "maxLength", ptr);
+    const Value* pat = s.find("pattern");
+    const Value* fmt = s.find("format");
+    if (pat && !pat->is_string()) fail("pattern", ptr, "must be a string");
+    if (fmt && !fmt->is_string()) fail("format", ptr, "must be a string");
+    std::optional<std::string> fexpr;
+    if (fmt) {
+      fexpr = detail::format_expr(rules_, fmt->str);
+      if (!fexpr) unenforceable("format", ptr, json::quote(fmt->str) + " is not supported");
+    }
+    const bool lengths = mn || mx;
+    if (fexpr && (pat || lengths)) unenforceable(pat ? "pattern" : (mn ? "minLength" : "maxLength"), ptr,
+                                                 "together with format is not supported");
+    if (!fexpr && pat && lengths)
+      unenforceable(mn ? "minLength" : "maxLength", ptr, "together with pattern is not supported");
+    const std::string q = "\"\\\"\"";
+    if (fexpr) return rules_.add(hint + "-" + detail::rule_hint(fmt->str), q + " " + *fexpr + " " + q);
+    if (pat) {
+      std::string err;
+      auto e = detail::regex_expr(pat->str, true, true, rules_, err);
+      if (!e) {
+        if (err == "regex matches nothing") return std::nullopt;
+        fail("pattern", ptr, err);
+      }
+      return rules_.add(hint + "-pattern", q + " " + group(*e) + " " + q);
+    }
+    if (!lengths) return j_.string();
+    const uint64_t lo = mn.value_or(0);
+    if (mx && *mx < lo) return std::nullopt;
+    return rules_.add(hint + "-string", q + " " + detail::repeat(j_.jchar(), lo, mx ? int64_t(*mx) : -1) + " " + q);
+  }
+
+  // ---- arrays
+  std::optional<std::string> visit_array(const Value& s, const std::string& ptr, const std::string& hint) {
+    const Value* prefix = s.find("prefixItems");
+    const Value* items = s.find("items");
+    if (prefix && (!prefix->is_array() || prefix->arr.empty())) fail("prefixItems", ptr, "must be a non-empty array");
+    if (items && items->is_array())
+      fail("items", ptr, "an array of schemas is draft-07's form; draft 2020-12 spells it prefixItems");
+    uint64_t mn = count_kw(s, "minItems", ptr).value_or(0);
+    int64_t mx = -1;
+    if (auto m = count_kw(s, "maxItems", ptr)) mx = int64_t(*m);
+    if (!prefix && !items && mn == 0 && mx < 0) return j_.array();
+    std::vector<std::string> pre;
+    if (prefix)
+      for (size_t i = 0; i < prefix->arr.size(); i++) {
+        auto e = visit(prefix->arr[i], detail::pointer_join(ptr, "prefixItems") + "/" + std::to_string(i),
+                       hint + "-" + std::to_string(i));
+        if (!e) {
+          if (mx < 0 || int64_t(i) < mx) mx = int64_t(i);
+          break;
+        }
+        pre.push_back(*e);
+      }
+    std::optional<std::string> item = j_.value();
+    if (items) item = visit(*items, detail::pointer_join(ptr, "items"), hint + "-item");
+    const int64_t k = int64_t(pre.size());
+    if (!item && (mx < 0 || mx > k) && (!prefix || int64_t(prefix->arr.size()) == k)) mx = k;
+    if (!item && mx > k) mx = k;
+    if (mx >= 0 && uint64_t(mx) < mn) return std::nullopt;
+    const std::string c = comma();
+    // elems(i): elements from index i on, i already written.
+    std::function<std::string(int64_t)> elems = [&](int64_t i) -> std::string {
+      if (mx >= 0 && i >= mx) return "";
+      if (i < k) {
+        std::string cur = (i ? c + " " : "") + pre[size_t(i)];
+        std::string next = elems(i + 1);
+        std::string both = next.empty() ? cur : cur + " " + next;
+        return uint64_t(i) >= mn ? "(" + both + ")?" : both;
+      }
+      if (!item) return "";
+      const uint64_t tmin = mn > uint64_t(i) ? mn - uint64_t(i) : 0;
+      const int64_t tmax = mx < 0 ? -1 : mx - i;
+      if (i > 0) return detail::repeat("(" + c + " " + *item + ")", tmin, tmax);
+      // the first element has no comma
+      std::string rest = detail::repeat("(" + c + " " + *item + ")", tmin ? tmin - 1 : 0, tmax < 0 ? -1 : tmax - 1);
+      std::string one = rest == "\"\"" ? *item : *item + " " + rest;
+      return tmin ? one : "(" + one + ")?";
+    };
+    std::string body = elems(0);
+    const std::string w = opt_.free_whitespace ? " ws " : " ";
+    return rules_.add(hint + "-array", "\"[\"" + w + (body.empty() ? "" : body + w) + "\"]\"");
+  }
+
+  // ---- objects
+  // Keys that are none of `known`: a trie over their canonical JSON text.
+  std::string other_key(const std::vector<std::string>& known) {
+    struct Node {
+      std::map<std::string, int> kids;
+      bool end = false;
+    };
+    std::vector<Node> t(1);
+    for (auto& k : known) {
+      std::string q = json::quote(k);
+      q = q.substr(1, q.size() - 2);
+      int n = 0;
+      for (size_t i = 0; i < q.size();) {
+        size_t len = 1;
+        unsigned char ch = static_cast<unsigned char>(q[i]);
+        if (ch == '\\') len = q[i + 1] == 'u' ? 6 : 2;
+        else if (ch >= 0x80) len = (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : 4;
+        std::string unit = q.substr(i, len);
+        i += len;
+        auto it = t[size_t(n)].kids.find(unit);
+        if (it == t[size_t(n)].kids.end()) {
+          t.push_back(Node());
+          int id = int(t.size()) - 1;
+          t[size_t(n)].kids[unit] = id;
+          n = id;
+        } else {
+          n = it->second;
+        }
+      }
+      t[size_t(n)].end = true;
+    }
+    const std::string jc = j_.jchar();
+    std::function<std::string(int)> rule = [&](int n) -> std::string {
+      const Node& node = t[size_t(n)];
+      std::vector<std::string> alts;
+      if (!node.end) alts.push_back("\"\"");
+      detail::Ranges plain = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+      std::string esc_excl;
+      for (auto& kv : node.kids) {
+        const std::string& u = kv.first;
+        if (u[0] == '\\') {
+          if (u[1] != 'u') esc_excl += u[1];
+          continue;
+        }
+        uint32_t cp = static_cast<unsigned char>(u[0]);
+        if (u.size() > 1) {
+          cp = u.size() == 2 ? (cp & 0x1F) : u.size() == 3 ? (cp & 0x0F) : (cp & 0x07);
+          for (size_t i = 1; i < u.size(); i++) cp = (cp << 6) | (static_cast<unsigned char>(u[i]) & 0x3F);
+        }
+        plain.push_back({cp, cp});
+      }
+      detail::normalise(plain);
+      std::string other = detail::gbnf_class(detail::complement(plain));
+      std::string esc_chars;
+      for (char e : std::string("\"\\/bfnrt"))
+        if (esc_excl.find(e) == std::string::npos) esc_chars += e == '"' ? "\\\"" : e == '\\' ? "\\\\" : std::string(1, e);
+      std::string esc = "\"\\\\\" (" + (esc_chars.empty() ? "" : "[" + esc_chars + "] | ") + "\"u\" [0-9a-fA-F]{4})";
+      alts.push_back("(" + other + " | " + esc + ") " + jc + "*");
+      for (auto& kv : node.kids) alts.push_back(detail::gbnf_literal(kv.first) + " " + rule(kv.second));
+      std::string body;
+      for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+      return rules_.add("other-key", body);
+    };
+    return rules_.add("other-key-string", "\"\\\"\" " + rule(0) + " \"\\\"\"");
+  }
+
+  std::optional<std::string> visit_object(const Value& s, const std::string& ptr, const std::string& hint) {
+    const Value* props = s.find("properties");
+    const Value* req = s.find("required");
+    const Value* ap = s.find("additionalProperties");
+    if (props && !props->is_object()) fail("properties", ptr, "must be an object");
+    std::vector<std::string> required;
+    if (req) {
+      if (!req->is_array()) fail("required", ptr, "must be an array of strings");
+      for (auto& r : req->arr) {
+        if (!r.is_string()) fail("required", ptr, "must be an array of strings");
+        if (std::find(required.begin(), required.end(), r.str) == required.end()) required.push_back(r.str);
+      }
+    }
+    if (!props && required.empty() && (!ap || (ap->is_bool() && ap->b))) return j_.object();
+    struct Member {
+      std::string key, expr;
+      bool required;
+    };
+    std::vector<Member> members;
+    std::vector<std::string> known;
+    // additionalProperties' grammar (nullopt: no extra keys)
+    std::optional<std::string> extra;
+    if (!ap) extra = j_.value();
+    else extra = visit(*ap, detail::pointer_join(ptr, "additionalProperties"), hint + "-additional");
+    auto is_req = [&](const std::string& k) {
+      return std::find(required.begin(), required.end(), k) != required.end();
+    };
+    if (props)
+      for (auto& kv : props->obj) {
+        known.push_back(kv.first);
+        auto e = visit(kv.second, detail::pointer_join(detail::pointer_join(ptr, "properties"), kv.first),
+                       hint + "-" + detail::rule_hint(kv.first));
+        if (!e) {
+          if (is_req(kv.first)) return std::nullopt;
+          continue;
+        }
+        members.push_back({kv.first, *e, is_req(kv.first)});
+      }
+    for (auto& r : required) {
+      if (props && props->find(r)) continue;
+      if (!extra) return std::nullopt;
+      known.push_back(r);
+      members.push_back({r, *extra, true});
+    }
+    const std::string w = opt_.free_whitespace ? " ws " : " ";
+    const std::string c = comma();
+    auto kv_of = [&](const std::string& key, const std::string& val) {
+      return detail::gbnf_literal(json::quote(key)) + w + "\":\"" + w + val;
+    };
+    std::string add_kv;
+    if (extra) add_kv = (known.empty() ? j_.string() : other_key(known)) + w + "\":\"" + w + *extra;
+    // after[i]: members i.. with a comma before each; first[i]: none
+    // written yet.
+    const size_t n = members.size();
+    std::vector<std::string> after(n + 1), first(n + 1);
+    after[n] = extra ? "(" + c + " " + add_kv + ")*" : "";
+    first[n] = extra ? "(" + add_kv + " (" + c + " " + add_kv + ")*)?" : "";
+    const std::string base = hint + "-obj";
+    for (size_t i = n; i-- > 0;) {
+      const std::string kv = kv_of(members[i].key, members[i].expr);
+      std::string a = members[i].required ? c + " " + kv : "(" + c + " " + kv + ")?";
+      if (!after[i + 1].empty()) a += " " + (i + 1 < n ? rules_.add(base + "-a", after[i + 1]) : after[i + 1]);
+      after[i] = a;
+      std::string f = kv + (after[i + 1].empty() ? "" : " " + (i + 1 < n ? rules_.add(base + "-a", after[i + 1]) : after[i + 1]));
+      if (!members[i].required && !first[i + 1].empty())
+        f = f + " | " + (i + 1 < n ? rules_.add(base + "-f", first[i + 1]) : group(first[i + 1]));
+      else if (!members[i].required)
+        f = "(" + f + ")?";
+      first[i] = f;
+    }
+    std::string body = first[0].empty() ? "" : group(first[0]) + w;
+    return rules_.add(base, "\"{\"" + w + body + "\"}\"");
+  }
+};
+
+}  // namespace
+
+bool json_schema_to_gbnf(std::string_view schema, const SchemaOptions& opt, std::string& gbnf, std::string& err) {
+  Value root;
+  std::string perr;
+  if (!json::parse(schema, root, perr)) {
+    err = "schema is not valid JSON: " + perr;
+    return false;
+  }
+  try {
+    Compiler c(root, opt);
+    std::string text = c.run();
+    // The GBNF parser refuses left recursion (a $ref cycle that writes
+    // nothing first): say so here.
+    std::string perr2;
+    if (!parse_gbnf(text, perr2)) {
+      err = "the schema's grammar is refused: " + perr2;
+      return false;
+    }
+    gbnf = std::move(text);
+    return true;
+  } catch (const Fail& f) {
+    err = f.msg;
+    return false;
+  }
+}
+
+}  // namespace clade::grammar
