@@ -120,7 +120,7 @@ void *lc_scratch(lua_State *L, size_t bytes) {
 
 int32_t lc_int32(lua_State *L, lua_Integer v, const char *what) {
   if (v < INT32_MIN || v > INT32_MAX)
-    lc_raise(L, CLADE_E_INVALID_ARG, "%s: %I is outside int32", what, (LUAI_UACINT)v);
+    lc_raise(L, CLADE_E_INVALID_ARG, "%s: %lld is outside int32", what, (long long)v);
   return (int32_t)v;
 }
 
@@ -139,8 +139,8 @@ clade_token *lc_token_array(lua_State *L, int idx, size_t *n, const char *what) 
       lc_raise(L, CLADE_E_INVALID_ARG, "%s: element %d is %s, not a token id", what,
                (int)i + 1, luaL_typename(L, -1));
     if (v < INT32_MIN || v > INT32_MAX)
-      lc_raise(L, CLADE_E_TOKEN, "%s: element %d (%I) is not a token id", what, (int)i + 1,
-               (LUAI_UACINT)v);
+      lc_raise(L, CLADE_E_TOKEN, "%s: element %d (%lld) is not a token id", what, (int)i + 1,
+               (long long)v);
     t[i] = (clade_token)v;
     lua_pop(L, 1);
   }

@@ -108,7 +108,7 @@ static int sampler_tostring(lua_State *L) {
 }
 
 static uint64_t stream_arg(lua_State *L, lua_Integer v) {
-  if (v < 0) lc_raise(L, CLADE_E_INVALID_ARG, "stream: %I is negative", (LUAI_UACINT)v);
+  if (v < 0) lc_raise(L, CLADE_E_INVALID_ARG, "stream: %lld is negative", (long long)v);
   return (uint64_t)v;
 }
 

@@ -270,7 +270,7 @@ int lc_tree_generator(lua_State *L) {
   s->first_stream = o.gp.first_stream;
   s->n_stop_tokens = o.gp.n_stop_tokens;
   s->stop_tokens = xcalloc(L, s->n_stop_tokens, sizeof(clade_token));
-  memcpy(s->stop_tokens, o.gp.stop_tokens, s->n_stop_tokens * sizeof(clade_token));
+  if (s->n_stop_tokens) memcpy(s->stop_tokens, o.gp.stop_tokens, s->n_stop_tokens * sizeof(clade_token));
   s->stops = xcalloc(L, o.gp.n_stop_strings, sizeof(char *));
   s->stop_len = xcalloc(L, o.gp.n_stop_strings, sizeof(size_t));
   for (size_t j = 0; j < o.gp.n_stop_strings; j++) {

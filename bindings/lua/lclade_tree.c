@@ -84,7 +84,7 @@ int lc_tree_new(lua_State *L) {
   p.flags = (uint32_t)lc_opt_integer(L, 2, "flags", p.flags);
   if (lc_opt_bool(L, 2, "prefix_cache", 0)) p.flags |= CLADE_TREE_PREFIX_CACHE;
   lua_Integer budget = lc_opt_integer(L, 2, "kv_budget", 0);
-  if (budget < 0) lc_raise(L, CLADE_E_INVALID_ARG, "kv_budget: %I is negative", (LUAI_UACINT)budget);
+  if (budget < 0) lc_raise(L, CLADE_E_INVALID_ARG, "kv_budget: %lld is negative", (long long)budget);
   p.kv_budget = (uint64_t)budget;
   lc_tree *t = lc_new_handle(L, sizeof *t, LC_TREE, 3);
   lua_pushvalue(L, 1);
@@ -177,7 +177,7 @@ static int tree_append_prefix(lua_State *L) {
    the same append_batch call. */
 static int l_item(lua_State *L) {
   lua_Integer k = luaL_checkinteger(L, 1);
-  if (k < 1 || k > (1 << 24)) lc_raise(L, CLADE_E_INVALID_ARG, "clade.item: %I is not an item index", (LUAI_UACINT)k);
+  if (k < 1 || k > (1 << 24)) lc_raise(L, CLADE_E_INVALID_ARG, "clade.item: %lld is not an item index", (long long)k);
   lua_pushinteger(L, CLADE_ITEM_NODE(k - 1));
   return 1;
 }
@@ -287,7 +287,7 @@ static int tree_kv_used(lua_State *L) {
 
 static uint64_t bytes_arg(lua_State *L, int idx) {
   lua_Integer b = luaL_checkinteger(L, idx);
-  if (b < 0) lc_raise(L, CLADE_E_INVALID_ARG, "bytes: %I is negative", (LUAI_UACINT)b);
+  if (b < 0) lc_raise(L, CLADE_E_INVALID_ARG, "bytes: %lld is negative", (long long)b);
   return (uint64_t)b;
 }
 
