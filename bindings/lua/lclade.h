@@ -35,6 +35,7 @@ typedef struct lc_model {
 typedef struct lc_tree {
   clade_tree *h;
   int32_t n_vocab;
+  uint32_t flags;     /* clade_tree_params.flags */
   int busy;           /* > 0 during a generation: callbacks may not use it */
   lua_State *L;       /* the state of the call that may run the abort */
   int self_idx;       /* the tree userdata's stack index in that call */

@@ -209,7 +209,9 @@ static void take_token(lua_State *L, lc_stream *s, size_t k, clade_token tok) {
   }
   give(L, s, k, tok, release_text(L, s, k, piece, n, 0));
   if (q->cut) finish_seq(L, s, k, CLADE_FINISH_STOP_STRING);
-  else if (q->n_out >= s->max_new || q->n_hist >= (size_t)s->n_ctx) finish_seq(L, s, k, CLADE_FINISH_LENGTH);
+  /* the token's position is n_hist - 1: past the context the sequence ends */
+  else if (q->n_out >= s->max_new || (s->n_ctx > 0 && q->n_hist > (size_t)s->n_ctx))
+    finish_seq(L, s, k, CLADE_FINISH_LENGTH);
 }
 
 static int sample_into(lua_State *L, lc_stream *s, size_t k, const float *row) {
@@ -264,7 +266,8 @@ int lc_tree_generator(lua_State *L) {
   lua_setiuservalue(L, 5, 1);
   s->tree = t;
   s->model = m->h;
-  s->n_vocab = m->n_vocab, s->n_ctx = m->n_ctx;
+  s->n_vocab = m->n_vocab;
+  s->n_ctx = (t->flags & CLADE_TREE_ALLOW_LONG_CONTEXT) ? 0 : m->n_ctx;
   s->max_new = o.gp.max_new_tokens;
   s->ignore_eog = o.gp.ignore_eog;
   s->first_stream = o.gp.first_stream;

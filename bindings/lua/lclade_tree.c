@@ -90,6 +90,7 @@ int lc_tree_new(lua_State *L) {
   lua_pushvalue(L, 1);
   lua_setiuservalue(L, -2, 1);
   t->n_vocab = m->n_vocab;
+  t->flags = p.flags;
   LC_CHECK(L, clade_tree_create(m->h, &p, &t->h));
   return 1;
 }

@@ -91,6 +91,7 @@ local function random_model(name, ...)
 end
 local small = random_model("small.gguf", "--vocab 300 --type f32 --seed 7")
 local draft_path = random_model("draft.gguf", "--vocab 300 --type f32 --seed 8")
+local short_ctx = random_model("short.gguf", "--vocab 300 --type f32 --seed 9 --ctx 32")
 local spm = random_model("spm.gguf", "--type f32 --seed 7 --vocab-from '" .. VOCAB .. "' --chat-template chatml")
 local m = clade.load(small, {n_threads = 1})
 local ms = clade.load(spm, {n_threads = 1})
@@ -465,6 +466,18 @@ test("generator: token iterator, coroutines", function()
     return out
   end
   list_eq(sampled(), sampled(), "seeded")
+  -- the end of the context, as clade_generate
+  local short <close> = clade.load(short_ctx, {n_threads = 1})
+  local st <close> = short:tree()
+  local sw = st:generate(range(1, 20), {max_new_tokens = 40, temperature = 0, ignore_eog = true})[1]
+  eq(sw.finish, "length", "context end")
+  check(#sw.tokens < 40, "ended by the context")
+  local sg = {}
+  for tok in st:generator(range(1, 20), {max_new_tokens = 40, temperature = 0, ignore_eog = true}):tokens() do
+    sg[#sg + 1] = tok
+  end
+  list_eq(sg, sw.tokens, "iterator at the context's end")
+  raises("CONTEXT_FULL", st.append, st, 0, range(1, 40))
   raises("E_INVALID_ARG", t.generator, t, {1}, {callback = print})
   raises("E_INVALID_ARG", t.generator, t, {1}, {samples = 0})
   raises("E_TOKEN", t.generator, t, {1, 300})
@@ -613,6 +626,9 @@ test("bad input", function()
   check(not pcall(m.tree(m).append, m, 0, {1}), "a model as tree")
   raises("E_INVALID_ARG", m.tree(m).append, m:tree(), 2 ^ 40, {1})
   raises("E_INVALID_ARG", m.tree(m).set_kv_budget, m:tree(), -1)
+  local bt <close> = m:tree({kv_budget = 1024})
+  raises("KV_BUDGET", bt.append, bt, 0, range(1, 50))
+  eq(bt:kv_used(), 0, "nothing held after KV_BUDGET")
   raises("E_INVALID_ARG", clade.chat_apply, {"not a message"}, "chatml")
 end)
 
