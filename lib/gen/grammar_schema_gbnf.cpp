@@ -266,7 +266,7 @@ std::string JsonRules::number() {
                    "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
 }
 
-std::string JsonRules::integer() { return rules.add("integer", "\"-\"? (\"0\" | [1-9] [0-9]*)"); }
+std::string JsonRules::integer() { return rules.add("integer", "\"0\" | \"-\"? [1-9] [0-9]*"); }
 
 std::string JsonRules::boolean() { return rules.add("boolean", "\"true\" | \"false\""); }
 

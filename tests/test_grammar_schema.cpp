@@ -1,0 +1,401 @@
+// The JSON Schema, regex and any-JSON compilers (lib/gen/grammar_schema.h)
+// judged through the grammar engine: each keyword, object key order and
+// extra keys, recursion, integer bounds at the int64 extremes and random
+// ranges against exact arithmetic, number bounds, formats, free
+// whitespace, regexes, and errors that name the keyword and its pointer.
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "check.h"
+#include "gen/grammar.h"
+#include "gen/grammar_schema.h"
+#include "gen/json.h"
+
+using namespace clade::grammar;
+
+namespace {
+
+std::shared_ptr<const Grammar> compile(const std::string& schema, bool free_ws = false, bool lenient = false) {
+  std::string gbnf, err;
+  SchemaOptions o;
+  o.free_whitespace = free_ws;
+  o.lenient = lenient;
+  if (!json_schema_to_gbnf(schema, o, gbnf, err)) {
+    std::fprintf(stderr, "schema %s: %s\n", schema.c_str(), err.c_str());
+    return nullptr;
+  }
+  auto g = parse_gbnf(gbnf, err);
+  if (!g) std::fprintf(stderr, "schema %s: GBNF refused: %s\n%s\n", schema.c_str(), err.c_str(), gbnf.c_str());
+  return g;
+}
+
+// Each instance of `yes` accepted and of `no` refused.
+void judge(const std::string& schema, std::initializer_list<const char*> yes, std::initializer_list<const char*> no,
+           bool free_ws = false) {
+  auto g = compile(schema, free_ws);
+  CHECK_MSG(g != nullptr, "%s", schema.c_str());
+  if (!g) return;
+  for (const char* y : yes) CHECK_MSG(accepts(*g, y), "%s should accept %s", schema.c_str(), y);
+  for (const char* n : no) CHECK_MSG(!accepts(*g, n), "%s should refuse %s", schema.c_str(), n);
+}
+
+// Compiling fails with an error holding every one of `parts`.
+void refused(const std::string& schema, std::initializer_list<const char*> parts, bool lenient = false) {
+  std::string gbnf, err;
+  SchemaOptions o;
+  o.lenient = lenient;
+  const bool ok = json_schema_to_gbnf(schema, o, gbnf, err);
+  CHECK_MSG(!ok, "%s should be refused", schema.c_str());
+  for (const char* p : parts)
+    CHECK_MSG(err.find(p) != std::string::npos, "%s: error '%s' lacks '%s'", schema.c_str(), err.c_str(), p);
+}
+
+void objects() {
+  const std::string s =
+      R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name"],"additionalProperties":false})";
+  judge(s, {R"({"name":"a"})", R"({"name":"a","age":3})", R"({"name":"a","tags":[]})", R"({"name":"a","age":3,"tags":["x","y"]})"},
+        {"{}", R"({"age":3})", R"({"age":3,"name":"a"})", R"({"name":"a","x":1})", R"({"name":"a",})", R"({"name":1})",
+         R"({ "name":"a"})", R"({"name":"a","name":"b"})"});
+  // additionalProperties absent (true): extra keys after the known ones,
+  // never spelling a known key again
+  judge(R"({"properties":{"a":{"type":"integer"},"ab":{"type":"boolean"}}})",
+        {"{}", R"({"a":1})", R"({"ab":true})", R"({"a":1,"ab":false})", R"({"x":null})", R"({"a":1,"abc":[1]})",
+         R"({"a":1,"b":2,"c":{}})", R"({"":0})", "3", R"("s")"},
+        {R"({"a":"x"})", R"({"a":1,"a":2})", R"({"ab":true,"ab":true})", R"({"x":1,"a":1})", R"({"a":1,"ab":1})"});
+  // additionalProperties as a schema; required keys not in properties
+  judge(R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id","extra"],"additionalProperties":{"type":"string"}})",
+        {R"({"id":1,"extra":"e"})", R"({"id":1,"extra":"e","more":"m"})"},
+        {R"({"id":1})", R"({"id":1,"extra":2})", R"({"id":1,"extra":"e","more":2})"});
+  // keys JSON must escape
+  judge(R"({"type":"object","properties":{"q\"uote":{"const":1},"back\\slash":{"const":2},"new\nline":{"const":3},"é\u0001":{"const":4}},"additionalProperties":false})",
+        {R"({"q\"uote":1})", R"({"back\\slash":2})", R"({"new\nline":3})", R"({"é\u0001":4})",
+         R"({"q\"uote":1,"back\\slash":2,"new\nline":3,"é\u0001":4})"},
+        {R"({"q\"uote":2})", R"({"quote":1})"});
+  // optional members in order, commas right
+  judge(R"({"type":"object","properties":{"a":{"const":1},"b":{"const":2},"c":{"const":3}},"additionalProperties":false})",
+        {"{}", R"({"a":1})", R"({"b":2})", R"({"c":3})", R"({"a":1,"c":3})", R"({"b":2,"c":3})", R"({"a":1,"b":2,"c":3})"},
+        {R"({,"b":2})", R"({"a":1,})", R"({"a":1"b":2})", R"({"c":3,"a":1})"});
+  // a property that is false may not appear; a required false one: nothing
+  judge(R"({"properties":{"a":false,"b":{}},"type":"object"})", {"{}", R"({"b":1})", R"({"c":1})"}, {R"({"a":1})"});
+  refused(R"({"properties":{"a":false},"required":["a"],"type":"object"})", {"admits no instance"});
+  judge(R"({"type":"object"})", {"{}", R"({"a":[1,{"b":null}]})"}, {"[]", "1"});
+}
+
+void strings() {
+  judge(R"({"type":"string","minLength":2,"maxLength":3})", {R"("ab")", R"("abc")", R"("éé")", R"("😀😀😀")", R"("\n\"")"},
+        {R"("a")", R"("abcd")", R"("😀")", "12"});
+  // large counts (split below the parser's repetition limit)
+  {
+    auto g = compile(R"({"type":"string","minLength":2500,"maxLength":5000})");
+    CHECK(g != nullptr);
+    if (g) {
+      CHECK(accepts(*g, "\"" + std::string(2500, 'x') + "\""));
+      CHECK(accepts(*g, "\"" + std::string(3777, 'x') + "\""));
+      CHECK(accepts(*g, "\"" + std::string(5000, 'x') + "\""));
+      CHECK(!accepts(*g, "\"" + std::string(2499, 'x') + "\""));
+      CHECK(!accepts(*g, "\"" + std::string(5001, 'x') + "\""));
+    }
+  }
+  // pattern: unanchored unless anchored; JSON escapes inside
+  judge(R"({"type":"string","pattern":"a+b"})", {R"("ab")", R"("xxaabyy")"}, {R"("ba")", R"("")"});
+  judge(R"({"type":"string","pattern":"^a+b$"})", {R"("ab")", R"("aaab")"}, {R"("xab")", R"("abx")"});
+  judge(R"({"type":"string","pattern":"^[0-9]{3}-\\d{2}$"})", {R"("123-45")"}, {R"("12-345")", R"("123-4")"});
+  judge(R"({"type":"string","pattern":"^say \"(hi|bye)\"\\\\$"})", {R"("say \"hi\"\\")", R"("say \"bye\"\\")"},
+        {R"("say "hi"\")", R"("say \"yo\"\\")"});
+  judge(R"({"type":"string","pattern":"^[^a]$"})", {R"("b")", R"("\"")", R"("\\")", R"("\n")", R"("\u0001")"},
+        {R"("a")", R"("")", R"("bb")"});
+  judge(R"({"type":"string","pattern":"^.$"})", {R"("x")", R"("é")"}, {R"("\n")", R"("\r")"});
+  refused(R"({"type":"string","pattern":"(a)\\1"})", {"pattern at #", "backreference", "column 4"});
+  refused(R"j({"type":"string","pattern":"a(?=b)"})j", {"pattern at #", "lookahead", "column 2"});
+  refused(R"({"type":"string","pattern":"a","minLength":3})", {"minLength at #", "pattern"});
+}
+
+std::string i128_text(__int128 v) {
+  if (v == 0) return "0";
+  bool neg = v < 0;
+  unsigned __int128 m = neg ? (unsigned __int128)(-(v + 1)) + 1 : (unsigned __int128)v;
+  std::string s;
+  while (m) {
+    s.insert(s.begin(), char('0' + int(m % 10)));
+    m /= 10;
+  }
+  return neg ? "-" + s : s;
+}
+
+void integers() {
+  judge(R"({"type":"integer"})", {"0", "-1", "123456789012345678901234567890"}, {"-0", "01", "1.5", "1e3", "\"1\""});
+  judge(R"({"type":"integer","minimum":-9223372036854775808,"maximum":9223372036854775807})",
+        {"-9223372036854775808", "9223372036854775807", "0", "-1", "1000000000000000000"},
+        {"-9223372036854775809", "9223372036854775808", "10000000000000000000", "-10000000000000000000"});
+  judge(R"({"type":"integer","exclusiveMinimum":-9223372036854775808,"exclusiveMaximum":9223372036854775807})",
+        {"-9223372036854775807", "9223372036854775806"}, {"-9223372036854775808", "9223372036854775807"});
+  judge(R"({"type":"integer","minimum":-100,"maximum":-5})", {"-100", "-5", "-55", "-99"}, {"-4", "-101", "0", "5"});
+  judge(R"({"type":"integer","minimum":1.5,"exclusiveMaximum":4.0})", {"2", "3"}, {"1", "4"});
+  judge(R"({"type":"integer","minimum":10})", {"10", "11", "99", "100", "123456789012345678901234567890"}, {"9", "0", "-10"});
+  judge(R"({"type":"integer","maximum":-10})", {"-10", "-11", "-1000000000000000000000"}, {"-9", "0", "10"});
+  // random ranges against exact arithmetic
+  std::mt19937_64 rng(43);
+  int cases = 0;
+  for (int round = 0; round < 300; round++) {
+    const int64_t scale = int64_t(1) << (rng() % 62);
+    __int128 lo = (__int128)(int64_t(rng() % uint64_t(2 * scale + 1)) - scale);
+    __int128 hi = lo + (__int128)(rng() % 3000);
+    if (round % 7 == 0) {
+      lo = (__int128)INT64_MIN + (__int128)(rng() % 50);
+      hi = (__int128)INT64_MAX - (__int128)(rng() % 50);
+    }
+    const bool exlo = rng() % 2, exhi = rng() % 2;
+    std::string schema = std::string(R"({"type":"integer",")") + (exlo ? "exclusiveMinimum" : "minimum") + "\":" +
+                         i128_text(lo) + ",\"" + (exhi ? "exclusiveMaximum" : "maximum") + "\":" + i128_text(hi) + "}";
+    std::string gbnf, err;
+    if (!json_schema_to_gbnf(schema, SchemaOptions(), gbnf, err)) {
+      // empty ranges only
+      CHECK_MSG(lo + exlo > hi - exhi, "%s: %s", schema.c_str(), err.c_str());
+      continue;
+    }
+    auto g = parse_gbnf(gbnf, err);
+    CHECK_MSG(g != nullptr, "%s", err.c_str());
+    if (!g) continue;
+    auto probe = [&](__int128 v) {
+      const bool truth = (exlo ? v > lo : v >= lo) && (exhi ? v < hi : v <= hi);
+      CHECK_MSG(accepts(*g, i128_text(v)) == truth, "%s on %s", schema.c_str(), i128_text(v).c_str());
+      cases++;
+    };
+    for (int k = -3; k <= 3; k++) probe(lo + k), probe(hi + k);
+    for (int k = 0; k < 20; k++) probe(lo + (__int128)(rng() % uint64_t(hi - lo + 1)));
+    probe(-lo), probe(-hi), probe(0), probe(lo * 10), probe(hi * 10);
+  }
+  std::printf("integer ranges: %d values judged against exact arithmetic\n", cases);
+}
+
+void numbers() {
+  judge(R"({"type":"number"})", {"0", "-0.5", "1e10", "1.5E-3", "-0"}, {"01", ".5", "1.", "+1", "NaN"});
+  judge(R"({"type":"number","minimum":0,"exclusiveMaximum":1})", {"0", "0.5", "0.999", "0.0", "0.000"},
+        {"1", "1.0", "-0.1", "-1", "1.5"});
+  judge(R"({"type":"number","minimum":-2.5,"maximum":3.25})", {"-2.5", "-2.49", "-2", "0", "3", "3.25", "3.2", "3.249"},
+        {"-2.51", "-3", "3.26", "3.3", "4", "-2.500001"});
+  judge(R"({"type":"number","exclusiveMinimum":1.1})", {"1.11", "1.2", "2", "100.5"}, {"1.1", "1.0", "1", "0.9", "-5"});
+  judge(R"({"type":"number","exclusiveMaximum":-0.05})", {"-0.051", "-1", "-100.25"}, {"-0.05", "0", "-0.049", "1"});
+  // a grid of decimals against exact comparisons (in thousandths)
+  const char* bounds[] = {"-2.5", "-1", "0", "0.125", "1", "7.75", "12"};
+  int cases = 0;
+  for (const char* a : bounds)
+    for (const char* b : bounds)
+      for (int ex = 0; ex < 4; ex++) {
+        json::Decimal da, db;
+        json::to_decimal(a, da);
+        json::to_decimal(b, db);
+        if (json::compare(da, db) > 0) continue;
+        const bool exa = ex & 1, exb = ex & 2;
+        std::string schema = std::string(R"({"type":"number",")") + (exa ? "exclusiveMinimum" : "minimum") + "\":" + a +
+                             ",\"" + (exb ? "exclusiveMaximum" : "maximum") + "\":" + b + "}";
+        std::string gbnf, err;
+        if (!json_schema_to_gbnf(schema, SchemaOptions(), gbnf, err)) {
+          CHECK_MSG(json::compare(da, db) == 0 && (exa || exb), "%s: %s", schema.c_str(), err.c_str());
+          continue;
+        }
+        auto g = parse_gbnf(gbnf, err);
+        CHECK(g != nullptr);
+        if (!g) continue;
+        for (int t = -14000; t <= 14000; t += 125) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%s%d.%03d", t < 0 ? "-" : "", std::abs(t) / 1000, std::abs(t) % 1000);
+          json::Decimal dv;
+          json::to_decimal(text, dv);
+          const int ca = json::compare(dv, da), cb = json::compare(dv, db);
+          const bool truth = (exa ? ca > 0 : ca >= 0) && (exb ? cb < 0 : cb <= 0);
+          json::Value v;
+          v.kind = json::Kind::Number;
+          v.str = text;
+          json::WriteOptions w;
+          w.canonical_numbers = true;
+          const std::string canon = json::write(v, w);
+          CHECK_MSG(accepts(*g, canon) == truth, "%s on %s", schema.c_str(), canon.c_str());
+          cases++;
+        }
+      }
+  std::printf("number ranges: %d values judged against exact comparisons\n", cases);
+  refused(R"({"type":"number","multipleOf":0.5})", {"multipleOf at #"});
+}
+
+void arrays() {
+  judge(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})", {"[1]", "[1,2]", "[1,2,3]"},
+        {"[]", "[1,2,3,4]", "[1,]", "[\"a\"]", "[ 1]"});
+  judge(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":false})",
+        {"[]", R"(["a"])", R"(["a",1])"}, {R"([1])", R"(["a",1,2])", R"(["a","b"])"});
+  judge(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],"items":{"type":"boolean"},"minItems":3})",
+        {R"(["a",1,true])", R"(["a",1,true,false])"}, {R"(["a",1])", R"(["a",1,2])"});
+  judge(R"({"type":"array","prefixItems":[{"const":1}],"maxItems":2})", {"[]", "[1]", "[1,\"x\"]"}, {"[2]", "[1,2,3]"});
+  judge(R"({"type":"array","maxItems":0})", {"[]"}, {"[1]"});
+  refused(R"({"type":"array","items":[{"type":"string"}]})", {"items at #", "prefixItems"});
+  refused(R"({"properties":{"tags":{"type":"array","uniqueItems":true}}})", {"uniqueItems at #/properties/tags"});
+}
+
+void values_and_combinators() {
+  judge(R"({"enum":["a",1,null,{"k":[1,2]},[true],"q\""]})", {R"("a")", "1", "null", R"({"k":[1,2]})", "[true]", R"("q\"")"},
+        {R"("b")", "2", "true", R"({"k":[1]})", "[ true]", "1.0" /* numbers in canonical form only */});
+  judge(R"({"enum":[{"k":[1,2]},[true]]})", {R"({ "k" : [ 1 , 2 ] })", "[\n  true\n]", R"({"k":[1,2]})"}, {R"({"k":[1]})"},
+        true);
+  judge(R"({"const":{"a":"b"}})", {R"({"a":"b"})"}, {R"({"a":"c"})", "{}"});
+  judge(R"({"type":["string","null"],"enum":["x",null,3]})", {R"("x")", "null"}, {"3"});
+  refused(R"({"enum":[1,2],"minimum":2})", {"minimum at #", "enum"});
+  judge(R"({"anyOf":[{"type":"string","maxLength":1},{"type":"integer","minimum":5}]})", {R"("a")", "5", "99"},
+        {R"("ab")", "4", "null"});
+  judge(R"({"oneOf":[{"type":"string"},{"type":"integer"}]})", {R"("a")", "5"}, {"1.5", "null"});
+  judge(R"({"oneOf":[{"properties":{"kind":{"const":"a"},"x":{"type":"integer"}},"required":["kind"],"type":"object"},{"properties":{"kind":{"const":"b"}},"required":["kind"],"type":"object"}]})",
+        {R"({"kind":"a","x":1})", R"({"kind":"b"})"}, {R"({"kind":"c"})", R"({"kind":"a","x":"s"})"});
+  refused(R"({"oneOf":[{"type":"string"},{"minLength":3}]})", {"oneOf at #", "alternatives 0 and 1", "exclusivity"});
+  CHECK(compile(R"({"oneOf":[{"type":"string"},{"minLength":3}]})", false, true) != nullptr);
+  judge(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"a":{"minimum":3},"b":{"type":"string"}},"required":["b"]}]})",
+        {R"({"a":3,"b":"x"})", R"({"a":7,"b":""})"}, {R"({"a":2,"b":"x"})", R"({"a":3})", R"({"b":"x"})"});
+  refused(R"({"allOf":[{"type":"string"},{"type":"integer"}]})", {"admits no instance"});
+  refused(R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})", {"allOf at #", "pattern"});
+  judge(R"({"type":["integer","boolean"]})", {"1", "true"}, {"1.5", "null", "\"a\""});
+  judge("{}", {"1", "null", R"({"a":[1,"x",{"b":false}]})", "-2.5e3"}, {"", "nul", "[1,]"});
+  judge("true", {"[]"}, {"x"});
+  refused("false", {"admits no instance"});
+  refused(R"({"type":"strin"})", {"type at #", "strin"});
+  refused(R"({"properties":{"a":{"patternProperties":{"x":{}}}}})", {"patternProperties at #/properties/a"});
+  refused(R"({"if":{"type":"string"},"then":{"minLength":1}})", {"at #", "not supported"});
+  refused(R"({"not":{"type":"string"}})", {"not at #"});
+  refused(R"({"type":"object","minProperties":1})", {"minProperties at #"});
+  refused(R"({"type":"array","contains":{"const":1}})", {"contains at #"});
+  refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
+  CHECK(compile(R"({"type":"integer","multipleOf":2})", false, true) != nullptr);  // lenient ignores it
+  // annotations are ignored
+  judge(R"({"title":"t","description":"d","examples":[1],"$comment":"c","default":1,"deprecated":true,"readOnly":true,"writeOnly":false,"$id":"http://x/y","$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer"})",
+        {"1"}, {"\"1\""});
+}
+
+void refs() {
+  const std::string tree =
+      R"({"$defs":{"node":{"type":"object","properties":{"value":{"type":"integer"},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["value"],"additionalProperties":false}},"$ref":"#/$defs/node"})";
+  judge(tree, {R"({"value":1})", R"({"value":1,"children":[{"value":2,"children":[{"value":3,"children":[]}]},{"value":4}]})"},
+        {R"({"value":1,"children":[{"children":[]}]})", R"({"value":"x"})"});
+  judge(R"({"type":"object","properties":{"next":{"$ref":"#"},"v":{"type":"integer"}},"additionalProperties":false})",
+        {"{}", R"({"next":{"next":{"v":3}}})"}, {R"({"next":{"w":1}})"});
+  judge(R"({"definitions":{"a~b/c":{"type":"integer"}},"properties":{"x":{"$ref":"#/definitions/a~0b~1c"}}})",
+        {R"({"x":1})"}, {R"({"x":"s"})"});
+  judge(R"({"properties":{"a":{"type":"string"},"b":{"$ref":"#/properties/a"}}})", {R"({"a":"x","b":"y"})"},
+        {R"({"b":1})"});
+  judge(R"({"$defs":{"i":{"$anchor":"int","type":"integer"}},"items":{"$ref":"#int"},"type":"array"})", {"[1,2]"}, {"[\"a\"]"});
+  refused(R"({"$ref":"http://example.com/s.json"})", {"$ref at #", "not local"});
+  refused(R"({"$ref":"#/$defs/missing"})", {"$ref at #", "no such location"});
+  refused(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"left recursion"});
+}
+
+void formats() {
+  judge(R"({"type":"string","format":"date"})", {R"("2020-02-29")", R"("2000-02-29")", R"("2021-12-31")", R"("1900-02-28")"},
+        {R"("2021-02-29")", R"("1900-02-29")", R"("2021-04-31")", R"("2021-13-01")", R"("2021-1-01")"});
+  judge(R"({"type":"string","format":"time"})",
+        {R"("08:30:06Z")", R"("23:59:60Z")", R"("15:59:60-08:00")", R"("08:30:06.5+01:30")", R"("01:29:60+01:30")"},
+        {R"("24:00:00Z")", R"("22:59:60Z")", R"("08:30:06")", R"("08:30:06+1:00")"});
+  judge(R"({"type":"string","format":"date-time"})", {R"("2020-01-01T00:00:00Z")", R"("1998-12-31t23:59:60z")"},
+        {R"("2020-01-01 00:00:00Z")", R"("2020-02-30T00:00:00Z")"});
+  judge(R"({"type":"string","format":"uuid"})", {R"("2eb8aa08-AA98-11ea-b4aa-73b441d16380")"},
+        {R"("2eb8aa08aa9811eab4aa73b441d16380")", R"("2eb8aa08-aa98-11ea-b4aa-73b441d1638")"});
+  judge(R"({"type":"string","format":"email"})", {R"("a.b@example.com")", R"("\"a b\"@x.org")", R"("x@[127.0.0.1]")", R"("x@[IPv6:::1]")"},
+        {R"("a..b@example.com")", R"("@x.org")", R"("a@")", R"("a b@x.org")"});
+  judge(R"({"type":"string","format":"ipv4"})", {R"("0.0.0.0")", R"("255.255.255.255")", R"("10.2.30.4")"},
+        {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.1.1")"});
+  refused(R"({"type":"string","format":"hostname"})", {"format at #", "hostname"});
+  CHECK(compile(R"({"type":"string","format":"hostname"})", false, true) != nullptr);
+}
+
+void whitespace() {
+  const std::string s = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}},"b":{"type":"string"}},"required":["a"]})";
+  judge(s, {"{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": \"x\"\n}", R"({"a":[]})", R"({ "a" : [ ] , "c" : { } })"},
+        {"{\"a\": [1 2]}", " {\"a\":[]}"}, true);
+  judge(s, {R"({"a":[1,2],"b":"x"})"}, {"{\"a\": [1]}", "{\"a\":[1], \"b\":\"x\"}"}, false);
+}
+
+void regexes() {
+  auto re = [](const std::string& r, std::initializer_list<const char*> yes, std::initializer_list<const char*> no) {
+    std::string gbnf, err;
+    CHECK_MSG(regex_to_gbnf(r, gbnf, err), "%s: %s", r.c_str(), err.c_str());
+    auto g = parse_gbnf(gbnf, err);
+    CHECK_MSG(g != nullptr, "%s: %s\n%s", r.c_str(), err.c_str(), gbnf.c_str());
+    if (!g) return;
+    for (const char* y : yes) CHECK_MSG(accepts(*g, y), "/%s/ should match %s", r.c_str(), y);
+    for (const char* n : no) CHECK_MSG(!accepts(*g, n), "/%s/ should not match %s", r.c_str(), n);
+  };
+  re("abc", {"abc"}, {"ab", "abcd", "xabc"});
+  re("^a(b|cd)*e?$", {"a", "abcd", "abbe", "ae"}, {"ac", "b"});
+  re("[a-c\\d_]+", {"a1_c", "9"}, {"", "d", "A"});
+  re("[^\\s]{2,3}", {"ab", "a-b"}, {"a", "abcd", "a b"});
+  re("\\w\\W\\D\\S", {"a-x!"}, {"a-1!"});
+  re("x{3}|y{2,}|z{1,2}?", {"xxx", "yy", "yyyy", "z", "zz"}, {"xx", "y", "zzz"});
+  re("(?:ab)+(?<n>c)", {"abc", "ababc"}, {"c", "abab"});
+  re("\\x41\\u00e9\\u{1F600}\\.\\*\\n\\t", {"Aé😀.*\n\t"}, {"Ae😀.*\n\t"});
+  re("a.c", {"abc", "aéc"}, {"a\nc", "ac"});
+  re("[\\]a]", {"]", "a"}, {"b"});
+  re("a{,2}", {"a{,2}"}, {"a"});
+  re("", {""}, {"a"});
+  auto bad = [](const std::string& r, const char* part) {
+    std::string gbnf, err;
+    CHECK_MSG(!regex_to_gbnf(r, gbnf, err), "/%s/ should be refused", r.c_str());
+    CHECK_MSG(err.find(part) != std::string::npos, "/%s/: '%s' lacks '%s'", r.c_str(), err.c_str(), part);
+  };
+  bad("(a)\\1", "column 4: backreference");
+  bad("a(?=b)", "column 2: lookahead");
+  bad("a(?<!b)", "column 2: lookbehind");
+  bad("a^b", "column 2");
+  bad("a$b", "column 2");
+  bad("\\bword", "word boundary");
+  bad("(ab", "unterminated group");
+  bad("ab)", "unmatched ')'");
+  bad("[ab", "unterminated character class");
+  bad("*a", "nothing to repeat");
+  bad("a{3,1}", "n < m");
+  bad("\\p{L}", "property");
+}
+
+void any_json() {
+  for (bool free_ws : {false, true}) {
+    std::string err;
+    auto g = parse_gbnf(any_json_gbnf(free_ws), err);
+    CHECK_MSG(g != nullptr, "%s", err.c_str());
+    if (!g) continue;
+    for (const char* y : {"0", "-1.5e+3", "\"a\\u00e9\\n\"", "[]", "{}", "[1,[2,{\"a\":null}],true,false]", "{\"\":{}}"})
+      CHECK_MSG(accepts(*g, y), "any JSON should accept %s", y);
+    for (const char* n : {"", "01", "[1,]", "{\"a\"}", "'a'", "\"\\x\"", "nul", "{\"a\":1,}", "\"\x01\""})
+      CHECK_MSG(!accepts(*g, n), "any JSON should refuse %s", n);
+    CHECK(accepts(*g, "[ 1 ,\n\t2 ]") == free_ws);
+  }
+}
+
+void json_reader() {
+  json::Value v;
+  std::string err;
+  CHECK(!json::parse("{\"a\":1,\n \"a\":2}", v, err) && err.find("2:2") == 0 && err.find("duplicate") != std::string::npos);
+  CHECK(!json::parse("[1,]", v, err) && err.find("1:4") == 0);
+  CHECK(!json::parse("\"\\ud800\"", v, err) && err.find("surrogate") != std::string::npos);
+  CHECK(!json::parse("01", v, err));
+  CHECK(json::parse(" {\"k\":[1.50,\"\\u00e9\\ud83d\\ude00\"]} ", v, err));
+  CHECK(v.find("k") && v.find("k")->arr[1].str == "é😀");
+  json::WriteOptions w;
+  w.canonical_numbers = true;
+  CHECK(json::write(v, w) == "{\"k\":[1.5,\"é😀\"]}");
+  std::string gbnf;
+  CHECK(!json_schema_to_gbnf("{\"type\":", SchemaOptions(), gbnf, err) && err.find("not valid JSON") != std::string::npos);
+}
+
+}  // namespace
+
+int main() {
+  objects();
+  strings();
+  integers();
+  numbers();
+  arrays();
+  values_and_combinators();
+  refs();
+  formats();
+  whitespace();
+  regexes();
+  any_json();
+  json_reader();
+  return check_exit();
+}
