@@ -166,6 +166,101 @@ static int sampler_sample_ex(lua_State *L) {
   return 3;
 }
 
+static void push_result(lua_State *L, const clade_sample_result *r) {
+  lua_createtable(L, 0, 3);
+  lua_pushinteger(L, r->token);
+  lua_setfield(L, -2, "token");
+  lua_pushnumber(L, r->logprob);
+  lua_setfield(L, -2, "logprob");
+  lua_createtable(L, (int)r->n_top, 0);
+  for (size_t i = 0; i < r->n_top; i++) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, r->top_tokens[i]);
+    lua_setfield(L, -2, "token");
+    lua_pushnumber(L, r->top_logprobs[i]);
+    lua_setfield(L, -2, "logprob");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  lua_setfield(L, -2, "top");
+}
+
+static const char *const batch_keys[] = {"streams", "histories", "n_prompts", "top", NULL};
+
+/* sampler:sample_batch(rows, {streams=, histories=, n_prompts=, top=}) ->
+   { {token=, logprob=, top={...}}, ... } (clade_sample_batch: each row as
+   sample_ex would draw it; on an error no stream advances) */
+static int sampler_sample_batch(lua_State *L) {
+  lc_sampler *s = sampler_check(L);
+  lua_settop(L, 3);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lc_check_keys(L, 3, "sample_batch", batch_keys);
+  lua_Integer top = lc_opt_integer(L, 3, "top", 0);
+  if (top < 0 || top > 4096) lc_raise(L, CLADE_E_INVALID_ARG, "sample_batch: top must be 0..4096");
+  size_t n = (size_t)luaL_len(L, 2), nv = 0;
+  float *logits = NULL;
+  for (size_t r = 0; r < n; r++) {
+    lua_geti(L, 2, (lua_Integer)r + 1);
+    size_t k;
+    float *row = lc_float_array(L, -1, &k, "sample_batch row");
+    if (r == 0) {
+      nv = k;
+      logits = lc_scratch(L, n * nv * sizeof(float));
+      lua_insert(L, 4); /* kept below the per-row buffers */
+    } else if (k != nv) {
+      lc_raise(L, CLADE_E_INVALID_ARG, "sample_batch: row %d has %d logits, row 1 %d", (int)r + 1, (int)k, (int)nv);
+    }
+    memcpy(logits + r * nv, row, nv * sizeof(float));
+    lua_pop(L, 2);
+  }
+  if (nv > INT32_MAX) lc_raise(L, CLADE_E_INVALID_ARG, "sample_batch: too many logits");
+  uint64_t *streams = lc_scratch(L, n * sizeof *streams);
+  const clade_token **hists = lc_scratch(L, n * sizeof *hists);
+  size_t *n_hists = lc_scratch(L, n * sizeof *n_hists), *n_prompts = lc_scratch(L, n * sizeof *n_prompts);
+  int has_streams = lua_istable(L, 3) && lua_getfield(L, 3, "streams") != LUA_TNIL;
+  int sidx = lua_gettop(L);
+  int has_hist = lua_istable(L, 3) && lua_getfield(L, 3, "histories") != LUA_TNIL;
+  int hidx = lua_gettop(L);
+  int has_np = lua_istable(L, 3) && lua_getfield(L, 3, "n_prompts") != LUA_TNIL;
+  int pidx = lua_gettop(L);
+  for (size_t r = 0; r < n; r++) {
+    streams[r] = r, hists[r] = NULL, n_hists[r] = 0, n_prompts[r] = 0;
+    if (has_streams) {
+      lua_geti(L, sidx, (lua_Integer)r + 1);
+      streams[r] = stream_arg(L, luaL_checkinteger(L, -1));
+      lua_pop(L, 1);
+    }
+    if (has_hist && lua_geti(L, hidx, (lua_Integer)r + 1) != LUA_TNIL) {
+      hists[r] = lc_token_array(L, -1, &n_hists[r], "sample_batch history");
+      lua_insert(L, 4); /* kept */
+      hidx++, pidx++, sidx++;
+    }
+    if (has_hist) lua_pop(L, 1);
+    if (has_np) {
+      lua_geti(L, pidx, (lua_Integer)r + 1);
+      lua_Integer v = lua_tointeger(L, -1);
+      if (v < 0) lc_raise(L, CLADE_E_INVALID_ARG, "sample_batch: n_prompts[%d] is negative", (int)r + 1);
+      n_prompts[r] = (size_t)v;
+      lua_pop(L, 1);
+    }
+  }
+  clade_sample_result *res = lc_scratch(L, n * sizeof *res);
+  clade_token *tt = lc_scratch(L, n * (size_t)top * sizeof *tt);
+  float *tl = lc_scratch(L, n * (size_t)top * sizeof *tl);
+  for (size_t r = 0; r < n; r++) {
+    clade_sample_result_init(&res[r]);
+    res[r].top_capacity = (size_t)top;
+    res[r].top_tokens = tt + r * (size_t)top;
+    res[r].top_logprobs = tl + r * (size_t)top;
+  }
+  LC_CHECK(L, clade_sample_batch(s->h, n, logits, (int32_t)nv, streams, hists, n_hists, n_prompts, res));
+  lua_createtable(L, (int)n, 0);
+  for (size_t r = 0; r < n; r++) {
+    push_result(L, &res[r]);
+    lua_rawseti(L, -2, (lua_Integer)r + 1);
+  }
+  return 1;
+}
+
 static int sampler_forget(lua_State *L) {
   lc_sampler *s = sampler_check(L);
   LC_CHECK(L, clade_sampler_forget(s->h, stream_arg(L, luaL_checkinteger(L, 2))));
@@ -571,7 +666,8 @@ int lc_tree_generate(lua_State *L) {
 }
 
 static const luaL_Reg sampler_methods[] = {
-    {"sample", sampler_sample}, {"sample_ex", sampler_sample_ex}, {"forget", sampler_forget},
+    {"sample", sampler_sample}, {"sample_ex", sampler_sample_ex},
+    {"sample_batch", sampler_sample_batch}, {"forget", sampler_forget},
     {"free", sampler_free}, {"close", sampler_free}, {NULL, NULL}};
 
 void lc_open_gen(lua_State *L) {

@@ -327,6 +327,23 @@ test("sampler", function()
   for i = 1, 8 do first[i] = s:sample(row, 7) end
   s:forget(7)
   for i = 1, 8 do eq(s:sample(row, 7), first[i], "a forgotten stream restarts") end
+  -- a batch equals the same rows one by one, stream by stream
+  local rev = {}
+  for i = #row, 1, -1 do rev[#rev + 1] = row[i] end
+  local rows, streams, hist = {row, rev, row}, {4, 9, 4}, {{0, 1}, {}, {5}}
+  local ba <close> = clade.sampler{temperature = 1.0, seed = 8, presence_penalty = 0.5}
+  local bb <close> = clade.sampler{temperature = 1.0, seed = 8, presence_penalty = 0.5}
+  for _ = 1, 5 do
+    local got = ba:sample_batch(rows, {streams = streams, histories = hist, top = 2})
+    for i = 1, 3 do
+      local t2, l2, top2 = bb:sample_ex(rows[i], {stream = streams[i], history = hist[i], top = 2})
+      eq(got[i].token, t2, "batch token")
+      eq(got[i].logprob, l2, "batch logprob")
+      eq(#got[i].top, #top2, "batch top")
+    end
+  end
+  raises("E_INVALID_ARG", ba.sample_batch, ba, {row, {1, 2}})
+  raises("E_TOKEN", ba.sample_batch, ba, {row}, {histories = {{77}}})
   raises("E_INVALID_ARG", g.sample, g, {0 / 0, 1})
   raises("E_TOKEN", g.sample, g, row, 0, {1, 99})
   raises("E_INVALID_ARG", clade.sampler, {temperature = -1})
