@@ -639,6 +639,10 @@ int lc_tree_generate(lua_State *L) {
     o.spec.user = &c;
   }
   luaL_checkstack(L, 40, "clade generate");
+  /* the slot a callback's error goes to exists already: storing it later
+     allocates nothing (no memory error inside the C library's frames) */
+  lua_pushboolean(L, 0);
+  lua_setfield(L, keep, "error");
   clade_generation *gen = NULL;
   m->busy++;
   if (o.draft_model) o.draft_model->busy++;
