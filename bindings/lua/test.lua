@@ -483,6 +483,17 @@ test("generator: token iterator, coroutines", function()
     return out
   end
   list_eq(sampled(), sampled(), "seeded")
+  -- sampled: the same streams as clade_generate, so the same tokens
+  for _, o in ipairs{{temperature = 0.9, seed = 5}, {temperature = 1, top_k = 0, top_p = 1, min_p = 0, seed = 3,
+      repeat_penalty = 1.3}} do
+    o.max_new_tokens, o.samples, o.ignore_eog = 12, 3, true
+    local a = ts:generate("Once upon", o)
+    local b = {{}, {}, {}}
+    for tok, _, seq in ts:generator("Once upon", o) do
+      if tok >= 0 then b[seq][#b[seq] + 1] = tok end
+    end
+    for i = 1, 3 do list_eq(b[i], a[i].tokens, "sampled sequence " .. i) end
+  end
   -- the end of the context, as clade_generate
   local short <close> = clade.load(short_ctx, {n_threads = 1})
   local st <close> = short:tree()
