@@ -366,7 +366,7 @@ clade_prompt *lc_prompts(lua_State *L, int idx, int keep, clade_model *m, size_t
 static const char *const gen_keys[] = {
     "max_new_tokens", "samples", "ignore_eog", "max_live", "stop", "stop_tokens", "callback",
     "attention", "logprobs", "special", "root", "first_stream", "lookup", "draft_model", "draft",
-    "max_draft", "adaptive", "tree_width", "kv_type",
+    "max_draft", "adaptive", "tree_width", "kv_type", "top_logprobs",
     "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "presence_penalty",
     "frequency_penalty", "logit_bias", "penalize_prompt", "n_threads", NULL};
 
@@ -390,6 +390,7 @@ void lc_gen_options(lua_State *L, int idx, int keep, lc_gen_opts *o, int stream)
   g->max_live = lc_int32(L, lc_opt_integer(L, idx, "max_live", 0), "max_live");
   g->attention = (clade_attention)lc_opt_integer(L, idx, "attention", g->attention);
   g->logprobs = lc_opt_bool(L, idx, "logprobs", 0);
+  if (!stream) g->top_logprobs = lc_int32(L, lc_opt_integer(L, idx, "top_logprobs", 0), "top_logprobs");
   g->special = lc_opt_bool(L, idx, "special", 0);
   g->root = lc_int32(L, lc_opt_integer(L, idx, "root", 0), "root");
   lua_Integer fs = lc_opt_integer(L, idx, "first_stream", 0);
@@ -592,6 +593,26 @@ static void push_results(lua_State *L, clade_generation *gen, int logprobs, int 
       const float *lp = clade_generation_logprobs(gen, i);
       lc_push_floats(L, lp, lp ? nt : 0);
       lua_setfield(L, -2, "logprobs");
+    }
+    /* top_logprobs: per output token, its row's likeliest { {token=, logprob=}, ... } */
+    const float *tl = NULL;
+    size_t per = 0;
+    const clade_token *tt = clade_generation_top(gen, i, &tl, &per);
+    if (tt && per) {
+      lua_createtable(L, (int)nt, 0);
+      for (size_t j = 0; j < nt; j++) {
+        lua_createtable(L, (int)per, 0);
+        for (size_t k = 0; k < per && tt[j * per + k] >= 0; k++) {
+          lua_createtable(L, 0, 2);
+          lua_pushinteger(L, tt[j * per + k]);
+          lua_setfield(L, -2, "token");
+          lua_pushnumber(L, tl ? tl[j * per + k] : 0);
+          lua_setfield(L, -2, "logprob");
+          lua_rawseti(L, -2, (lua_Integer)k + 1);
+        }
+        lua_rawseti(L, -2, (lua_Integer)j + 1);
+      }
+      lua_setfield(L, -2, "top");
     }
     lua_rawseti(L, -2, (lua_Integer)i + 1);
   }

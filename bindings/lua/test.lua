@@ -232,10 +232,19 @@ test("tree: append, info, batch, prefix, release", function()
   check(r[3].seq >= 0, "a sequence")
   local _, want = t:append(node, {1, 2}, true)
   close_rows(r[1].logits, want)
-  -- prefix reuse
+  -- prefix reuse; released prompts stay cached until trimmed
   local p1, reused = t:append_prefix({5, 17, 42, 99, 3, 250, 8})
   eq(reused, 6, "reused")
   t:release(p1)
+  local pc <close> = m:tree({prefix_cache = true})
+  local n1 = pc:append_prefix(range(1, 20))
+  pc:release(n1)
+  local n2, again = pc:append_prefix(range(1, 21))
+  eq(again, 20, "cached prompt reused")
+  eq(pc:trim(0), 0, "held nodes are not trimmed")
+  pc:release(n2)
+  check(pc:trim(0) > 0, "released nodes trimmed")
+  eq(pc:kv_used(), 0, "all trimmed")
   t:release(r[1].node)
   t:release(r[2].node)
   t:release(node)
@@ -372,6 +381,19 @@ test("generate: callback streaming, stop, results", function()
     eq(#r.logprobs, 8, "logprobs")
   end
   eq(res[1].prompt, 2, "leaf prompt index")
+  local tl = t:generate({1, 2, 3}, {max_new_tokens = 3, temperature = 1, top_k = 5, seed = 2, top_logprobs = 3,
+    logprobs = true})[1]
+  eq(#tl.top, 3, "a top list per token")
+  for j = 1, 3 do
+    eq(#tl.top[j], 3, "three alternatives")
+    check(tl.top[j][1].logprob >= tl.top[j][2].logprob, "likeliest first")
+    local seen = false
+    for _, alt in ipairs(tl.top[j]) do
+      if alt.token == tl.tokens[j] then seen = math.abs(alt.logprob - tl.logprobs[j]) < 1e-5 end
+    end
+    check(seen or tl.logprobs[j] < tl.top[j][3].logprob, "the drawn token among its alternatives")
+  end
+  raises("E_INVALID_ARG", t.generate, t, {1}, {top_logprobs = 99})
   eq(res[3].prompt, 3, "leaf prompt index")
   list_eq(res[1].tokens, res[2].tokens, "greedy samples agree")
   check(res.stats.tokens == 32 and res.stats.steps > 0, "stats")
@@ -526,6 +548,7 @@ test("speculative: lookup, draft model, Lua drafter", function()
     for k, v in pairs(extra) do o[k] = v end
     return t:generate(prompt, o)
   end
+  list_eq(with{lookup = 3, tree_width = 2, max_draft = 6}[1].tokens, plain, "lookup token trees")
   local lk = with{lookup = 3, adaptive = false}
   list_eq(lk[1].tokens, plain, "lookup")
   check(lk.stats.drafted > 0, "lookup drafted")
