@@ -259,9 +259,22 @@ void values_and_combinators() {
   refused(R"({"type":"strin"})", {"type at #", "strin"});
   refused(R"({"properties":{"a":{"patternProperties":{"x":{}}}}})", {"patternProperties at #/properties/a"});
   refused(R"({"if":{"type":"string"},"then":{"minLength":1}})", {"at #", "not supported"});
-  refused(R"({"not":{"type":"string"}})", {"not at #"});
+  // not: of a bare type, of {} / true (nothing), of false (no effect)
+  judge(R"({"not":{"type":"string"}})", {"1", "null", "[]", "{}", "1.5"}, {R"("a")"});
+  judge(R"({"type":["string","integer"],"not":{"type":"string"}})", {"1"}, {R"("a")", "1.5", "null"});
+  judge(R"({"properties":{"a":{"not":{}}},"type":"object"})", {"{}", R"({"b":1})"}, {R"({"a":1})"});
+  refused(R"({"not":{"type":"integer"}})", {"not at #", "integers"});
+  refused(R"({"not":{"minLength":2}})", {"not at #"});
   refused(R"({"type":"object","minProperties":1})", {"minProperties at #"});
-  refused(R"({"type":"array","contains":{"const":1}})", {"contains at #"});
+  judge(R"({"type":"array","contains":{"const":1}})", {"[1]", "[2,1,3]", "[1,1]"}, {"[]", "[2,3]"});
+  judge(R"({"type":"array","items":{"type":"integer"},"contains":{"const":1},"minContains":2})", {"[1,1]", "[1,2,1]", "[3,1,4,1,5]"},
+        {"[1]", "[1,\"x\",1]", "[2,3]"});
+  judge(R"({"type":"array","contains":{"const":1},"minContains":0,"items":{"type":"integer"}})", {"[]", "[2]"}, {"[\"a\"]"});
+  refused(R"({"type":"array","contains":{"const":1},"maxContains":2})", {"maxContains at #"});
+  // unevaluated*: additionalProperties / items where no applicator is near
+  judge(R"({"type":"object","properties":{"a":{}},"unevaluatedProperties":false})", {"{}", R"({"a":1})"}, {R"({"b":1})"});
+  judge(R"({"type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false})", {"[]", R"(["a"])"}, {R"(["a",1])"});
+  refused(R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})", {"unevaluatedProperties"});
   refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
   CHECK(compile(R"({"type":"integer","multipleOf":2})", false, true) != nullptr);  // lenient ignores it
   // annotations are ignored

@@ -40,7 +40,9 @@ const std::set<std::string> kSupported = {
 
 class Compiler {
  public:
-  Compiler(const Value& root, const SchemaOptions& o) : root_(root), opt_(o), j_{rules_, o.free_whitespace} {}
+  Compiler(const Value& root, const SchemaOptions& o) : root_(root), opt_(o), j_{rules_, o.free_whitespace} {
+    j_.ws();  // first: the rules below spell it "ws"
+  }
 
   std::string run() {
     auto e = visit(root_, "", "root");
@@ -100,8 +102,13 @@ class Compiler {
                                            sc->str == "https://json-schema.org/draft/2020-12/schema#");
       if (!ok) unenforceable("$schema", ptr, "only draft 2020-12 (https://json-schema.org/draft/2020-12/schema) is supported");
     }
+    if (auto n = normalise(s, ptr)) {
+      owned_.push_back(std::move(*n));
+      return visit(owned_.back(), ptr, hint);
+    }
     for (auto& kv : s.obj) {
       if (detail::is_annotation(kv.first) || kSupported.count(kv.first)) continue;
+      if (kv.first == "contains" || kv.first == "minContains") continue;  // visit_array
       unenforceable(kv.first, ptr, "not supported");
     }
     if (const Value* ref = s.find("$ref")) {
@@ -132,6 +139,81 @@ class Compiler {
     std::string body;
     for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
     return rules_.add(hint, body);
+  }
+
+  // Keywords that reduce to supported ones in simple cases: `not` of a
+  // boolean, an empty schema or a bare `type`; unevaluatedProperties/
+  // unevaluatedItems where no applicator (allOf, anyOf, oneOf, $ref, if,
+  // not, ...) could evaluate anything (then they are additionalProperties/
+  // items); minContains/maxContains without contains (no effect). Returns
+  // the rewritten schema, or nullopt when nothing changed.
+  std::optional<Value> normalise(const Value& s, const std::string& ptr) {
+    auto without = [](const Value& v, const char* k) {
+      Value o = v;
+      o.obj.erase(std::remove_if(o.obj.begin(), o.obj.end(), [&](auto& kv) { return kv.first == k; }), o.obj.end());
+      return o;
+    };
+    if (const Value* n = s.find("not")) {
+      bool all = n->is_bool() ? n->b : (n->is_object() && !constrains(*n, {}));
+      if (n->is_bool() || all) {
+        if (!all) return without(s, "not");  // not false: no effect
+        Value f;
+        f.kind = Kind::Bool;
+        f.b = false;
+        return f;
+      }
+      if (n->is_object() && n->find("type") && !constrains(*n, {"type"})) {
+        int mine, theirs;
+        std::string err;
+        if (!detail::type_bits(s, mine, err)) fail("type", ptr, err);
+        if (!detail::type_bits(*n, theirs, err)) fail("type", detail::pointer_join(ptr, "not"), err);
+        int bits = mine & ~theirs;
+        // "not integer" leaves the non-integral numbers: not expressible
+        if ((bits & detail::kNumber) && !(bits & detail::kInteger))
+          unenforceable("not", ptr, "excluding integers from numbers is not supported");
+        else {
+          Value o = without(s, "not");
+          Value t;
+          t.kind = Kind::Array;
+          static const std::pair<int, const char*> names[] = {{detail::kNull, "null"}, {detail::kBool, "boolean"},
+                                                              {detail::kObject, "object"}, {detail::kArray, "array"},
+                                                              {detail::kString, "string"}};
+          for (auto& nm : names)
+            if (bits & nm.first) t.arr.emplace_back(), t.arr.back().kind = Kind::String, t.arr.back().str = nm.second;
+          if (bits & (detail::kNumber | detail::kInteger)) {
+            t.arr.emplace_back();
+            t.arr.back().kind = Kind::String;
+            t.arr.back().str = (bits & detail::kNumber) ? "number" : "integer";
+          }
+          if (t.arr.empty()) {
+            Value f;
+            f.kind = Kind::Bool;
+            f.b = false;
+            return f;
+          }
+          if (Value* old = o.find("type")) *old = t;
+          else o.obj.emplace_back("type", t);
+          return o;
+        }
+      }
+    }
+    static const char* applicators[] = {"allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "then", "else",
+                                        "not", "dependentSchemas", "patternProperties", "contains"};
+    bool applied = false;
+    for (const char* a : applicators) applied = applied || s.find(a);
+    if (const Value* u = s.find("unevaluatedProperties"); u && !applied) {
+      Value o = without(s, "unevaluatedProperties");
+      if (!o.find("additionalProperties")) o.obj.emplace_back("additionalProperties", *u);
+      return o;
+    }
+    if (const Value* u = s.find("unevaluatedItems"); u && !applied) {
+      Value o = without(s, "unevaluatedItems");
+      if (!o.find("items")) o.obj.emplace_back("items", *u);
+      return o;
+    }
+    if (!s.find("contains") && (s.find("minContains") || s.find("maxContains")))
+      return without(without(s, "minContains"), "maxContains");
+    return std::nullopt;
   }
 
   std::optional<std::string> visit_ref(const std::string& ref, const std::string& ptr) {
@@ -392,6 +474,7 @@ class Compiler {
     uint64_t mn = count_kw(s, "minItems", ptr).value_or(0);
     int64_t mx = -1;
     if (auto m = count_kw(s, "maxItems", ptr)) mx = int64_t(*m);
+    if (const Value* contains = s.find("contains")) return visit_contains(s, *contains, mn, mx, ptr, hint);
     if (!prefix && !items && mn == 0 && mx < 0) return j_.array();
     std::vector<std::string> pre;
     if (prefix)
@@ -432,6 +515,45 @@ class Compiler {
     std::string body = elems(0);
     const std::string w = opt_.free_whitespace ? " ws " : " ";
     return rules_.add(hint + "-array", "\"[\"" + w + (body.empty() ? "" : body + w) + "\"]\"");
+  }
+
+  // contains (with minContains): at least n elements match it. Supported
+  // without prefixItems, minItems, maxItems and maxContains.
+  std::optional<std::string> visit_contains(const Value& s, const Value& contains, uint64_t mn, int64_t mx,
+                                            const std::string& ptr, const std::string& hint) {
+    const uint64_t need = count_kw(s, "minContains", ptr).value_or(1);
+    for (const char* k : {"prefixItems", "maxContains"})
+      if (s.find(k)) unenforceable(k, ptr, "together with contains is not supported");
+    if (mn || mx >= 0) unenforceable(mn ? "minItems" : "maxItems", ptr, "together with contains is not supported");
+    const Value* items = s.find("items");
+    std::optional<std::string> item = j_.value();
+    if (items) item = visit(*items, detail::pointer_join(ptr, "items"), hint + "-item");
+    if (need == 0) {
+      if (!item) return rules_.add(hint + "-array", opt_.free_whitespace ? "\"[\" ws \"]\"" : "\"[]\"");
+      const std::string c = comma(), w = opt_.free_whitespace ? " ws " : " ";
+      return rules_.add(hint + "-array", "\"[\"" + w + "(" + *item + " (" + c + " " + *item + ")*" + w + ")? \"]\"");
+    }
+    if (need > 1000) unenforceable("minContains", ptr, "above 1000 is not supported");
+    // the matching elements: items and contains at once
+    Value both;
+    both.kind = Kind::Object;
+    Value all;
+    all.kind = Kind::Array;
+    if (items) all.arr.push_back(*items);
+    all.arr.push_back(contains);
+    both.obj.emplace_back("allOf", all);
+    owned_.push_back(both);
+    auto match = visit(owned_.back(), detail::pointer_join(ptr, "contains"), hint + "-contains");
+    if (!match) return std::nullopt;
+    const std::string c = comma(), w = opt_.free_whitespace ? " ws " : " ";
+    std::string body = "\"[\"" + w;
+    if (item) body += "(" + *item + " " + c + ")* ";
+    body += *match;
+    if (need > 1)
+      body += " " + detail::repeat("(" + (item ? "(" + c + " " + *item + ")* " : std::string()) + c + " " + *match + ")",
+                                   need - 1, int64_t(need - 1));
+    if (item) body += " (" + c + " " + *item + ")*";
+    return rules_.add(hint + "-array", body + w + "\"]\"");
   }
 
   // ---- objects

@@ -167,6 +167,9 @@ struct Merger {
 
   bool fold_keyword(const std::string& k, const Value& v) {
     if (is_annotation(k)) return true;
+    // These see what their own schema's applicators evaluated: merged into
+    // another schema they would judge other keys.
+    if (k == "unevaluatedProperties" || k == "unevaluatedItems") return fail("cannot merge " + k);
     Value* old = res.find(k);
     if (!old) {
       res.obj.emplace_back(k, v);
