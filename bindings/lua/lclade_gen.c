@@ -298,7 +298,7 @@ static void one_prompt(lua_State *L, int idx, int keep, clade_model *m, size_t i
       lc_raise(L, CLADE_E_INVALID_ARG, "prompt %d: no tokens and no text", (int)i + 1);
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
-    if (!m) lc_raise(L, CLADE_E_INVALID_ARG, "prompt %d: text needs a model", (int)i + 1);
+    if (!m) lc_raise(L, CLADE_E_STATE, "prompt %d: text needs the tree's model, which is closed", (int)i + 1);
     pr->tokens = lc_tokenize(L, m, s, len, pr->parent < 0 ? CLADE_TOKENIZE_ADD_SPECIAL : 0,
                              &pr->n_tokens);
     lc_anchor(L, keep);
@@ -314,6 +314,7 @@ static void one_prompt(lua_State *L, int idx, int keep, clade_model *m, size_t i
   if (t == LUA_TSTRING) {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
+    if (!m) lc_raise(L, CLADE_E_STATE, "prompt %d: text needs the tree's model, which is closed", (int)i + 1);
     pr->tokens = lc_tokenize(L, m, s, len, CLADE_TOKENIZE_ADD_SPECIAL, &pr->n_tokens);
     lc_anchor(L, keep);
     return;
@@ -643,7 +644,7 @@ int lc_tree_generate(lua_State *L) {
   lua_getiuservalue(L, 1, 1);
   lc_model *m = luaL_checkudata(L, -1, LC_MODEL);
   lc_anchor(L, keep);
-  if (!m->h) lc_raise(L, CLADE_E_STATE, "clade.Tree's model is closed (tokenize prompts first)");
+  /* a closed model: token prompts still work (clade keeps the model alive) */
   size_t n;
   clade_prompt *prompts = lc_prompts(L, 2, keep, m->h, &n);
   lc_gen_opts o;
