@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 namespace bench {
 

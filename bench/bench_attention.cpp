@@ -44,11 +44,11 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
-#include "forward.h"
-#include "kv.h"
-#include "plan.h"
-#include "quant.h"
+#include "backend/backend.h"
+#include "engine/forward.h"
+#include "engine/kv_store.h"
+#include "engine/plan.h"
+#include "format/quant.h"
 #include "read_bandwidth.h"
 
 using namespace clade;

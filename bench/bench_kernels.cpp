@@ -19,7 +19,7 @@
 
 #include "bench_args.h"
 #include "cpu/kernels.h"
-#include "quant.h"
+#include "format/quant.h"
 
 using namespace clade;
 

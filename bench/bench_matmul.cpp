@@ -26,11 +26,11 @@
 #include <thread>
 #include <vector>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "bench_args.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
-#include "quant.h"
+#include "format/quant.h"
 
 using namespace clade;
 

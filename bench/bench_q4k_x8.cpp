@@ -34,8 +34,8 @@
 
 #include "cpu/kernels.h"
 #include "cpu/kernels_q.h"
-#include "pages.h"
-#include "quant.h"
+#include "base/pages.h"
+#include "format/quant.h"
 
 #if !defined(__x86_64__)
 int main() {

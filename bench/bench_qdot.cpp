@@ -17,7 +17,7 @@
 
 #include "cpu/kernels.h"
 #include "cpu/kernels_q.h"
-#include "quant.h"
+#include "format/quant.h"
 
 using namespace clade;
 

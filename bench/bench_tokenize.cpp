@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 namespace {
 

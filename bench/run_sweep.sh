@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 models=${2:-/tmp/clade-bench-models}
-clade=$build/examples/clade
+clade=$build/tools/clade/clade
 out=bench/results
 mkdir -p "$out" "$models"
 m4=$models/l8-d1024-h16-kv4-f16.gguf

@@ -13,11 +13,11 @@ model=${1:-/tmp/bm/l8-f16.gguf}
 rounds=${2:-5}
 b=${3:-build}
 [ -f "$model" ] || { echo "no model $model (clade model random, bench/README.md)" >&2; exit 2; }
-$b/examples/clade bench machine
+$b/tools/clade/clade bench machine
 smp=() step=()
 for r in $(seq "$rounds"); do
   s=$($b/bench/bench_sampler --threads 2 --calls 20 --only "top-p 0.95 only" | awk '{for (i = 1; i < NF; i++) if ($i == "median") print $(i + 1)}')
-  d=$($b/examples/clade bench decode -m "$model" --batch 64 --threads 2 --csv 2>/dev/null |
+  d=$($b/tools/clade/clade bench decode -m "$model" --batch 64 --threads 2 --csv 2>/dev/null |
     awk -F, '$1 == "flat" {print $9}')
   echo "round $r: sampler $s ms, step $d ms"
   smp+=("$s") step+=("$d")

@@ -19,7 +19,7 @@ round's system prompt starts with its own tag, so no server finds it cached
 from an earlier round. Loopback addresses only; bounded by --requests
 (at most 4096) and --max-seconds (the whole run).
 
-  python3 bench/serve_load.py --launch clade='build/examples/clade serve -m M --port {port} --parallel 64' \\
+  python3 bench/serve_load.py --launch clade='build/tools/clade/clade serve -m M --port {port} --parallel 64' \\
       --launch llama='llama-server -m M --port {port} -np 64 -c 81920' --requests 64 --concurrency 64 \\
       --system-tokens 1000 --max-tokens 128 --rounds 2 --csv out.csv
 """

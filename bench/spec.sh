@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: bench/spec.sh OUT_DIR [L8_MODEL]}
 l8=${2:-}
 mkdir -p "$out"
-C=build/examples/clade
+C=build/tools/clade/clade
 T=models/kjv-target-f16.gguf
 D=models/kjv-draft-f16.gguf
 H=models/kjv-heldout.txt

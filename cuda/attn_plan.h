@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kv_layout.h"
+#include "backend/kv_layout.h"
 
 namespace clade {
 namespace cuda {

@@ -44,12 +44,12 @@
 #include <thread>
 #include <vector>
 
-#include "backend.h"
-#include "block_pool.h"
-#include "error.h"
-#include "half.h"
+#include "backend/backend.h"
+#include "base/block_pool.h"
+#include "base/error.h"
+#include "base/half.h"
 #include "launch.h"
-#include "quant.h"
+#include "format/quant.h"
 
 static_assert(clade::cuda::kMaxHeadDim == clade::kMaxHeadDim, "the CUDA attention takes the head dimensions the model accepts");
 

@@ -20,7 +20,7 @@
 #include <type_traits>
 
 #include "launch.h"
-#include "kv_layout.h"
+#include "backend/kv_layout.h"
 
 namespace clade {
 namespace cuda {

@@ -1,7 +1,7 @@
 // The plugin side of lib/plugin.h: libclade-cuda.so's one exported symbol,
 // and the core functions the backend calls, forwarded to the host's table
 // (so the plugin carries no second copy of the quantization code).
-#include "plugin.h"
+#include "backend/plugin.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,8 +10,8 @@
 #include <new>
 #include <string>
 
-#include "error.h"
-#include "quant.h"
+#include "base/error.h"
+#include "format/quant.h"
 
 namespace clade {
 

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-build/examples/clade demo "$@"
+build/tools/clade/clade demo "$@"

@@ -30,7 +30,7 @@ done
 # shellcheck source=scripts/gpu_lib.sh
 source scripts/gpu_lib.sh
 gpu_build $prebuilt
-clade=build-gpu/examples/clade
+clade=build-gpu/tools/clade/clade
 mkdir -p "$(dirname "$out")"
 gpu_models $clade
 common=(--backend cuda --past-context --gen 32 --rounds 3 --logits greedy --csv)

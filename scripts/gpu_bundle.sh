@@ -11,14 +11,14 @@ build=${1:?usage: gpu_bundle.sh BUILD OUT.tar.xz}
 out=${2:?usage: gpu_bundle.sh BUILD OUT.tar.xz}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/examples" "$stage/tests" "$stage/syslib"
+mkdir -p "$stage/tools/clade" "$stage/tests" "$stage/syslib"
 v=$(readlink "$build/libclade.so.1")
 cp -a "$build/libclade.so.1" "$build/$v" "$build/libclade-cuda.so" "$stage/"
-cp "$build/examples/clade" "$stage/examples/"
+cp "$build/tools/clade/clade" "$stage/tools/clade/"
 cp "$build/tests/test_cuda" "$stage/tests/"
 # Every library the CLI, libclade and test_cuda resolve outside the C
 # library itself and the CUDA toolkit (the GPU machine has its own).
-for bin in "$stage/examples/clade" "$stage/libclade.so.1" "$stage/tests/test_cuda"; do
+for bin in "$stage/tools/clade/clade" "$stage/libclade.so.1" "$stage/tests/test_cuda"; do
   ldd "$bin" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libclade' |
   while read -r lib; do cp -L "$lib" "$stage/syslib/"; done

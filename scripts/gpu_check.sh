@@ -42,17 +42,17 @@ if [ $sanitizers == 1 ] && command -v compute-sanitizer > /dev/null; then
   [ -z "$ours" ] || { echo "compute-sanitizer racecheck: $ours"; exit 1; }
   echo "compute-sanitizer racecheck: no hazard in clade's kernels"
 fi
-bash tests/cli.sh build-gpu/examples/clade
+bash tests/cli.sh build-gpu/tools/clade/clade
 # Whole passes (graphs included) with plain launches and the WMMA
 # attention kernel: the same tokens as the CPU backend.
-CLADE_CUDA_PDL=0 CLADE_CUDA_MMA_REG=0 bash tests/cli.sh build-gpu/examples/clade
+CLADE_CUDA_PDL=0 CLADE_CUDA_MMA_REG=0 bash tests/cli.sh build-gpu/tools/clade/clade
 # ... and with the switches not yet the defaults (the few-row products
 # picking the tokens and merging the attention rows, the many-row split).
 CLADE_CUDA_GEMV_ARGMAX=1 CLADE_CUDA_GEMV_MERGE=1 CLADE_CUDA_MMA_UNITS_PER_SM=3 \
-  bash tests/cli.sh build-gpu/examples/clade
+  bash tests/cli.sh build-gpu/tools/clade/clade
 [ $prebuilt == 1 ] || meson test -C build-gpu --suite unit --suite cuda
 [ "${1:-}" == "--no-bench" ] && exit 0
-clade=build-gpu/examples/clade
+clade=build-gpu/tools/clade/clade
 # The GPU's memory bandwidth and tensor-core peak, for the roofline of the
 # attention part (bench/README.md), measured by clade in this run; and by
 # PyTorch the same way, where the machine has it, as a cross-check.

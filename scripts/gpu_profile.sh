@@ -38,7 +38,7 @@ command -v ncu > /dev/null || { echo "gpu_profile.sh: ncu (Nsight Compute) is no
 source scripts/gpu_lib.sh
 gpu_build $prebuilt
 export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so CLADE_CUDA_GRAPHS=0
-clade=build-gpu/examples/clade
+clade=build-gpu/tools/clade/clade
 mkdir -p "$out"
 gpu_models $clade
 step=(bench decode --backend cuda --past-context --mode shared --gen 2 --rounds 1 --logits greedy)

@@ -93,7 +93,7 @@ export CLADE_CUDA_PLUGIN=$PWD/build-gpu/libclade-cuda.so
 # split_steps: the split step's decode runs, one process each (the graph
 # lines come when its backend goes), their output one after another.
 split_steps() {
-  local clade=build-gpu/examples/clade m4 m16
+  local clade=build-gpu/tools/clade/clade m4 m16
   gpu_models $clade
   local run=(bench decode --backend cuda --past-context --gen 32 --rounds 3 --logits greedy -m "$m4")
   for a in "--batch 1 --prefix 2048 --mode shared" "--batch 1 --prefix 2048 --mode noattn" \
@@ -104,11 +104,11 @@ split_steps() {
   done
 }
 sample_steps() {
-  local clade=build-gpu/examples/clade m4 m16
+  local clade=build-gpu/tools/clade/clade m4 m16
   gpu_models $clade
   gpu_sample_ab $clade "$m4" cuda 2048 256 64 2
 }
-quant_steps() { gpu_quant_ab build-gpu/examples/clade cuda 2; }
+quant_steps() { gpu_quant_ab build-gpu/tools/clade/clade cuda 2; }
 export -f split_steps sample_steps quant_steps gpu_models gpu_sample_ab gpu_quant_ab
 for s in ${steps//,/ }; do
   case $s in

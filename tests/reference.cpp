@@ -13,7 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "gguf.h"
+#include "format/gguf.h"
 
 namespace ref {
 

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "abi.h"
+#include "api/abi.h"
 #include "check.h"
 #include "clade/clade.h"
-#include "gguf.h"
+#include "format/gguf.h"
 #include "random_model.h"
 
 namespace {

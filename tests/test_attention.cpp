@@ -14,13 +14,13 @@
 #include <random>
 #include <vector>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 #include "cpu/kernels.h"
-#include "forward.h"
-#include "half.h"
-#include "kv.h"
-#include "plan.h"
+#include "engine/forward.h"
+#include "base/half.h"
+#include "engine/kv_store.h"
+#include "engine/plan.h"
 
 using namespace clade;
 

@@ -14,7 +14,7 @@
 #include <set>
 #include <vector>
 
-#include "block_pool.h"
+#include "base/block_pool.h"
 #include "check.h"
 
 namespace {

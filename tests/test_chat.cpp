@@ -18,7 +18,7 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "gguf.h"
+#include "format/gguf.h"
 #include "random_model.h"
 
 #define CHECK_ST(call, want)                                                                          \

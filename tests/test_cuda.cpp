@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu/kernels.h"
 #include "cpu/kernels_q.h"
 #include "check.h"
-#include "error.h"
-#include "quant.h"
+#include "base/error.h"
+#include "format/quant.h"
 #include "reference.h"
 
 using clade::Backend;

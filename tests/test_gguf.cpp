@@ -27,8 +27,8 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "error.h"
-#include "gguf.h"
+#include "base/error.h"
+#include "format/gguf.h"
 
 using clade::GGUFFile;
 using clade::GGUFType;

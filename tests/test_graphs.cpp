@@ -36,13 +36,14 @@
 
 #include <unistd.h>
 
-#include "backend.h"
-#include "cache.h"
+#include "backend/backend.h"
+#include "kv/cache.h"
 #include "check.h"
-#include "model.h"
+#include "engine/model.h"
 #include "random_model.h"
-#include "sampler.h"
-#include "tree.h"
+#include "cpu/topk.h"
+#include "gen/sampler.h"
+#include "kv/tree.h"
 
 namespace {
 

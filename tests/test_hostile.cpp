@@ -24,8 +24,8 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "error.h"
-#include "gguf.h"
+#include "base/error.h"
+#include "format/gguf.h"
 #include "random_model.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

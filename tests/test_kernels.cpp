@@ -11,12 +11,12 @@
 #include <random>
 #include <vector>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
-#include "half.h"
-#include "quant.h"
+#include "base/half.h"
+#include "format/quant.h"
 
 using namespace clade;
 

@@ -58,7 +58,7 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "prefill.h"
+#include "kv/prefill.h"
 #include "random_model.h"
 #include "reference.h"
 

@@ -10,12 +10,12 @@
 #include <random>
 #include <vector>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "check.h"
 #include "cpu/kernels.h"
 #include "cpu/kernels_q.h"
-#include "half.h"
-#include "quant.h"
+#include "base/half.h"
+#include "format/quant.h"
 #include "reference.h"
 
 using namespace clade;

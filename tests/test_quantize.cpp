@@ -19,8 +19,8 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 #include "random_model.h"
 
 using clade::GGUFFile;

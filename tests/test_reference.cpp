@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "gguf.h"
+#include "format/gguf.h"
 #include "reference.h"
 
 using clade::TensorType;

@@ -12,10 +12,10 @@
 
 #include "check.h"
 #include "clade/clade.h"
-#include "error.h"
+#include "base/error.h"
 #include "reference.h"
-#include "sampler.h"
-#include "sampler_simd.h"
+#include "gen/sampler.h"
+#include "cpu/sampler_simd.h"
 
 #define CHECK_ST(call, want)                                                                  \
   do {                                                                                        \

@@ -85,7 +85,7 @@
 #include <string>
 #include <vector>
 
-#include "abi.h"
+#include "api/abi.h"
 #include "check.h"
 #include "clade/clade.h"
 #include "random_model.h"

@@ -23,9 +23,9 @@
 #        THREADS (2)
 set -euo pipefail
 build=$1 model=$2 rounds=${3:-3}
-[ -x "$build/examples/clade" ] || { echo "no $build/examples/clade" >&2; exit 2; }
+[ -x "$build/tools/clade/clade" ] || { echo "no $build/tools/clade/clade" >&2; exit 2; }
 [ -f "$model" ] || { echo "no model $model" >&2; exit 2; }
-clade=$build/examples/clade
+clade=$build/tools/clade/clade
 llama=$(bash "$(dirname "$0")/build_llama.sh")
 threads=${THREADS:-2} gen=${GEN:-32}
 IFS=, read -r -a batches <<< "${BATCHES:-1,4,16,64,256}"

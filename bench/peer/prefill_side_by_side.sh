@@ -12,7 +12,7 @@
 #   so that llama.cpp loads them).
 set -euo pipefail
 build=$1 models=$2 rounds=${3:-3}
-clade=$build/examples/clade
+clade=$build/tools/clade/clade
 llama=$(bash "$(dirname "$0")/build_llama.sh")
 threads=${THREADS:-2}
 echo "engine,type,prompt,threads,round,prefill_tokens_per_s"

@@ -16,7 +16,7 @@ set -euo pipefail
 build=$1
 shift
 rounds=${ROUNDS:-3}
-clade=$build/examples/clade
+clade=$build/tools/clade/clade
 llama=$(bash "$(dirname "$0")/build_llama.sh")
 export LD_LIBRARY_PATH=$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 threads=${THREADS:-2}

@@ -5,7 +5,7 @@ package clade
 // Environment:
 //   CLADE_TEST_MODEL  a GGUF model with a 300-token vocabulary to use as is
 //   CLADE_CLI         the clade tool used to write random models otherwise
-//                     (default: ../../build/examples/clade)
+//                     (default: ../../build/tools/clade/clade)
 //   CLADE_VOCAB_DIR   reference vocabularies (default: ../../tests/data/vocab);
 //                     the tests that need them fail without them
 //   CGO_LDFLAGS       "-L/dir -Wl,-rpath,/dir" to test a libclade.so other than ../../build's
@@ -51,7 +51,7 @@ func randomModel(t *testing.T, name string, extra ...string) string {
 	if _, err := os.Stat(path); err == nil {
 		return path
 	}
-	cli := envOr("CLADE_CLI", "../../build/examples/clade")
+	cli := envOr("CLADE_CLI", "../../build/tools/clade/clade")
 	args := append([]string{"model", "random", "-o", path, "--layers", "2", "--dim", "64", "--heads", "4",
 		"--kv-heads", "2", "--ff", "128", "--type", "f32", "--seed", "7"}, extra...)
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {

@@ -6,7 +6,7 @@ Run from anywhere:
 Environment:
     CLADE_LIBRARY    libclade.so to load (default: build/libclade.so of this checkout)
     CLADE_CLI        the clade command-line tool, used to write random models
-                     (default: build/examples/clade of this checkout)
+                     (default: build/tools/clade/clade of this checkout)
     CLADE_VOCAB_DIR  folder of reference vocabularies (default: tests/data/vocab of
                      this checkout); the tests that need them fail without it
 """

@@ -15,14 +15,14 @@
 #include <mutex>
 #include <vector>
 
-#include "../backend.h"
-#include "../error.h"
-#include "../pages.h"
-#include "../sampler.h"
-#include "../sampler_simd.h"
-#include "kernels.h"
-#include "kernels_q.h"
-#include "threadpool.h"
+#include "backend/backend.h"
+#include "base/error.h"
+#include "base/pages.h"
+#include "cpu/sampler_simd.h"
+#include "cpu/topk.h"
+#include "cpu/kernels.h"
+#include "cpu/kernels_q.h"
+#include "cpu/threadpool.h"
 
 namespace clade {
 

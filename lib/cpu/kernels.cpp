@@ -1,4 +1,4 @@
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../half.h"
-#include "../quant.h"
-#include "kernels_q.h"
+#include "base/half.h"
+#include "format/quant.h"
+#include "cpu/kernels_q.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

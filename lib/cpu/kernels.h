@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../backend.h"
-#include "../gguf.h"
+#include "backend/backend.h"
+#include "format/gguf.h"
 
 namespace clade {
 

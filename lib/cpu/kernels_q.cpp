@@ -1,12 +1,12 @@
-#include "kernels_q.h"
+#include "cpu/kernels_q.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
-#include "../half.h"
-#include "../quant.h"
+#include "base/half.h"
+#include "format/quant.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -216,7 +216,7 @@ void qdot_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
   _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (x)), _mm256_set1_epi16(1)))
 // acc + per int32 lane sum of 2 (u8 x s8 pair sums) x int16 scales
 #define DOT_SCALED(acc, u, x, sc) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (x)), (sc)))
-#include "kernels_q_simd.inc"
+#include "cpu/kernels_q_simd.inc"
 #undef QTARGET
 #undef QNS
 #undef DOT_ONES
@@ -234,7 +234,7 @@ void qdot_plain(TensorType t, const uint8_t* w, uint64_t wstride, int rows, cons
 #define QZMM 1
 #define DOT_ONES(acc, u, x) _mm256_dpbusd_epi32((acc), (u), (x))
 #define DOT_SCALED(acc, u, x, sc) _mm256_dpwssd_epi32((acc), _mm256_maddubs_epi16((u), (x)), (sc))
-#include "kernels_q_simd.inc"
+#include "cpu/kernels_q_simd.inc"
 #undef QTARGET
 #undef QNS
 #undef QZMM

@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../gguf.h"
+#include "format/gguf.h"
 
 namespace clade {
 

@@ -1,4 +1,4 @@
-#include "threadpool.h"
+#include "cpu/threadpool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -13,7 +13,7 @@
 #define CLADE_EXPERIMENTAL
 #include "clade/clade.h"
 
-#include "abi.h"
+#include "api/abi.h"
 
 // `init` expands to the library's clade_X_init_current; #init and init##
 // keep the public name.

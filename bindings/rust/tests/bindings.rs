@@ -3,7 +3,7 @@
 //! Environment:
 //!   CLADE_TEST_MODEL  a GGUF model with a 300-token vocabulary to use as is
 //!   CLADE_CLI         the clade tool used to write random models otherwise
-//!                     (default: ../../build/examples/clade)
+//!                     (default: ../../build/tools/clade/clade)
 //!   CLADE_VOCAB_DIR   reference vocabularies (default: ../../tests/data/vocab);
 //!                     the tests that need them fail without them
 //!   CLADE_LIB_DIR     where libclade.so is (build time; default ../../build)
@@ -32,7 +32,7 @@ fn tmp_dir() -> &'static Path {
 fn cli() -> PathBuf {
     match std::env::var("CLADE_CLI") {
         Ok(p) if !p.is_empty() => PathBuf::from(p),
-        _ => manifest().join("../../build/examples/clade"),
+        _ => manifest().join("../../build/tools/clade/clade"),
     }
 }
 

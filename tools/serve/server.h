@@ -1,0 +1,273 @@
+// `clade serve` (tools/serve/): the server's types and its Server class,
+// whose members live in server_http.cpp (routes, auth, metrics),
+// server_openai.cpp (OpenAI request and response shapes) and
+// server_scheduler.cpp (the thread that owns the tree).
+//
+//
+// Threads. One scheduler thread owns the tree, its cache and every call on
+// them (a tree and its caches are single-threaded, clade.h); it runs the
+// loop of examples/continuous.c: at each step boundary it admits queued
+// requests (each prompt's tokens go under the deepest matching path of the
+// tree, the n samples of a request are sequences under that one node), then
+// runs one clade_decode over every live sequence, samples each row with its
+// request's sampler, and hands the text pieces to the request. A finished or
+// cancelled sequence leaves the cache at once. The HTTP handler threads
+// (cpp-httplib's pool) validate and tokenize a request (the tokenizer and
+// templates are thread-safe on the model), queue it, and wait on its
+// condition variable for pieces (streamed as server-sent events) or for its
+// end. A streaming client that goes away makes the next write fail: the
+// request is marked cancelled and its sequences leave at the next step.
+//
+// Prefix reuse. With CLADE_TREE_PREFIX_CACHE the tree keeps the nodes of
+// finished requests (least recently used evicted under the KV budget) and
+// clade_tree_append_prefix evaluates only the part of a prompt that no
+// earlier prompt had: a system prompt shared by many users is evaluated
+// once. Without it (an older library), every prompt is appended whole.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CLADE_EXPERIMENTAL
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+
+namespace cli {
+
+namespace serve {
+
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Serialize with invalid UTF-8 (a lone byte token) replaced, never thrown.
+inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A 4xx/5xx answer: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status;
+  std::string message, param, type = "invalid_request_error";
+};
+
+inline void send_error(httplib::Response& res, const ApiError& e) {
+  json j = {{"error",
+             {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.status == 401 ? json("invalid_api_key") : json(nullptr)}}}};
+  res.status = e.status;
+  res.set_content(dump(j), "application/json");
+}
+
+// One token's log-probability and its row's most likely alternatives.
+struct TokenLogprob {
+  std::string piece;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// What the scheduler hands a waiting handler: new text of choice `index`,
+// or (finish not empty) that choice's end.
+struct Event {
+  int index = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;  // of the tokens whose text this is
+  std::string finish;                  // "stop", "length" or "" (not the end)
+};
+
+// One sample of a request: a sequence of the cache while it runs.
+struct Choice {
+  clade_seq_id seq = -1;
+  clade_token next = -1;  // sampled, evaluated by the next step
+  std::vector<clade_token> generated;
+  clade_detokenizer* detok = nullptr;
+  std::string text;                      // everything detokenized (stop strings cut)
+  size_t sent = 0;                       // bytes of text handed out
+  std::vector<TokenLogprob> pending_lp;  // logprobs of tokens not yet handed out
+  std::vector<TokenLogprob> all_lp;
+  std::string finish;
+  bool done = false;
+};
+
+struct Request {
+  // set by the handler before queueing, then read-only
+  uint64_t id = 0;
+  bool chat = false, stream = false, ignore_eos = false, special = false, first_in_text = false;
+  std::vector<clade_token> prompt;
+  int n = 1, max_tokens = 0;
+  int logprobs = -1;  // -1: none; k >= 0: the chosen token's and k alternatives
+  // Plain greedy (temperature 0, no bias, no penalty, no logprobs): its
+  // token is its row's argmax, which a step of such rows only returns.
+  bool greedy = false;
+  clade_sampler_params sp{};
+  std::vector<std::string> stops;
+  Clock::time_point arrived = Clock::now();
+  // scheduler-owned while running; the handler reads them once `finished`
+  std::vector<Choice> choices;
+  clade_sampler* sampler = nullptr;
+  size_t reused = 0;
+  // shared
+  std::atomic<bool> cancelled{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Event> events;
+  bool finished = false;
+  ApiError error{0, "", "", ""};  // status 0: none
+
+  ~Request() { clade_sampler_free(sampler); }
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+struct Options {
+  std::string model, host = "127.0.0.1", api_key, tmpl, alias;
+  int port = 8080, parallel = 8, ctx = 0, threads = 0, http_threads = 0;
+  uint64_t kv_budget = 2ull << 30;
+  size_t max_body = 1 << 20;
+  int default_max_tokens = 256;
+  int admit_tokens = 4096;  // prompt tokens evaluated per step boundary, about
+  bool verbose = false, map_file = true;
+  clade_backend backend = CLADE_BACKEND_CPU;
+};
+
+struct Metrics {
+  std::atomic<uint64_t> requests{0}, chat{0}, completions{0}, rejected{0}, cancelled{0}, finished{0};
+  std::atomic<uint64_t> prompt_tokens{0}, reused_tokens{0}, decode_tokens{0}, steps{0};
+  std::atomic<uint64_t> live_seqs{0}, running{0}, kv_used{0}, cached_nodes{0}, cached_bytes{0}, evictions{0};
+  std::atomic<uint64_t> prefill_us{0}, decode_us{0};
+};
+
+class Server {
+ public:
+  Server(const Options& o, clade_model* m) : opt_(o), model_(m) {}
+
+  // Everything the scheduler needs; returns false (with a message) on failure.
+  bool init();
+
+  ~Server();
+
+  int run();
+
+  // Every request ends (503, streams with an error event and [DONE]), the
+  // answers are written (up to 5 s), then the listener stops: httplib cuts
+  // chunked responses still being written once it stops.
+  void stop();
+
+ private:
+  static const char* prefix_cache_name();
+
+  bool authorized(const httplib::Request& req, httplib::Response& res);
+
+  // ---- request parsing ------------------------------------------------
+
+  // Each reads an optional field of j, checks its type and range, and
+  // throws an ApiError naming it.
+  static bool has(const json& j, const char* k) { return j.contains(k) && !j[k].is_null(); }
+
+  static double get_number(const json& j, const char* k, double def, double lo, double hi);
+
+  static int64_t get_int(const json& j, const char* k, int64_t def, int64_t lo, int64_t hi);
+
+  static bool get_bool(const json& j, const char* k, bool def);
+
+  std::vector<clade_token> tokenize_text(const std::string& text, bool add_special, bool parse_special, const char* param);
+
+  // The text of a message's content: a string, or a list of text parts.
+  static std::string content_text(const json& c, size_t i);
+
+  RequestPtr parse(const httplib::Request& hreq, bool chat);
+
+  // ---- handlers -------------------------------------------------------
+
+  // Counts the request in flight_ until its answer is written (a stream:
+  // until httplib releases its provider).
+  struct InFlight {
+    std::atomic<int>& n;
+    bool armed = true;
+    explicit InFlight(std::atomic<int>& n_) : n(n_) { n++; }
+    ~InFlight() {
+      if (armed) n--;
+    }
+  };
+
+  void handle(const httplib::Request& hreq, httplib::Response& res, bool chat);
+
+  json usage_json(const Request& r, size_t completion) const;
+
+  static json bytes_of(const std::string& s);
+
+  // OpenAI's two shapes: chat {"content": [{token, logprob, bytes,
+  // top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs}.
+  static json logprobs_json(const std::vector<TokenLogprob>& lps, bool chat);
+
+  // ---- the scheduler (the only thread that touches the tree) ----------
+
+  std::string piece(clade_token t);
+
+  // End request r: its sequences leave, its waiter wakes.
+  void finish_request(const RequestPtr& r, const ApiError* err);
+
+  // End choice c of r with reason why; its sequence leaves the cache now.
+  // flush: the detokenizer's held bytes join the text (not after a stop
+  // string cut it).
+  void end_choice(Request& r, int index, const std::string& why, bool flush = true);
+
+  // Draw choice `index`'s next token from logits, or with logits NULL take
+  // `greedy` (its row's argmax: r.greedy), and hand out its text.
+  void take(Request& r, int index, const float* logits, clade_token greedy = -1);
+
+  // Evaluate r's prompt and start its n sequences; false when the KV budget
+  // has no room now (r stays queued), otherwise r is live or finished.
+  bool admit(const RequestPtr& r);
+
+  void update_gauges();
+
+  void scheduler();
+
+  std::string metrics_text();
+
+  Options opt_;
+  clade_model* model_;
+  clade_model_info info_{};
+  int n_ctx_ = 0;
+  bool has_tokenizer_ = false;
+  const char* family_ = nullptr;
+  std::string model_name_;
+  long started_unix_ = (long)std::time(nullptr);
+  clade_tree* tree_ = nullptr;
+  clade_cache* cache_ = nullptr;
+  std::vector<float> logits_, first_;
+  std::vector<clade_token> argmax_;  // a step's greedy tokens (all rows plain greedy)
+  std::vector<RequestPtr> live_;  // scheduler only
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<RequestPtr> queue_;
+  std::atomic<bool> scheduler_done_{false};
+  std::atomic<int> in_flight_{0};      // completion requests whose answer is not written yet
+  std::atomic<bool> stopping_{false};  // set under qmu_ (so waits see it)
+  std::atomic<uint64_t> next_id_{1};
+  Metrics metrics_;
+  httplib::Server* svr_ = nullptr;
+};
+
+}  // namespace serve
+
+}  // namespace cli

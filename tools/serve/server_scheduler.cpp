@@ -1,0 +1,332 @@
+// `clade serve`: the scheduler thread, the only one that touches the tree:
+// admission with prefix reuse, decode steps, sampling, ends of choices.
+#include "server.h"
+
+namespace cli {
+namespace serve {
+
+std::string Server::piece(clade_token t) {
+  char buf[256];
+  size_t n = 0;
+  clade_status st = clade_token_to_piece(model_, t, 1, buf, sizeof buf, &n);
+  if (st == CLADE_OK) return std::string(buf, n);
+  if (st == CLADE_BUFFER_SMALL) {
+    std::string s(n, 0);
+    if (clade_token_to_piece(model_, t, 1, s.data(), n, &n) == CLADE_OK) return s;
+  }
+  return "";
+}
+
+void Server::finish_request(const RequestPtr& r, const ApiError* err) {
+  for (Choice& c : r->choices) {
+    if (c.seq >= 0) clade_cache_remove(cache_, c.seq);
+    if (c.seq >= 0) metrics_.live_seqs--;
+    c.seq = -1;
+    clade_detokenizer_free(c.detok);
+    c.detok = nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> lk(r->mu);
+    if (err) r->error = *err;
+    r->finished = true;
+  }
+  r->cv.notify_all();
+  metrics_.finished++;
+}
+
+void Server::end_choice(Request& r, int index, const std::string& why, bool flush) {
+  Choice& c = r.choices[index];
+  if (flush && c.detok) {
+    const char* t;
+    size_t len;
+    if (clade_detokenizer_flush(c.detok, &t, &len) == CLADE_OK) c.text.append(t, len);
+  }
+  c.finish = why;
+  c.done = true;
+  if (c.seq >= 0) {
+#ifdef CLADE_TREE_PREFIX_CACHE
+    // The answer's evaluated tokens become a cached node under the
+    // prompt's (their KV moves, nothing is evaluated), so the next turn
+    // of a conversation, whose prompt is this one plus this answer,
+    // reuses it as far as its tokens match. Without room, nothing kept.
+    int32_t len = 0;
+    clade_node_id node = -1;
+    if (clade_cache_seq_length(cache_, c.seq, &len) == CLADE_OK && len > 0 &&
+        clade_cache_promote(cache_, c.seq, &node) == CLADE_OK)
+      clade_tree_release(tree_, node);
+#endif
+    clade_cache_remove(cache_, c.seq);
+    metrics_.live_seqs--;
+    c.seq = -1;
+  }
+  Event e;
+  e.index = index;
+  e.text = c.text.substr(c.sent);
+  e.logprobs.swap(c.pending_lp);
+  e.finish = why;
+  c.sent = c.text.size();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.events.push_back(std::move(e));
+}
+
+void Server::take(Request& r, int index, const float* logits, clade_token greedy) {
+  Choice& c = r.choices[index];
+  const int k = std::max(r.logprobs, 0) + (r.logprobs >= 0 ? 1 : 0);
+  clade_token top_t[24];
+  float top_lp[24];
+  clade_sample_result res;
+  std::memset(&res, 0, sizeof res);
+  res.size = sizeof res;
+  if (k > 0) {
+    res.top_tokens = top_t;
+    res.top_logprobs = top_lp;
+    res.top_capacity = (size_t)k;
+  }
+  res.token = greedy;
+  clade_status st = logits ? clade_sample_ex(r.sampler, (uint64_t)index, logits, info_.n_vocab,
+                                             c.generated.data(), c.generated.size(), 0, &res)
+                    : greedy >= 0 ? CLADE_OK
+                                  : CLADE_E_INVALID_ARG;
+  if (st != CLADE_OK) {  // a row the sampler refuses (NaN logits): end the choice, keep serving
+    std::fprintf(stderr, "clade serve: request %llu: sampling: %s\n", (unsigned long long)r.id,
+                 logits ? clade_last_error() : "every logit is -inf or NaN");
+    end_choice(r, index, "stop");
+    return;
+  }
+  const clade_token t = res.token;
+  if (!r.ignore_eos && clade_token_is_eog(model_, t)) {
+    end_choice(r, index, "stop");
+    return;
+  }
+  c.generated.push_back(t);
+  metrics_.decode_tokens++;
+  if (r.logprobs >= 0) {
+    TokenLogprob tl;
+    tl.piece = piece(t);
+    tl.logprob = res.logprob;
+    for (size_t a = 0; a < res.n_top && (int)a < r.logprobs; a++) tl.top.push_back({piece(top_t[a]), top_lp[a]});
+    c.pending_lp.push_back(tl);
+    c.all_lp.push_back(tl);
+  }
+  const char* text;
+  size_t len;
+  if (clade_detokenizer_push(c.detok, t, &text, &len) == CLADE_OK) c.text.append(text, len);
+  // Stop strings: cut before the earliest match; hold back a tail that
+  // could begin one.
+  size_t cut = std::string::npos, hold = 0;
+  for (const std::string& s : r.stops) {
+    size_t from = c.sent > s.size() ? c.sent - s.size() : 0;
+    size_t at = c.text.find(s, from);
+    if (at != std::string::npos) cut = std::min(cut, at);
+    for (size_t h = std::min(s.size() - 1, c.text.size() - c.sent); h > hold; h--)
+      if (c.text.compare(c.text.size() - h, h, s, 0, h) == 0) {
+        hold = h;
+        break;
+      }
+  }
+  if (cut != std::string::npos) {
+    c.text.resize(std::max(cut, c.sent));
+    end_choice(r, index, "stop", false);
+    return;
+  }
+  if ((int)c.generated.size() >= r.max_tokens) {
+    end_choice(r, index, "length");
+    return;
+  }
+  c.next = t;
+  size_t upto = c.text.size() - hold;
+  if (upto > c.sent || (!c.pending_lp.empty() && hold == 0)) {
+    Event e;
+    e.index = index;
+    e.text = c.text.substr(c.sent, upto - c.sent);
+    e.logprobs.swap(c.pending_lp);
+    c.sent = upto;
+    std::lock_guard<std::mutex> lk(r.mu);
+    r.events.push_back(std::move(e));
+  }
+}
+
+bool Server::admit(const RequestPtr& r) {
+  auto t0 = Clock::now();
+  clade_node_id node = -1;
+  size_t reused = 0;
+#ifdef CLADE_TREE_PREFIX_CACHE
+  clade_status st =
+      clade_tree_append_prefix(tree_, r->prompt.data(), r->prompt.size(), first_.data(), &node, &reused);
+#else
+  clade_status st = clade_tree_append(tree_, 0, r->prompt.data(), r->prompt.size(), first_.data(), &node);
+#endif
+  if (st == CLADE_KV_BUDGET && metrics_.live_seqs > 0) return false;  // wait for sequences to end
+  if (st != CLADE_OK) {
+    ApiError e{st == CLADE_KV_BUDGET || st == CLADE_CONTEXT_FULL ? 400 : 500,
+               std::string("evaluating the prompt: ") + clade_status_string(st) + ": " + clade_last_error(),
+               r->chat ? "messages" : "prompt",
+               st == CLADE_KV_BUDGET || st == CLADE_CONTEXT_FULL ? "invalid_request_error" : "server_error"};
+    if (st == CLADE_KV_BUDGET) e.message = "the prompt does not fit the server's KV budget (--kv-budget)";
+    finish_request(r, &e);
+    return true;
+  }
+  metrics_.prefill_us += (uint64_t)(seconds_since(t0) * 1e6);
+  metrics_.prompt_tokens += r->prompt.size() - reused;
+  metrics_.reused_tokens += reused;
+  r->reused = reused;
+  r->choices.resize((size_t)r->n);
+  for (int i = 0; i < r->n; i++) {
+    Choice& c = r->choices[i];
+    clade_detokenizer_create(model_, r->special, r->first_in_text, &c.detok);
+    st = clade_cache_add(cache_, node, nullptr, 0, 0, &c.seq);
+    if (st != CLADE_OK) {
+      c.seq = -1;
+      ApiError e{500, std::string("adding a sequence: ") + clade_last_error(), "", "server_error"};
+      clade_tree_release(tree_, node);
+      finish_request(r, &e);
+      return true;
+    }
+    metrics_.live_seqs++;
+  }
+  clade_tree_release(tree_, node);  // the sequences hold it now
+  for (int i = 0; i < r->n; i++) take(*r, i, first_.data());
+  r->cv.notify_all();
+  if (opt_.verbose)
+    std::fprintf(stderr, "clade serve: request %llu: %zu prompt tokens (%zu reused), n %d, max_tokens %d\n",
+                 (unsigned long long)r->id, r->prompt.size(), reused, r->n, r->max_tokens);
+  return true;
+}
+
+void Server::update_gauges() {
+  metrics_.kv_used = clade_tree_kv_used(tree_);
+  metrics_.running = live_.size();
+#ifdef CLADE_TREE_PREFIX_CACHE
+  clade_tree_stats ts;
+  std::memset(&ts, 0, sizeof ts);
+  ts.size = sizeof ts;
+  if (clade_tree_get_stats(tree_, &ts) == CLADE_OK) {
+    metrics_.cached_nodes = ts.cached_nodes;
+    metrics_.cached_bytes = ts.cached_bytes;
+    metrics_.evictions = ts.evictions;
+  }
+#endif
+}
+
+void Server::scheduler() {
+  std::vector<clade_seq_id> ids;
+  std::vector<int32_t> ones;
+  std::vector<clade_token> toks;
+  std::vector<std::pair<Request*, int>> who;
+  for (;;) {
+    // Admit at the step boundary: queued requests, oldest first, while
+    // there are free slots for their n sequences and this boundary has
+    // evaluated fewer than --admit-tokens prompt tokens (reused ones cost
+    // nothing), so a burst of long new prompts stalls the running
+    // sequences for a bounded time.
+    {
+      std::unique_lock<std::mutex> lk(qmu_);
+      if (live_.empty()) qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      // Cancelled requests leave the queue wherever they are.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->cancelled) {
+          metrics_.cancelled++;
+          finish_request(*it, nullptr);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (uint64_t evaluated = 0; evaluated < (uint64_t)opt_.admit_tokens;) {
+      RequestPtr r;
+      {
+        std::lock_guard<std::mutex> lk(qmu_);
+        if (queue_.empty() || queue_.front()->n > opt_.parallel - (int)metrics_.live_seqs) break;
+        r = queue_.front();
+        queue_.pop_front();
+      }
+      const uint64_t before = metrics_.prompt_tokens;
+      if (!admit(r)) {
+        // no KV room: back to the queue's front until sequences end
+        std::lock_guard<std::mutex> lk(qmu_);
+        queue_.push_front(r);
+        break;
+      }
+      evaluated += metrics_.prompt_tokens - before;
+      if (!r->finished) live_.push_back(r);
+    }
+    // Requests whose every choice ended, and cancelled ones, leave.
+    for (size_t i = 0; i < live_.size();) {
+      RequestPtr& r = live_[i];
+      bool all = std::all_of(r->choices.begin(), r->choices.end(), [](const Choice& c) { return c.done; });
+      if (r->cancelled && !all) metrics_.cancelled++;
+      if (all || r->cancelled) {
+        finish_request(r, nullptr);
+        live_.erase(live_.begin() + (long)i);
+      } else {
+        i++;
+      }
+    }
+    update_gauges();
+    if (live_.empty()) continue;
+    // One step over every live sequence.
+    ids.clear();
+    ones.clear();
+    toks.clear();
+    who.clear();
+    for (RequestPtr& r : live_)
+      for (int i = 0; i < r->n; i++)
+        if (r->choices[i].seq >= 0) {
+          ids.push_back(r->choices[i].seq);
+          ones.push_back(1);
+          toks.push_back(r->choices[i].next);
+          who.push_back({r.get(), i});
+        }
+    if (ids.empty()) continue;
+    // A step of plain greedy rows only returns their tokens
+    // (clade_batch.argmax), not their logits.
+    const bool by_argmax =
+        std::all_of(who.begin(), who.end(), [](const std::pair<Request*, int>& w) { return w.first->greedy; });
+    clade_batch b;
+    clade_batch_init(&b);
+    b.n_seqs = ids.size();
+    b.seq_ids = ids.data();
+    b.n_tokens = ones.data();
+    b.tokens = toks.data();
+    b.logits = by_argmax ? nullptr : logits_.data();
+    b.argmax = by_argmax ? argmax_.data() : nullptr;
+    b.logits_rows = (size_t)opt_.parallel;
+    auto t0 = Clock::now();
+    clade_status st = clade_decode(cache_, &b);
+    if (st != CLADE_OK) {
+      // No room (the KV budget, a full cache): the newest request ends
+      // with "length" to make room; an error ends them all.
+      bool recoverable = st == CLADE_KV_BUDGET || st == CLADE_CACHE_FULL || st == CLADE_CONTEXT_FULL;
+      std::fprintf(stderr, "clade serve: decode step: %s: %s\n", clade_status_string(st), clade_last_error());
+      if (recoverable) {
+        RequestPtr r = live_.back();
+        for (int i = 0; i < r->n; i++)
+          if (!r->choices[i].done) end_choice(*r, i, "length");
+      } else {
+        ApiError e{500, std::string("decode: ") + clade_status_string(st), "", "server_error"};
+        for (RequestPtr& r : live_) finish_request(r, &e);
+        live_.clear();
+      }
+      continue;
+    }
+    metrics_.decode_us += (uint64_t)(seconds_since(t0) * 1e6);
+    metrics_.steps++;
+    for (size_t row = 0; row < who.size(); row++)
+      if (by_argmax) take(*who[row].first, who[row].second, nullptr, argmax_[row]);
+      else take(*who[row].first, who[row].second, logits_.data() + row * (size_t)info_.n_vocab);
+    for (RequestPtr& r : live_) r->cv.notify_all();
+  }
+  // Shutting down: every request, live or queued, ends with 503.
+  ApiError e{503, "the server is shutting down", "", "server_error"};
+  for (RequestPtr& r : live_) finish_request(r, &e);
+  live_.clear();
+  std::lock_guard<std::mutex> lk(qmu_);
+  for (RequestPtr& r : queue_) finish_request(r, &e);
+  queue_.clear();
+  scheduler_done_ = true;
+}
+
+}  // namespace serve
+}  // namespace cli
