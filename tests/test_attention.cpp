@@ -1,5 +1,5 @@
 // Shared-node attention plus merge equals flat attention over the
-// concatenated KV (DESIGN.md, "How correctness is shown"): random trees of
+// concatenated KV (docs/design.md, "Exactness"): random trees of
 // depth 1 to 4, node lengths 0, 1 and long, GQA ratios 1, 4 and 8, head
 // dims 64 and 128, one and several queries per sequence, KV types f32, f16,
 // bf16. Rule (flash-attention's): the shared path's error against an fp64

@@ -1,5 +1,5 @@
-// The unique caches of sequences attached to tree nodes (DESIGN.md parts 2
-// and 3): each sequence's own KV, its decode steps, and the operations of
+// The unique caches of sequences attached to tree nodes (docs/design.md,
+// "Unique caches" and "A decode step, top to bottom"): each sequence's own KV, its decode steps, and the operations of
 // tree search (fork, promote, move). A cache owns its Forward, so its
 // steps' workspaces (plan, activations, the backend's prepared attention)
 // are its own: a steady decode step allocates nothing, and two caches of

@@ -1,4 +1,4 @@
-// Prepacked prefill (DESIGN.md part 4): many prompts, nodes and sequences
+// Prepacked prefill (docs/design.md, "Packed prefill"): many prompts, nodes and sequences
 // evaluated together in forward passes of at most C tokens, packed by
 // first-fit decreasing instead of padded to the longest.
 #pragma once
