@@ -1,9 +1,10 @@
 // The unique caches of sequences attached to tree nodes (docs/design.md,
-// "Unique caches" and "A decode step, top to bottom"): each sequence's own KV, its decode steps, and the operations of
-// tree search (fork, promote, move). A cache owns its Forward, so its
-// steps' workspaces (plan, activations, the backend's prepared attention)
-// are its own: a steady decode step allocates nothing, and two caches of
-// one tree may decode in two threads at once.
+// "Unique caches" and "A decode step, top to bottom"): each sequence's own
+// KV, its decode steps, and the operations of tree search (fork, promote,
+// move). A cache owns its Forward, so its steps' workspaces (plan,
+// activations, the backend's prepared attention) are its own: a steady
+// decode step allocates nothing, and two caches of one tree may decode in
+// two threads at once.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
-// Prepacked prefill (docs/design.md, "Packed prefill"): many prompts, nodes and sequences
-// evaluated together in forward passes of at most C tokens, packed by
-// first-fit decreasing instead of padded to the longest.
+// Prepacked prefill (docs/design.md, "Packed prefill"): many prompts, nodes
+// and sequences evaluated together in forward passes of at most C tokens,
+// packed by first-fit decreasing instead of padded to the longest.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // The shared-cache tree: nodes of read-only KV shared by every sequence
-// below them (docs/design.md, "Shared-cache tree"). The unique caches of sequences are
-// lib/cache.h; a cache reads the tree's nodes and never changes them while
-// it decodes, so two caches of one tree may decode in two threads at once
-// (each has its own Forward, hence its own workspaces).
+// below them (docs/design.md, "Shared-cache tree"). The unique caches of
+// sequences are lib/kv/cache.h; a cache reads the tree's nodes and never
+// changes them while it decodes, so two caches of one tree may decode in
+// two threads at once (each has its own Forward, hence its own workspaces).
 #pragma once
 
 #include <atomic>
