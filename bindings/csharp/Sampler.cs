@@ -97,6 +97,7 @@ namespace Clade
         {
             Check.NotNull(logits, "logits");
             if (top < 0) throw new ArgumentOutOfRangeException("top", "top is negative");
+            if (nPrompt < 0) throw new ArgumentOutOfRangeException("nPrompt", "nPrompt is negative");
             var tt = new int[top];
             var tl = new float[top];
             var r = Native.OutInit<Native.clade_sample_result>();

@@ -306,15 +306,18 @@ namespace CladeTests
                     foreach (var piece in st) texts[piece.Seq] += piece.Text;
                 for (int i = 0; i < 4; i++) A.Eq(want[i].Text, texts[i] ?? "", "streamed text " + i);
                 // bad drafters fail the call cleanly
-                A.Throws<ArithmeticException>(() => t.Generate(specPrompts, SpecParams(new Speculative {
+                A.Throws<ArithmeticException>(() => t.Generate(specPrompts, SpecParams(new Speculative { Adaptive = false,
                     Draft = r => { throw new ArithmeticException("drafter"); } })), "a drafter's exception");
-                A.Status(Status.Token, () => t.Generate(specPrompts, SpecParams(new Speculative {
+                A.Status(Status.Token, () => t.Generate(specPrompts, SpecParams(new Speculative { Adaptive = false,
                     Draft = r => { r.Tokens = new[] { 999999 }; } })), "a draft token past the vocabulary");
-                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative {
+                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative { Adaptive = false,
                     Draft = r => { r.Tokens = new int[r.MaxTokens + 1]; } })), "too many draft tokens");
-                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative {
+                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative { Adaptive = false,
                     Draft = r => { r.Tokens = new[] { 1, 2 }; r.Parents = new[] { -1 }; } })), "parents of the wrong length");
                 A.Throws<ArgumentException>(() => t.Generate(specPrompts, SpecParams(new Speculative())), "no drafter");
+                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative { Lookup = 100 })), "lookup 100");
+                A.Status(Status.InvalidArg, () => t.Generate(specPrompts, SpecParams(new Speculative { Lookup = 2, TreeWidth = 9 })),
+                         "tree width 9");
                 A.Throws<ArgumentException>(() => t.Generate(specPrompts, SpecParams(new Speculative { Lookup = 2, DraftModel = draft })),
                                             "two drafters");
                 A.Eq(0, t.Children(0).Length, "no node left");

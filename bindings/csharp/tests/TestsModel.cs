@@ -98,6 +98,24 @@ namespace CladeTests
                                                                        new[] { new[] { -1 } }), "1 parent for 2 tokens");
                         A.Status(Status.State, () => c.Length(777), "an unknown sequence");
                         A.Status(Status.InvalidArg, () => c.Keep(s, 0, new[] { 5, 1 }), "keep not increasing");
+                        A.Throws<ArgumentNullException>(() => c.Keep(s, 0, null), "keep null");
+                        A.Status(Status.State, () => c.Add(999), "an unknown node");
+                        A.Eq(0, c.Decode(new int[0], new int[0][]).Length, "a step of no sequence");
+                        A.Status(Status.ContextFull, () => t.Append(0, new int[m.Info().Ctx + 1]), "past n_ctx");
+                        using (var t2 = new Tree(m))
+                        using (var c2 = new Cache(t2))
+                            A.Status(Status.InvalidArg, () => t.AppendBatch(new[] { new AppendItem(0, new[] { 1 }, c2) }),
+                                     "a cache of another tree");
+                        var c3 = new Cache(t);
+                        c3.Dispose();
+                        A.Throws<ObjectDisposedException>(() => t.AppendBatch(new[] { new AppendItem(0, new[] { 1 }, c3) }),
+                                                          "a disposed cache in a batch");
+                        A.Status(Status.InvalidArg, () => t.Generate(new List<Prompt>()), "no prompts");
+                        A.Status(Status.State, () => t.Generate(new List<Prompt> { new[] { 1 } }, new GenerateParams { Root = 77 }),
+                                 "an unknown root");
+                        A.Status(Status.InvalidArg, () => t.Generate(new List<Prompt> { new[] { 1 } }, new GenerateParams { TopLogprobs = 50 }),
+                                 "top_logprobs 50");
+                        A.Status(Status.IO, () => t.Load("/"), "a folder as a session");
                     }
                 }
             }
@@ -311,6 +329,8 @@ namespace CladeTests
                 A.Throws<ArgumentException>(() => a.SampleBatch(new[] { row, new float[3] }, new ulong[] { 1, 2 }),
                                             "rows of two lengths");
                 A.Throws<ArgumentNullException>(() => a.Sample(null), "null logits");
+                A.Status(Status.InvalidArg, () => a.Sample(new float[0]), "no logits");
+                A.Throws<ArgumentOutOfRangeException>(() => a.SampleEx(row, 0, new[] { 1 }, -1), "a negative nPrompt");
                 A.Status(Status.InvalidArg, () => a.Sample(new[] { 1f, float.NaN }), "a NaN logit");
                 A.Status(Status.Token, () => a.Sample(row, 0, new[] { 99 }), "a history token past the row");
                 A.Status(Status.InvalidArg, () => a.SampleEx(row, 0, new[] { 1 }, 5), "n_prompt past the history");
