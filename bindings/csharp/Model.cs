@@ -249,6 +249,14 @@ namespace Clade
             return Utf8.FromC(name);
         }
 
+        /// <summary>Tree.Generate on a tree of its own (made and disposed for the call).</summary>
+        public GenerationResult Generate(IList<Prompt> prompts, GenerateParams p = null,
+                                         PieceCallback callback = null, KvType kvType = KvType.F16)
+        {
+            using (var tree = new Tree(this, kvType))
+                return tree.Generate(prompts, p, callback);
+        }
+
         /// <summary>A streaming detokenizer of this model.</summary>
         public Detokenizer NewDetokenizer(bool special = false, bool firstInText = true)
         {
