@@ -396,18 +396,18 @@ def main():
     st, r = s.post("/v1/completions", base)
     check(st == 200 and r["choices"][0]["text"] == greedy, "after the bad requests: %d %s" % (st, r))
 
-    # ---- the README's examples, unchanged (the server's URL from CLADE_URL)
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    # ---- docs/server.md's examples, unchanged (the server's URL from CLADE_URL)
+    readme = open(os.path.join(ROOT, "docs", "server.md"), encoding="utf-8").read()
     sec = readme[readme.find("## Server"):]
     py = re.search(r"```python\n(.*?)```", sec, re.S)
-    if check(py is not None, "README: no python block in the Server section"):
+    if check(py is not None, "docs/server.md: no python block in its Server section"):
         env = dict(os.environ, CLADE_URL="http://%s:%d" % (s.host, s.port))
         p = subprocess.run(["/usr/bin/python3", "-c", py.group(1)], env=env, capture_output=True, text=True,
                            timeout=60)
         check(p.returncode == 0 and p.stdout.strip(), "README python client: rc %d\n%s%s" % (
             p.returncode, p.stdout, p.stderr))
     curl = re.search(r"```sh\n(curl .*?)```", sec, re.S)
-    if check(curl is not None, "README: no curl block in the Server section") and shutil.which("curl"):
+    if check(curl is not None, "docs/server.md: no curl block in its Server section") and shutil.which("curl"):
         cmd = curl.group(1).replace("127.0.0.1:8080", "%s:%d" % (s.host, s.port))
         p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
         check(p.returncode == 0 and "data: [DONE]" in p.stdout and '"content"' in p.stdout,

@@ -5,7 +5,7 @@
 # model written by the installed CLI, generating text. Checks the installed
 # files (header, library with its soname links, CLI, clade.pc with no build
 # or CUDA paths); `pip install bindings/python` into a fresh venv and the
-# README's Python example run outside the checkout with no environment
+# docs/bindings.md's Python example run outside the checkout with no environment
 # variable; and, configure-only, clade as a Meson subproject (no CLI,
 # benchmarks or tests by default).
 #
@@ -81,7 +81,7 @@ out=$("$cli" version 2>&1) && [ "$out" == "clade $version" ] || fail "installed 
 
 # The program: compiled and linked with what pkg-config says, run with the
 # library folder as its rpath (a private prefix is not on the loader's path;
-# README: Install).
+# docs/install.md).
 # shellcheck disable=SC2046
 $cc -std=c99 -Wall -Werror -o "$dir/hello" "$src/tests/install/hello.c" $(pkg-config --cflags --libs clade) \
   $(rpath "-Wl,-rpath,$libdir") > "$dir/cc.log" 2>&1 || { cat "$dir/cc.log"; fail "compiling hello.c against the install"; }
@@ -96,7 +96,7 @@ if [ -x "$dir/hello" ]; then
 fi
 
 # Python: `pip install bindings/python` into a fresh venv, offline (no
-# index), with PKG_CONFIG_PATH pointing at the install; then the README's
+# index), with PKG_CONFIG_PATH pointing at the install; then docs/bindings.md's
 # Python example, outside the checkout, with no environment variable at all.
 py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3)
@@ -106,10 +106,10 @@ else
   "$py" -m venv --system-site-packages "$dir/venv" || fail "python3 -m venv"
   PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$dir/venv/bin/pip" install -q "$src/bindings/python" \
     > "$dir/pip.log" 2>&1 || { cat "$dir/pip.log"; fail "pip install bindings/python"; }
-  # The README's first Python block that uses the package, on the random model.
+  # docs/bindings.md's first Python block that uses the package, on the random model.
   awk '/^ *```python/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /import clade/) {print block; exit} on = 0; next}
-       on {sub(/^  /, ""); block = block $0 "\n"}' "$src/README.md" | sed "s|\"model.gguf\"|\"$dir/m.gguf\"|" > "$dir/example.py"
-  grep -q "import clade" "$dir/example.py" || fail "no Python example with 'import clade' in README.md"
+       on {sub(/^  /, ""); block = block $0 "\n"}' "$src/docs/bindings.md" | sed "s|\"model.gguf\"|\"$dir/m.gguf\"|" > "$dir/example.py"
+  grep -q "import clade" "$dir/example.py" || fail "no Python example with 'import clade' in docs/bindings.md"
   printf 'import clade._lib\nprint("library:", clade._lib.LIBRARY_PATH)\nprint("package:", clade.__file__)\n' >> "$dir/example.py"
   out=$(cd "$dir/elsewhere" && env -i PATH=/usr/bin:/bin HOME="$dir" "$dir/venv/bin/python" "$dir/example.py" 2>&1) ||
     fail "the README's Python example: $out"
@@ -123,7 +123,7 @@ fi
 # Rust: a separate crate depending on bindings/rust by path, built offline;
 # the binding's build.rs finds the install through the pkg-config program,
 # and the crate's two-line build.rs records DEP_CLADE_LIB_DIR as its rpath
-# (README: Bindings). It runs the README's Rust example with no environment.
+# (docs/bindings.md). It runs the README's Rust example with no environment.
 if command -v cargo > /dev/null; then
   mkdir -p "$dir/rust-user/src"
   cat > "$dir/rust-user/Cargo.toml" << EOM
@@ -145,11 +145,11 @@ EOM
     echo 'fn main() -> Result<(), Box<dyn std::error::Error>> {'
     echo '    let path = std::env::args().nth(1).expect("usage: clade-user MODEL");'
     awk '/^ *```rust/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /Model::load/) {print block; exit} on = 0; next}
-         on {sub(/^  /, ""); block = block "    " $0 "\n"}' "$src/README.md" | sed 's|"model.gguf"|\&path|'
+         on {sub(/^  /, ""); block = block "    " $0 "\n"}' "$src/docs/bindings.md" | sed 's|"model.gguf"|\&path|'
     echo '    Ok(())'
     echo '}'
   } > "$dir/rust-user/src/main.rs"
-  grep -q "Model::load(&path)" "$dir/rust-user/src/main.rs" || fail "no Rust example with Model::load in README.md"
+  grep -q "Model::load(&path)" "$dir/rust-user/src/main.rs" || fail "no Rust example with Model::load in docs/bindings.md"
   if CARGO_TARGET_DIR="$dir/rust-user/target" cargo build --offline -q --manifest-path "$dir/rust-user/Cargo.toml" \
       > "$dir/cargo.log" 2>&1; then
     bin=$dir/rust-user/target/debug/clade-user
@@ -169,7 +169,7 @@ fi
 # Go: a program in a module of its own requiring clade.dev/clade, the
 # checkout's bindings/go through a go.work `use` (no replace line), built
 # offline with `#cgo pkg-config: clade` (PKG_CONFIG_PATH) and the folder as
-# its rpath (README: Bindings); it runs the README's Go example.
+# its rpath (docs/bindings.md); it runs the README's Go example.
 if command -v go > /dev/null; then
   mkdir -p "$dir/go-user"
   printf 'module example.com/user\n\ngo 1.19\n\nrequire clade.dev/clade v0.0.0\n' > "$dir/go-user/go.mod"
@@ -178,11 +178,11 @@ if command -v go > /dev/null; then
     printf 'func main() {\n\tm, err := clade.LoadModel(os.Args[1], nil)\n\tif err != nil {\n\t\tpanic(err)\n\t}\n'
     printf '\tdefer m.Close()\n'
     awk '/^ *```go/ {on = 1; block = ""; next} on && /^ *```/ {if (block ~ /GenerateStream/) {print block; exit} on = 0; next}
-         on {sub(/^  /, ""); block = block "\t" $0 "\n"}' "$src/README.md"
+         on {sub(/^  /, ""); block = block "\t" $0 "\n"}' "$src/docs/bindings.md"
     printf '\tif err != nil {\n\t\tpanic(err)\n\t}\n\tfmt.Println()\n'
     printf '\tfor _, r := range results {\n\t\tfmt.Printf("finish %%d: %%s\\n", r.Finish, r.Text)\n\t}\n}\n'
   } > "$dir/go-user/main.go"
-  grep -q "GenerateStream" "$dir/go-user/main.go" || fail "no Go example with GenerateStream in README.md"
+  grep -q "GenerateStream" "$dir/go-user/main.go" || fail "no Go example with GenerateStream in docs/bindings.md"
   (cd "$dir/go-user" && env -u GOFLAGS GOPROXY=off GOTOOLCHAIN=local GOTELEMETRY=off GOWORK= go work init . "$src/bindings/go") \
     > "$dir/go.log" 2>&1 || { cat "$dir/go.log"; fail "go work init"; }
   mkdir -p "$build/tests/install-go-cache"

@@ -77,7 +77,7 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
        "      an OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (stream: true for\n"
        "      server-sent events), GET /v1/models, /health, /metrics (Prometheus); requests join the running\n"
        "      batch at step boundaries (at most --admit-tokens new prompt tokens evaluated per boundary); prompts\n"
-       "      reuse the tree's cached prefixes (README: Server)\n"},
+       "      reuse the tree's cached prefixes (docs/server.md)\n"},
       {"tokenize",
        "  tokenize -m FILE [--no-bos] [--special] [--pieces] (--file PATH | TEXT)\n"
        "      the token ids (--pieces: their texts) of TEXT, one argument (quote it), or of a file\n"},
