@@ -204,6 +204,7 @@ namespace Clade
                 gp.root = p.Root;
                 gp.first_stream = p.FirstStream;
                 Status st;
+                ResetAbort();
                 if (spec == null)
                 {
                     st = Native.clade_generate(Handle, arr, Check.Size(prompts.Count), ref gp, out gen);
@@ -233,6 +234,8 @@ namespace Clade
                 if (state.Error != null) ExceptionDispatchInfo.Capture(state.Error).Throw();
                 if (st != Status.Stopped) Stopped(st);
                 else if (abort != null && abort.Error != null) Stopped(st);
+                // stopped before any result (the abort callback during the prompts)
+                if (gen == null || gen.IsInvalid) throw CladeException.FromStatus(st);
                 return Results(gen, st == Status.Stopped);
             }
             finally

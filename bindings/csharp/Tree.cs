@@ -98,6 +98,7 @@ namespace Clade
         {
             Check.Tokens(tokens, "tokens");
             int node;
+            ResetAbort();
             Stopped(Native.clade_tree_append(Handle, parent, tokens, Check.Len(tokens), null, out node));
             return node;
         }
@@ -108,6 +109,7 @@ namespace Clade
             Check.Tokens(tokens, "tokens");
             var l = new float[NVocab];
             int node;
+            ResetAbort();
             Stopped(Native.clade_tree_append(Handle, parent, tokens, Check.Len(tokens), l, out node));
             logits = l;
             return node;
@@ -146,6 +148,7 @@ namespace Clade
                             arr[i].logits = pins.Pin(it.Logits);
                         }
                     }
+                    ResetAbort();
                     Stopped(Native.clade_tree_append_batch(Handle, arr, Check.Size(items.Count)));
                 }
                 finally
@@ -180,6 +183,7 @@ namespace Clade
             Check.Tokens(tokens, "tokens");
             var l = want ? new float[NVocab] : null;
             int node; UIntPtr r;
+            ResetAbort();
             Stopped(Native.clade_tree_append_prefix(Handle, tokens, Check.Len(tokens), l, out node, out r));
             reused = (int)r;
             logits = l;
@@ -288,6 +292,13 @@ namespace Clade
             if (s.Error != null) return 1;
             try { return s.Fn() ? 1 : 0; }
             catch (Exception e) { s.Error = e; return 1; }
+        }
+
+        /// <summary>Forgets an exception of the abort callback left by an earlier call.</summary>
+        internal void ResetAbort()
+        {
+            var a = abort;
+            if (a != null) a.Error = null;
         }
 
         /// <summary>Checks a call that the abort callback may stop: its exception comes back.</summary>
@@ -503,6 +514,7 @@ namespace Clade
                 b.logits = pins.Pin(logits);
                 b.argmax = pins.Pin(am);
                 b.logits_rows = Check.Size(nRows);
+                Tree.ResetAbort();
                 Status st = flatParents == null ? Native.clade_decode(Handle, ref b)
                                                 : Native.clade_decode_tree(Handle, ref b, flatParents);
                 Tree.Stopped(st);

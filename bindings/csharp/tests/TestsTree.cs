@@ -335,6 +335,25 @@ namespace CladeTests
                 t.SetAbort(() => { calls++; return false; });
                 A.Eq(1, c.Decode(new[] { s }, new[] { new[] { 4 } }).Length, "a step");
                 A.True(calls > n, "called again");
+                // generate stopped by the abort callback mid-way: results marked Stopped, or
+                // (a library that gives none) CladeException Stopped; a throw comes back as is
+                int k = 0;
+                t.SetAbort(() => ++k > 20);
+                try
+                {
+                    var r = t.Generate(new List<Prompt> { new[] { 1, 2 } }, new GenerateParams { MaxNewTokens = 30, IgnoreEog = true });
+                    A.True(r.Stopped, "stopped");
+                }
+                catch (CladeException e)
+                {
+                    A.Eq(Status.Stopped, e.Status, "stopped: " + e.Message);
+                }
+                k = 0;
+                t.SetAbort(() => { if (++k > 20) throw new TimeoutException("abort"); return false; });
+                A.Throws<TimeoutException>(() => t.Generate(new List<Prompt> { new[] { 1, 2 } },
+                    new GenerateParams { MaxNewTokens = 30, IgnoreEog = true }), "the abort callback's exception from Generate");
+                A.Eq(0, t.Children(0).Length, "no node left");
+                t.SetAbort(() => { calls++; return false; });
                 // the tree disposed first: its abort callback stays with the cache
                 t.Dispose();
                 c.Decode(s, 5);
