@@ -5,6 +5,7 @@
 // whitespace, regexes, and errors that name the keyword and its pointer.
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -395,6 +396,87 @@ void json_reader() {
   CHECK(!json_schema_to_gbnf("{\"type\":", SchemaOptions(), gbnf, err) && err.find("not valid JSON") != std::string::npos);
 }
 
+// Hostile and random input: errors, never a crash or a runaway.
+void hostile() {
+  std::string gbnf, err;
+  CHECK(!json_schema_to_gbnf(std::string(100000, '['), SchemaOptions(), gbnf, err) && err.find("512") != std::string::npos);
+  std::string deep;
+  for (int i = 0; i < 300; i++) deep += "{\"items\":";
+  deep += "{}" + std::string(300, '}');
+  CHECK(!json_schema_to_gbnf(deep, SchemaOptions(), gbnf, err) && err.find("deeper") != std::string::npos);
+  CHECK(!regex_to_gbnf(std::string(100000, '('), gbnf, err) && err.find("deeper") != std::string::npos);
+  // allOf of $refs doubling at every level
+  std::string defs = "{\"$defs\":{";
+  for (int i = 0; i < 40; i++)
+    defs += "\"a" + std::to_string(i) + "\":{\"allOf\":[{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) +
+            "\"},{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) + "\"}]},";
+  defs += "\"a40\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/a0\",\"minimum\":1}";
+  CHECK(!json_schema_to_gbnf(defs, SchemaOptions(), gbnf, err) && err.find("allOf") != std::string::npos);
+  CHECK(!json_schema_to_gbnf(R"({"type":"integer","minimum":1e999999})", SchemaOptions(), gbnf, err) &&
+        err.find("minimum") != std::string::npos);
+  CHECK(!json_schema_to_gbnf(R"({"type":"string","maxLength":-1})", SchemaOptions(), gbnf, err) &&
+        err.find("maxLength at #") != std::string::npos);
+  CHECK(!json_schema_to_gbnf(R"({"required":"a"})", SchemaOptions(), gbnf, err) && err.find("required at #") != std::string::npos);
+
+  std::mt19937 rng(7);
+  auto pick = [&](const std::vector<std::string>& v) { return v[rng() % v.size()]; };
+  // random regexes: when one compiles, its GBNF parses
+  const std::string alphabet = "ab()[]|*+?{}^$\\.-,0123dwsSD:=!<";
+  int compiled = 0;
+  for (int i = 0; i < 3000; i++) {
+    std::string r;
+    for (size_t n = rng() % 12; n > 0; n--) r += alphabet[rng() % alphabet.size()];
+    if (regex_to_gbnf(r, gbnf, err)) {
+      compiled++;
+      CHECK_MSG(parse_gbnf(gbnf, err) != nullptr, "/%s/: %s", r.c_str(), err.c_str());
+    } else {
+      CHECK_MSG(err.find("regex") == 0, "/%s/: %s", r.c_str(), err.c_str());
+    }
+  }
+  // random schemas from the keywords: compile or fail with a message
+  std::function<std::string(int)> schema = [&](int depth) -> std::string {
+    if (depth > 3 || rng() % 4 == 0)
+      return pick({"true", "false", "{}", R"({"type":"string"})", R"({"$ref":"#/$defs/d"})", R"({"const":[1,{"a":null}]})"});
+    std::string o = "{";
+    for (size_t n = 1 + rng() % 3; n > 0; n--) {
+      switch (rng() % 14) {
+        case 0: o += R"("type":)" + pick({R"("integer")", R"("number")", R"(["string","null"])", R"("object")", R"("array")"}); break;
+        case 1: o += R"("properties":{"a":)" + schema(depth + 1) + R"(,"b c":)" + schema(depth + 1) + "}"; break;
+        case 2: o += R"("required":["a"])"; break;
+        case 3: o += R"("additionalProperties":)" + schema(depth + 1); break;
+        case 4: o += R"("items":)" + schema(depth + 1); break;
+        case 5: o += R"("prefixItems":[)" + schema(depth + 1) + "]"; break;
+        case 6: o += pick({R"("minimum":-3)", R"("exclusiveMaximum":2.5)", R"("maximum":1e3)", R"("minLength":2)", R"("maxItems":2)"}); break;
+        case 7: o += R"("enum":[1,"x",null])"; break;
+        case 8: o += R"("anyOf":[)" + schema(depth + 1) + "," + schema(depth + 1) + "]"; break;
+        case 9: o += R"("allOf":[)" + schema(depth + 1) + "," + schema(depth + 1) + "]"; break;
+        case 10: o += R"("oneOf":[)" + schema(depth + 1) + "," + schema(depth + 1) + "]"; break;
+        case 11: o += R"("pattern":")" + pick({"^a+$", "b|c", "[0-9]{2}", "(x"}) + "\""; break;
+        case 12: o += R"("format":)" + pick({R"("date")", R"("ipv4")", R"("uri")"}); break;
+        default: o += R"("not":)" + schema(depth + 1); break;
+      }
+      o += ",";
+    }
+    return o + R"("$defs":{"d":)" + (depth ? "{}" : schema(3)) + "}}";
+  };
+  int schemas_ok = 0;
+  for (int i = 0; i < 1500; i++) {
+    const std::string sc = schema(0);
+    for (int mode = 0; mode < 4; mode++) {
+      SchemaOptions o;
+      o.lenient = mode & 1;
+      o.free_whitespace = mode & 2;
+      if (json_schema_to_gbnf(sc, o, gbnf, err)) {
+        schemas_ok++;
+        CHECK_MSG(parse_gbnf(gbnf, err) != nullptr, "%s: %s", sc.c_str(), err.c_str());
+      } else {
+        CHECK_MSG(!err.empty(), "%s: an empty error", sc.c_str());
+      }
+    }
+  }
+  std::printf("random input: %d of 3000 regexes and %d of 6000 schema compilations succeeded\n", compiled, schemas_ok);
+}
+
 }  // namespace
 
 int main() {
@@ -410,5 +492,6 @@ int main() {
   regexes();
   any_json();
   json_reader();
+  hostile();
   return check_exit();
 }

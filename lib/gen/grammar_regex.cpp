@@ -79,6 +79,7 @@ class Parser {
  private:
   std::vector<uint32_t> cps_;
   size_t p_ = 0;
+  int depth_ = 0;
 
   bool done() const { return p_ >= cps_.size(); }
   uint32_t peek(size_t k = 0) const { return p_ + k < cps_.size() ? cps_[p_ + k] : 0; }
@@ -334,7 +335,9 @@ class Parser {
           throw RegexError{open + 1, "unsupported group (?" + std::string(1, char(peek(1))) + "...)"};
         }
       }
+      if (++depth_ > 256) throw RegexError{open + 1, "groups nested deeper than 256"};
       Node inner = alternation();
+      depth_--;
       if (done() || peek() != ')') throw RegexError{open + 1, "unterminated group"};
       p_++;
       return inner;

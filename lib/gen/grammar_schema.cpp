@@ -59,6 +59,7 @@ class Compiler {
   std::set<std::string> ref_busy_;                // refs being compiled
   std::deque<Value> owned_;                       // merged schemas
   int depth_ = 0;
+  size_t visits_ = 0;
 
   [[noreturn]] void fail(const std::string& kw, const std::string& ptr, const std::string& what) {
     throw Fail{kw + " at " + detail::pointer_text(ptr) + ": " + what};
@@ -92,6 +93,7 @@ class Compiler {
 
   std::optional<std::string> visit(const Value& s, const std::string& ptr, const std::string& hint) {
     Depth guard(depth_, ptr);
+    if (++visits_ > 200000) throw Fail{"schema at " + detail::pointer_text(ptr) + ": too large (over 200000 subschemas visited)"};
     if (s.is_bool()) {
       if (s.b) return j_.value();
       return std::nullopt;

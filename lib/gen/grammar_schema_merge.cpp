@@ -102,8 +102,11 @@ struct Merger {
     return false;
   }
 
+  size_t folds = 0;
+
   bool fold(const Value& x, int depth) {
     if (depth > 32) return fail("$ref nesting too deep to merge (a recursive $ref cannot be merged)");
+    if (++folds > 20000) return fail("too many schemas to merge");
     if (x.is_bool()) {
       if (!x.b) is_false = true;
       return true;
