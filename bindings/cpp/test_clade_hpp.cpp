@@ -323,6 +323,17 @@ void test_generate(const clade::Model& m, const clade::Model& draft_model) {
     for (auto it = s2.begin(); it != s2.end() && n < 3; ++it) n++;
     CHECK(n == 3);
   }
+  {  // sampled with penalties, 3 samples a leaf: the stream still draws generate's tokens
+    clade::SamplerParams sp;
+    sp.seed = 3, sp.repeat_penalty = 1.3f, sp.presence_penalty = 0.5f;
+    clade::GenerateParams sampled = gp;
+    sampled.sampler = &sp, sampled.n_samples = 3, sampled.first_stream = 5;
+    const auto want_sampled = tokens_of(V(tree.generate(prompts, sampled)));
+    std::vector<std::vector<clade::Token>> got_sampled(6);
+    for (const clade::StreamEvent& e : V(tree.stream(m, prompts, sampled)))
+      if (e.token >= 0) got_sampled.at(e.seq).push_back(e.token);
+    CHECK(want_sampled.size() == 6 && got_sampled == want_sampled);
+  }
   CHECK(V(tree.children(0)).empty());  // everything released, the early loop's included
   const char* stop[] = {"x"};
   clade::GenerateParams with_stop = gp;
