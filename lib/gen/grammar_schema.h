@@ -28,6 +28,30 @@ struct SchemaOptions {
   bool free_whitespace = false;
 };
 
+// What the JSON Schema grammar admits: a subset of the texts of valid
+// instances, in one canonical spelling the generator keeps to:
+// - compact JSON (free_whitespace: any JSON whitespace between tokens,
+//   none before or after the value);
+// - object members in the schema's `properties` order (required ones
+//   always, optional ones optional), then keys that `required` names but
+//   `properties` lacks, then additional members (when additionalProperties
+//   allows them) whose keys are none of those;
+// - numbers canonical: integers without leading zeros, "-0", fraction or
+//   exponent; numbers with a bound without exponent;
+// - strings with characters JSON escapes in their short or \u00xx form;
+//   lengths count one per character (an escaped surrogate pair counts 2).
+// Enforced: type (lists too), properties, required, additionalProperties,
+// items, prefixItems, minItems, maxItems, contains/minContains (without
+// prefixItems, item counts or maxContains), minLength, maxLength, pattern,
+// format (date, time, date-time, uuid, email, ipv4), minimum, maximum,
+// exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (when its
+// alternatives are provably disjoint: the grammar cannot enforce
+// exclusivity), allOf (merged into one schema where that is exact), local
+// $ref ("#", JSON pointers, $anchor names) with recursion, not of a type or
+// boolean, unevaluatedProperties/unevaluatedItems where no applicator is
+// near. Anything else is an error naming the keyword and its JSON pointer,
+// unless lenient; annotations are ignored.
+//
 // JSON Schema text -> GBNF text (root rule `root`). On failure returns
 // false and sets err to a message naming the keyword and its JSON pointer
 // (e.g. "uniqueItems at /properties/tags: not supported").
