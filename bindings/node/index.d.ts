@@ -240,13 +240,30 @@ export interface GenerateOptions extends SamplerOptions {
   /** Each piece, on the JS thread; STOP_SEQ / STOP_ALL stop from the next token. */
   onPiece?: (seq: number, token: Token | null, text: string) => void | number;
   signal?: AbortSignal;
-  /** Speculative decoding: a draft model of the same vocabulary, */
+  /** Speculative decoding: a drafter of the caller's (called on the JS
+   *  thread, the generation's worker waiting for it; one draft per
+   *  request: token ids, or {tokens, parents} for token trees), */
+  draft?: (requests: DraftRequest[]) => ReadonlyArray<Tokens | { tokens: Tokens; parents?: Tokens } | null | undefined>;
+  /** a draft model of the same vocabulary, */
   draftModel?: Model;
   /** or prompt lookup of n-grams up to this length. */
   lookup?: number;
   maxDraft?: number;
   adaptive?: boolean;
   treeWidth?: number;
+}
+
+export interface DraftRequest {
+  /** The sequence's number in the generation. */
+  seq: number;
+  /** Its prompt path, then its output so far: drafts continue after it. */
+  history: Int32Array;
+  /** Leading history tokens of the prompt. */
+  nPrompt: number;
+  /** Draft at most this many tokens. */
+  maxTokens: number;
+  /** Children per draft token at most (1: chains only). */
+  treeWidth: number;
 }
 
 export type FinishReason = 'none' | 'stop_token' | 'stop_string' | 'length' | 'callback' | 'aborted';
@@ -406,6 +423,7 @@ export const native: {
   sample_batch(sampler: NativeHandle, logits: Float32Array, n_vocab: number, streams: readonly U64[], histories: ReadonlyArray<Tokens | null> | null, n_prompts: readonly number[] | null, top: number): NativeSampleResult[];
   sampler_forget(sampler: NativeHandle, stream: U64): void;
   generate(tree: NativeHandle, prompts: ReadonlyArray<{ tokens: Tokens; parent?: number }>, params: Record<string, unknown> | null,
-    spec: { draft_model?: NativeHandle; lookup_ngram?: number; max_draft?: number; adaptive?: boolean; tree_width?: number } | null,
+    spec: { draft?: (requests: Array<{ seq: number; history: Int32Array; n_prompt: number; max_tokens: number; tree_width: number }>) => unknown;
+      draft_model?: NativeHandle; lookup_ngram?: number; max_draft?: number; adaptive?: boolean; tree_width?: number } | null,
     on_piece: ((seq: number, token: Token, text: string) => void) | null, ctrl: StopFlags): Promise<NativeGenerateResult>;
 };

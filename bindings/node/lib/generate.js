@@ -14,7 +14,14 @@ const STOP_ALL = C.CLADE_GENERATE_STOP_ALL;
 
 const GEN_OPTS = ['maxNewTokens', 'samples', 'stop', 'stopTokens', 'ignoreEog', 'maxLive',
   'logprobs', 'topLogprobs', 'special', 'attention', 'root', 'firstStream', 'onPiece', 'signal',
-  'draftModel', 'lookup', 'maxDraft', 'adaptive', 'treeWidth', ...SAMPLER_OPTS];
+  'draft', 'draftModel', 'lookup', 'maxDraft', 'adaptive', 'treeWidth', ...SAMPLER_OPTS];
+
+/** A drafter of the caller's, for the addon: requests arrive camelCase. */
+function drafter(fn) {
+  return (reqs) => fn(reqs.map((r) => ({
+    seq: r.seq, history: r.history, nPrompt: r.n_prompt, maxTokens: r.max_tokens, treeWidth: r.tree_width,
+  })));
+}
 
 function prompt(p, i) {
   if (Array.isArray(p) || p instanceof Int32Array) return { tokens: p, parent: -1 };
@@ -48,11 +55,13 @@ function prepare(prompts, opts, where) {
   };
   if (SAMPLER_OPTS.some((k) => o[k] !== undefined)) params.sampler = samplerParams(o);
   let spec = null;
-  if ((o.draftModel !== undefined && o.draftModel !== null) || o.lookup) {
+  if (o.draft != null || o.draftModel != null || o.lookup) {
     if (o.draftModel != null && !(o.draftModel instanceof Model)) {
       throw typeError(`${where}: draftModel must be a clade Model`);
     }
+    if (o.draft != null && typeof o.draft !== 'function') throw typeError(`${where}: draft must be a function`);
     spec = {
+      draft: o.draft != null ? drafter(o.draft) : undefined,
       draft_model: o.draftModel ? o.draftModel._get() : undefined, lookup_ngram: o.lookup || 0,
       max_draft: o.maxDraft, adaptive: o.adaptive, tree_width: o.treeWidth,
     };

@@ -58,7 +58,7 @@ function main() {
   fs.mkdirSync(outDir, { recursive: true });
   const out = path.join(outDir, 'clade.node');
   const cc = (process.env.CC || 'cc').split(/\s+/).filter(Boolean);
-  const args = [...cc.slice(1), '-std=gnu11', '-O2', '-fPIC', '-shared', '-fvisibility=hidden',
+  const args = [...cc.slice(1), '-std=gnu11', '-O2', '-fPIC', '-shared', '-pthread', '-fvisibility=hidden',
     '-Wall', '-isystem', inc, ...cflags, ...sources, '-o', out, ...libs];
   if (libdir) args.push(`-Wl,-rpath,${libdir}`);
   process.stdout.write(`clade: ${cc[0]} ${args.join(' ')}\n`);

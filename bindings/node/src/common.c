@@ -600,12 +600,15 @@ static void work_complete(napi_env env, napi_status s, void *p) {
     w->failed = 1;
     w->st = CLADE_E_INTERNAL;
   }
-  if (!w->tsfn) work_finish(env, w);
+  if (w->n_tsfn == 0) work_finish(env, w);
+}
+
+void work_add_tsfn(Work *w, napi_threadsafe_function f) {
+  w->tsfns[w->n_tsfn++] = f;
 }
 
 void work_tsfn_finalized(napi_env env, Work *w) {
-  w->tsfn = NULL;
-  if (w->executed) work_finish(env, w);
+  if (--w->n_tsfn == 0 && w->executed) work_finish(env, w);
 }
 
 Work *work_new(napi_env env, work_exec_fn exec, work_done_fn done, napi_value *promise) {
@@ -694,8 +697,9 @@ void work_queue(napi_env env, Work *w, napi_value promise) {
     w->failed = 1;
     w->st = CLADE_E_INTERNAL;
     w->executed = 1;
-    if (w->tsfn) /* its finalizer finishes the work */
-      napi_release_threadsafe_function(w->tsfn, napi_tsfn_abort);
+    if (w->n_tsfn) /* their finalizers finish the work */
+      for (int i = 0, n = w->n_tsfn; i < n; i++)
+        napi_release_threadsafe_function(w->tsfns[i], napi_tsfn_abort);
     else
       work_finish(env, w);
   }

@@ -153,6 +153,8 @@ struct Work {
   size_t ctrl_len;
   napi_ref error_ref; /* a JS callback's exception: the rejection */
   napi_threadsafe_function tsfn; /* streaming, or NULL */
+  napi_threadsafe_function tsfns[2]; /* every threadsafe function made */
+  int n_tsfn;        /* of them, those not finalized yet */
   int executed;      /* complete ran */
 };
 
@@ -176,7 +178,10 @@ void work_queue(napi_env env, Work *w, napi_value promise);
 /* Drop a work that was never queued (an argument failed): releases what
    it holds; the exception pending stays. */
 void work_abandon(napi_env env, Work *w);
-/* A streaming work's threadsafe function finalized: settles if done. */
+/* Register a threadsafe function of the work (its finalizer must call
+   work_tsfn_finalized): the work settles once all are finalized. */
+void work_add_tsfn(Work *w, napi_threadsafe_function f);
+/* A work's threadsafe function finalized: settles if done. */
 void work_tsfn_finalized(napi_env env, Work *w);
 
 /* The tree's abort callback for a work's ctrl flag. */

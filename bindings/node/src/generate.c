@@ -1,6 +1,7 @@
 /* generate.c: the addon's clade_generate and clade_generate_speculative,
    off the JS thread, streaming each piece to a JS function through a
    threadsafe function; results, finish reasons and stats. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,7 +24,19 @@ typedef struct GenData {
   clade_status status; /* CLADE_OK or CLADE_STOPPED */
   int stop; /* a JS callback threw: stop every sequence */
   int pieces; /* pieces streamed so far (the worker's count) */
+  /* A JS drafter: the worker waits for the JS thread's answer. */
+  napi_threadsafe_function draft_tsfn;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int sync_made;
 } GenData;
+
+typedef struct DraftCall {
+  clade_draft_request *requests;
+  size_t n;
+  int done;
+  int32_t result;
+} DraftCall;
 
 typedef struct Piece {
   size_t seq;
@@ -42,6 +55,10 @@ static void free_gen(void *p) {
   free(d->stop_tokens);
   free(d->stop_strings);
   clade_generation_free(d->gen);
+  if (d->sync_made) {
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+  }
   free(d);
 }
 
@@ -89,6 +106,123 @@ static void piece_call_js(napi_env env, napi_value fn, void *context, void *data
   free(p);
 }
 
+/* ---- a drafter in JS ---------------------------------------------------- */
+
+/* On the worker: hand the requests to the JS thread and wait. */
+static int32_t draft_on_worker(void *user, clade_draft_request *requests, size_t n) {
+  Work *w = (Work *)user;
+  GenData *d = (GenData *)w->data;
+  DraftCall call = {requests, n, 0, -1};
+  if (__atomic_load_n(&d->stop, __ATOMIC_RELAXED)) return -1;
+  pthread_mutex_lock(&d->mu);
+  if (napi_call_threadsafe_function(d->draft_tsfn, &call, napi_tsfn_blocking) != napi_ok) {
+    pthread_mutex_unlock(&d->mu);
+    return -1;
+  }
+  while (!call.done) pthread_cond_wait(&d->cv, &d->mu);
+  pthread_mutex_unlock(&d->mu);
+  return call.result;
+}
+
+/* Keep the pending exception as the generation's rejection; stop. */
+static int32_t drafter_failed(napi_env env, Work *w) {
+  napi_value exc = NULL;
+  napi_get_and_clear_last_exception(env, &exc);
+  if (!w->error_ref && exc) napi_create_reference(env, exc, 1, &w->error_ref);
+  __atomic_store_n(&((GenData *)w->data)->stop, 1, __ATOMIC_RELAXED);
+  return -1;
+}
+
+static int32_t run_drafter(napi_env env, napi_value fn, Work *w, DraftCall *c) {
+  napi_value arr, undef, ret;
+  bool is_array = false;
+  uint32_t len = 0;
+  const size_t tw_end = offsetof(clade_draft_request, tree_width) + sizeof(int32_t);
+  napi_create_array_with_length(env, c->n, &arr);
+  for (size_t i = 0; i < c->n; i++) {
+    clade_draft_request *r = CLADE_DRAFT_REQUEST_AT(c->requests, i);
+    napi_value o;
+    napi_create_object(env, &o);
+    set_named(env, o, "seq", js_u64(env, r->seq));
+    set_named(env, o, "history", js_int32_array(env, r->history, r->n_history));
+    set_named(env, o, "n_prompt", js_int(env, (int64_t)r->n_prompt));
+    set_named(env, o, "max_tokens", js_int(env, r->max_tokens));
+    set_named(env, o, "tree_width", js_int(env, r->size >= tw_end ? r->tree_width : 1));
+    napi_set_element(env, arr, (uint32_t)i, o);
+  }
+  napi_get_undefined(env, &undef);
+  if (napi_call_function(env, undef, fn, 1, &arr, &ret) != napi_ok) return drafter_failed(env, w);
+  napi_is_array(env, ret, &is_array);
+  if (is_array) napi_get_array_length(env, ret, &len);
+  if (!is_array || len != c->n) {
+    throw_type(env, "the drafter must return an Array of %zu drafts (one per request)", c->n);
+    return drafter_failed(env, w);
+  }
+  for (uint32_t i = 0; i < len; i++) {
+    clade_draft_request *r = CLADE_DRAFT_REQUEST_AT(c->requests, i);
+    napi_value e, tv = NULL, pv = NULL;
+    bool arr_e = false, typed = false;
+    int has_parents = 0;
+    clade_token *toks = NULL, *parents = NULL;
+    size_t n = 0, np = 0;
+    char what[48];
+    napi_get_element(env, ret, i, &e);
+    r->n_tokens = 0;
+    if (is_nullish(env, e)) continue;
+    napi_is_array(env, e, &arr_e);
+    napi_is_typedarray(env, e, &typed);
+    if (arr_e || typed) {
+      tv = e;
+    } else {
+      int present;
+      if (!check_options(env, e, "a draft")) return drafter_failed(env, w);
+      tv = get_prop(env, e, "tokens", &present);
+      if (!present) tv = NULL;
+      pv = get_prop(env, e, "parents", &has_parents);
+    }
+    snprintf(what, sizeof what, "drafts[%u].tokens", i);
+    if (tv && !get_tokens(env, tv, what, &toks, &n)) return drafter_failed(env, w);
+    if (n > (size_t)r->max_tokens) {
+      free(toks);
+      throw_range(env, "drafts[%u] has %zu tokens, more than its max_tokens %d", i, n, r->max_tokens);
+      return drafter_failed(env, w);
+    }
+    if (has_parents) {
+      snprintf(what, sizeof what, "drafts[%u].parents", i);
+      if (!get_tokens(env, pv, what, &parents, &np)) {
+        free(toks);
+        return drafter_failed(env, w);
+      }
+      if (np != n || r->size < tw_end || !r->parents) {
+        free(toks);
+        free(parents);
+        throw_range(env, "drafts[%u].parents must have one entry per token", i);
+        return drafter_failed(env, w);
+      }
+      memcpy(r->parents, parents, n * sizeof *parents);
+      free(parents);
+    }
+    if (n) memcpy(r->tokens, toks, n * sizeof *toks);
+    r->n_tokens = (int32_t)n;
+    free(toks);
+  }
+  return 0;
+}
+
+static void draft_call_js(napi_env env, napi_value fn, void *context, void *data) {
+  Work *w = (Work *)context;
+  GenData *d = (GenData *)w->data;
+  DraftCall *c = (DraftCall *)data;
+  int32_t result = -1;
+  if (env && fn && c) result = run_drafter(env, fn, w, c);
+  if (!c) return;
+  pthread_mutex_lock(&d->mu);
+  c->result = result;
+  c->done = 1;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
 static void tsfn_finalize(napi_env env, void *data, void *hint) {
   (void)hint;
   work_tsfn_finalized(env, (Work *)data);
@@ -118,6 +252,7 @@ static void gen_exec(Work *w) {
     work_fail(w, st);
   if (w->ctrl || w->tsfn) clade_tree_set_abort(d->tree, NULL, NULL);
   if (w->tsfn) napi_release_threadsafe_function(w->tsfn, napi_tsfn_release);
+  if (d->draft_tsfn) napi_release_threadsafe_function(d->draft_tsfn, napi_tsfn_release);
 }
 
 static const char *finish_name(clade_finish_reason f) {
@@ -286,7 +421,7 @@ static int read_params(napi_env env, napi_value o, GenData *d) {
 static napi_value js_generate(napi_env env, napi_callback_info info) {
   ARGS(6);
   Handle *t = handle_get(env, argv[0], K_TREE, 0);
-  napi_value promise, v;
+  napi_value promise, v, draft_fn_value = NULL;
   int present;
   napi_valuetype ft;
   if (!t) return NULL;
@@ -312,6 +447,23 @@ static napi_value js_generate(napi_env env, napi_callback_info info) {
         !opt_bool(env, argv[3], "adaptive", &d->spec.adaptive) ||
         !opt_int32(env, argv[3], "tree_width", &d->spec.tree_width))
       goto fail;
+    v = get_prop(env, argv[3], "draft", &present);
+    if (present) {
+      napi_valuetype dt;
+      napi_typeof(env, v, &dt);
+      if (dt != napi_function) {
+        throw_type(env, "spec.draft must be a function");
+        goto fail;
+      }
+      if (pthread_mutex_init(&d->mu, NULL) != 0 || pthread_cond_init(&d->cv, NULL) != 0) {
+        throw_status(env, CLADE_E_INTERNAL, "could not make the drafter's lock");
+        goto fail;
+      }
+      d->sync_made = 1;
+      draft_fn_value = v;
+      d->spec.draft = draft_on_worker;
+      d->spec.user = w;
+    }
     v = get_prop(env, argv[3], "draft_model", &present);
     if (present) {
       Handle *m = handle_get(env, v, K_MODEL, 0);
@@ -339,6 +491,26 @@ static napi_value js_generate(napi_env env, napi_callback_info info) {
       throw_status(env, CLADE_E_INTERNAL, "could not make the threadsafe function");
       goto fail;
     }
+    work_add_tsfn(w, w->tsfn);
+  }
+  if (draft_fn_value) {
+    napi_value name;
+    napi_create_string_utf8(env, "clade drafter", NAPI_AUTO_LENGTH, &name);
+    if (napi_create_threadsafe_function(env, draft_fn_value, NULL, name, 0, 1, w, tsfn_finalize, w,
+                                        draft_call_js, &d->draft_tsfn) != napi_ok) {
+      d->draft_tsfn = NULL;
+      if (w->n_tsfn) { /* the streaming one's finalizer settles the work */
+        w->failed = 1;
+        w->st = CLADE_E_INTERNAL;
+        w->err = strdup("could not make the drafter's threadsafe function");
+        w->executed = 1;
+        napi_release_threadsafe_function(w->tsfn, napi_tsfn_abort);
+        return promise;
+      }
+      throw_status(env, CLADE_E_INTERNAL, "could not make the threadsafe function");
+      goto fail;
+    }
+    work_add_tsfn(w, d->draft_tsfn);
   }
   work_queue(env, w, promise);
   return promise;

@@ -216,6 +216,52 @@ test('speculative decoding: prompt lookup and a draft model equal plain greedy',
   await assert.rejects(tree.generate([rep], { lookup: 99, maxNewTokens: 2 }), { code: 'CLADE_E_INVALID_ARG' });
 });
 
+test('speculative decoding with a drafter of JS', async () => {
+  const prompts = [prompt, [5, 6]];
+  const kw = { maxNewTokens: 10, temperature: 0, ignoreEog: true };
+  const plain = await tree.generate(prompts, kw);
+  const seen = [];
+  // an oracle: drafts the plain output's continuation, so every draft is accepted
+  const oracle = (reqs) => reqs.map((r) => {
+    seen.push(r);
+    const done = r.history.length - r.nPrompt;
+    return plain[r.seq].tokens.slice(done, done + r.maxTokens);
+  });
+  const got = await tree.generate(prompts, { ...kw, draft: oracle, maxDraft: 3, adaptive: false });
+  assert.deepEqual(got.map((g) => g.tokens), plain.map((g) => g.tokens));
+  assert.ok(got.stats.accepted > 0);
+  assert.equal(got.stats.accepted, got.stats.drafted);
+  assert.ok(got.stats.steps < plain.stats.steps);
+  assert.ok(seen[0].history instanceof Int32Array);
+  assert.equal(seen[0].nPrompt, prompt.length);
+  assert.equal(seen[0].treeWidth, 1);
+  // token trees: two children of the history, the oracle's chain under the second
+  const tw = await tree.generate(prompts, {
+    ...kw, maxDraft: 3, adaptive: false, treeWidth: 2,
+    draft: (reqs) => reqs.map((r) => {
+      const done = r.history.length - r.nPrompt;
+      const next = plain[r.seq].tokens.slice(done, done + Math.max(0, r.maxTokens - 1));
+      if (next.length === 0) return [];
+      return { tokens: [(next[0] + 1) % 32000, ...next], parents: [-1, -1, ...next.slice(1).map((_, j) => j + 1)] };
+    }),
+  });
+  assert.deepEqual(tw.map((g) => g.tokens), plain.map((g) => g.tokens));
+  assert.ok(tw.stats.accepted > 0);
+  // a drafter's mistakes fail the call cleanly
+  const boom = new Error('drafter boom');
+  await assert.rejects(tree.generate(prompts, { ...kw, draft: () => { throw boom; } }), (e) => e === boom);
+  await assert.rejects(tree.generate(prompts, { ...kw, draft: () => 5 }), /Array of 2 drafts/);
+  await assert.rejects(tree.generate(prompts, { ...kw, maxDraft: 2, adaptive: false, draft: (r) => r.map(() => [1, 2, 3]) }),
+    /more than its max_tokens/);
+  await assert.rejects(tree.generate(prompts, { ...kw, draft: (r) => r.map(() => [40000]) }), { code: 'CLADE_E_TOKEN' });
+  await assert.rejects(tree.generate(prompts, {
+    ...kw, maxDraft: 4, adaptive: false, draft: (r) => r.map(() => ({ tokens: [1, 2], parents: [-1] })),
+  }),
+    /parents must have one entry per token/);
+  await assert.rejects(tree.generate(prompts, { ...kw, draft: 'x' }), TypeError);
+  assert.deepEqual(tree.children(0), []);
+});
+
 test('generation errors', async () => {
   await assert.rejects(tree.generate([[32000]]), { code: 'CLADE_E_TOKEN' });
   await assert.rejects(tree.generate([prompt], { maxNewTokens: 0 }), (e) =>
