@@ -49,6 +49,18 @@ typedef struct LogMsg {
 } LogMsg;
 
 static napi_threadsafe_function log_tsfn;
+static intptr_t log_generation; /* which set_log the current tsfn is of */
+
+/* The current log function's tsfn is going (the environment ends): clade
+   must not log into it any more. */
+static void log_finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  if ((intptr_t)data == log_generation && log_tsfn) {
+    clade_set_log(NULL, NULL, CLADE_LOG_ERROR);
+    log_tsfn = NULL;
+  }
+}
 
 static void log_call_js(napi_env env, napi_value fn, void *context, void *data) {
   (void)context;
@@ -91,12 +103,14 @@ static napi_value js_set_log(napi_env env, napi_callback_info info) {
   if (t == napi_function) {
     napi_value name;
     napi_create_string_utf8(env, "clade log", NAPI_AUTO_LENGTH, &name);
-    if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, NULL, NULL, NULL,
-                                        log_call_js, &tsfn) != napi_ok)
+    log_generation++;
+    if (napi_create_threadsafe_function(env, argv[0], NULL, name, 0, 1, (void *)log_generation,
+                                        log_finalize, NULL, log_call_js, &tsfn) != napi_ok)
       return throw_status(env, CLADE_E_INTERNAL, "could not make the log's threadsafe function");
     napi_unref_threadsafe_function(env, tsfn); /* never keeps the process alive */
     clade_set_log(log_to_js, tsfn, (clade_log_level)level);
   } else {
+    log_generation++;
     clade_set_log(NULL, NULL, (clade_log_level)level);
   }
   log_tsfn = tsfn;

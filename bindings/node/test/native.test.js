@@ -131,3 +131,24 @@ test('bad arguments throw and never crash', async () => {
   }
   assert.ok(threw > calls / 2, `${threw} of ${calls} calls threw`);
 });
+
+test('exit with a log callback set and handles left open', () => {
+  const { spawnSync } = require('child_process');
+  const path = require('path');
+  const script = `
+    const clade = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    clade.setLog(() => {}, clade.LOG_DEBUG);
+    (async () => {
+      const m = await clade.Model.load(${JSON.stringify(randomModel('m.gguf'))});
+      const t = m.tree();
+      const c = t.cache();
+      const { node } = await t.append(0, [1, 2, 3]);
+      c.add(node, [4]);
+      t.generate([[1, 2]], { maxNewTokens: 50, ignoreEog: true }); // still running at exit
+      setTimeout(() => process.exit(0), 5);
+    })();`;
+  for (let i = 0; i < 3; i++) {
+    const r = spawnSync(process.execPath, ['-e', script], { env: process.env, encoding: 'utf8', timeout: 60000 });
+    assert.equal(r.status, 0, `exit ${r.status} ${r.signal}: ${r.stderr}`);
+  }
+});

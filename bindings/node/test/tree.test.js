@@ -191,9 +191,10 @@ test('cache: add, decode, fork, truncate, remove, promote, move', async () => {
 test('a busy tree refuses synchronous calls; async calls queue', async () => {
   const t = model.tree();
   const c = t.cache();
+  const ticks = async () => { for (let i = 0; i < 10; i++) await null; };
   const p = t.append(0, doc);
   const q = t.append(0, doc.slice(0, 5)); // queued behind p
-  await Promise.resolve();
+  await ticks(); // p is running now: only the event loop's next turn can end it
   assert.throws(() => t.nodeInfo(0), { code: 'CLADE_E_STATE', message: /busy/ });
   assert.throws(() => c.add(0, [1]), { code: 'CLADE_E_STATE', message: /busy/ });
   const [a, b] = await Promise.all([p, q]);
@@ -201,7 +202,7 @@ test('a busy tree refuses synchronous calls; async calls queue', async () => {
   assert.equal(t.nodeInfo(a.node).length, doc.length);
   // closing during a call: freed once it ends
   const r = t.append(0, doc);
-  await Promise.resolve();
+  await ticks();
   c.close();
   t.close();
   await r;
@@ -214,6 +215,16 @@ test('abort by AbortSignal', async () => {
   await assert.rejects(t.append(0, doc, { signal: ac.signal }), { code: 'CLADE_STOPPED', status: 2 });
   assert.deepEqual(t.children(0), []);
   await assert.rejects(t.append(0, doc, { signal: 'no' }), TypeError);
+  await assert.rejects(t.appendPrefix(doc, { signal: ac.signal }), { code: 'CLADE_STOPPED' });
+  await assert.rejects(t.appendBatch([{ tokens: doc }], { signal: ac.signal }), { code: 'CLADE_STOPPED' });
+  const c = t.cache();
+  const s = c.add(0, [1, 2, 3]);
+  await assert.rejects(c.decode([[s, [4]]], { signal: ac.signal }), { code: 'CLADE_STOPPED' });
+  assert.equal(c.length(s), 0); // nothing changed
+  const rows = await c.decode([[s, [4]]], { signal: new AbortController().signal });
+  assert.equal(rows.length, 1);
+  assert.equal(c.length(s), 4);
+  c.close();
   t.close();
 });
 
