@@ -1,6 +1,6 @@
-// Token masks: a grammar compiled for a vocabulary. Tokens are sorted by
-// their bytes and walked with shared prefixes (a state per depth, pruning
-// every token behind a refused byte). At compile time each character
+// Token masks: a grammar compiled for a vocabulary. Tokens are put in a
+// byte trie and walked with shared prefixes (a state per depth, a refused
+// byte skipping its whole subtree). At compile time each character
 // position of the grammar gets the tokens it accepts or refuses whatever
 // lies below it on the stack, and the uncertain rest; at run time only the
 // uncertain tokens are walked against the real stack (cached per stack).
@@ -27,93 +27,114 @@ bool has_bottom(const State& s) {
 
 }  // namespace
 
+// A byte trie of tokens in depth-first order: node i's subtree is
+// [i, end); its tokens (those whose bytes end at it) are toks[tok_off ..
+// tok_off + n_tok), and a subtree's tokens are contiguous too.
+struct Trie {
+  struct Node {
+    uint32_t end;
+    uint32_t tok_off;
+    uint32_t n_tok;
+    uint32_t depth;  // index of the node's byte in its tokens
+    uint8_t byte;
+  };
+  std::vector<Node> nodes;
+  std::vector<uint32_t> toks;
+  size_t max_len = 0;
+
+  // ids: token ids sorted by their bytes (all non-empty).
+  void build(const std::vector<std::string>& bytes, const std::vector<uint32_t>& ids) {
+    nodes.clear();
+    toks.clear();
+    std::vector<uint32_t> open;  // node index per depth of the current path
+    const std::string* prev = nullptr;
+    for (uint32_t id : ids) {
+      const std::string& b = bytes[id];
+      size_t l = 0;
+      if (prev) {
+        const size_t lim = std::min(prev->size(), b.size());
+        while (l < lim && (*prev)[l] == b[l]) l++;
+      }
+      prev = &b;
+      max_len = std::max(max_len, b.size());
+      const size_t keep = std::min(l, b.size());
+      while (open.size() > keep) {
+        nodes[open.back()].end = static_cast<uint32_t>(nodes.size());
+        open.pop_back();
+      }
+      for (size_t d = open.size(); d < b.size(); d++) {
+        open.push_back(static_cast<uint32_t>(nodes.size()));
+        nodes.push_back({0, static_cast<uint32_t>(toks.size()), 0, static_cast<uint32_t>(d),
+                         static_cast<uint8_t>(b[d])});
+      }
+      // b ends at the deepest open node (a duplicate of prev ends there too)
+      nodes[open.back()].n_tok++;
+      toks.push_back(id);
+    }
+    while (!open.empty()) {
+      nodes[open.back()].end = static_cast<uint32_t>(nodes.size());
+      open.pop_back();
+    }
+  }
+  uint32_t toks_end(uint32_t end) const {
+    return end < nodes.size() ? nodes[end].tok_off : static_cast<uint32_t>(toks.size());
+  }
+};
+
 struct PosSets {
   std::vector<uint32_t> acc_list;  // token ids, when few
   std::vector<uint32_t> acc_bits;  // bitset over token ids, when many
-  std::vector<uint32_t> unc;       // indices into sorted, ascending
+  Trie unc;                        // the uncertain tokens
 };
 
 struct CompiledGrammar::Impl {
-  std::vector<uint32_t> sorted;  // ids of tokens with bytes (not eog), by bytes
-  uint32_t bucket[257] = {};     // first index in sorted with first byte >= b
-  size_t max_len = 0;
-  std::vector<int32_t> pos_index;  // element index -> index in sets, -1
+  Trie all;  // every token with bytes, except the eog tokens
+  // Sets per (character position, return position of the stack's next
+  // level): key (p << 32 | ret), ret kRootLevel when the next level is the
+  // empty stack. Sorted by key.
+  static constexpr uint32_t kRootLevel = UINT32_MAX;
+  std::vector<uint64_t> keys;
   std::vector<PosSets> sets;
+  int32_t find(uint32_t p, uint32_t ret) const {
+    const uint64_t k = (static_cast<uint64_t>(p) << 32) | ret;
+    auto it = std::lower_bound(keys.begin(), keys.end(), k);
+    return it != keys.end() && *it == k ? static_cast<int32_t>(it - keys.begin()) : -1;
+  }
   std::vector<uint8_t> eog;
-  const Vocabulary* v = nullptr;
 
-  const std::string& bytes(uint32_t sorted_index) const { return v->tokens[sorted[sorted_index]]; }
-
-  // Walks sorted indices idx[0..n) (ascending) from `start`, calling
-  // out(index, verdict) for accepted tokens and, with track (a start state
-  // over kBottom), for uncertain ones. Per-walk buffers live in w.
   struct Walk {
-    std::vector<State> states;
+    std::vector<State> states;    // states[d]: before the byte at depth d
     std::vector<uint8_t> bottom;  // bottom[d]: kBottom in some states[0..d]
   };
+  // Walks trie t from `start`, calling out(token id, verdict) for accepted
+  // tokens and, with track (a start state over kBottom), for uncertain ones
+  // (refused bytes reached after the stack below could have taken over).
+  // A refused byte skips its whole subtree.
   template <class Out>
-  void walk(StackPool& pool, const State& start, const uint32_t* idx, size_t n, bool track, Walk& w,
-            Out&& out) const {
-    if (w.states.size() < max_len + 1) {
-      w.states.resize(max_len + 1);
-      w.bottom.resize(max_len + 1);
+  static void walk(StackPool& pool, const State& start, const Trie& t, bool track, Walk& w, Out&& out) {
+    if (w.states.size() < t.max_len + 1) {
+      w.states.resize(t.max_len + 1);
+      w.bottom.resize(t.max_len + 1);
     }
     w.states[0] = start;
     w.bottom[0] = track && has_bottom(start);
-    const std::string* prev = nullptr;
-    size_t valid = 0, fail = SIZE_MAX;
-    for (size_t k = 0; k < n; k++) {
-      const uint32_t si = idx[k];
-      const std::string& t = bytes(si);
-      size_t l = 0;
-      if (prev) {
-        const size_t lim = std::min(prev->size(), t.size());
-        while (l < lim && (*prev)[l] == t[l]) l++;
-      }
-      prev = &t;
-      if (fail != SIZE_MAX && l > fail) {
-        if (w.bottom[fail]) out(si, kUncertain);
+    const size_t n = t.nodes.size();
+    for (size_t i = 0; i < n;) {
+      const Trie::Node& nd = t.nodes[i];
+      const size_t d = nd.depth;
+      State& nx = w.states[d + 1];
+      nx = w.states[d];
+      if (!pool.advance_byte(nx, nd.byte)) {
+        if (w.bottom[d])
+          for (uint32_t k = nd.tok_off, e = t.toks_end(nd.end); k < e; k++) out(t.toks[k], kUncertain);
+        i = nd.end;
         continue;
       }
-      size_t d = std::min(l, valid);
-      fail = SIZE_MAX;
-      for (; d < t.size(); d++) {
-        State& nx = w.states[d + 1];
-        nx = w.states[d];
-        if (!pool.advance_byte(nx, static_cast<uint8_t>(t[d]))) {
-          fail = d;
-          break;
-        }
-        w.bottom[d + 1] = w.bottom[d] || (track && has_bottom(nx));
-      }
-      if (fail != SIZE_MAX) {
-        valid = fail;
-        if (w.bottom[fail]) out(si, kUncertain);
-        continue;
-      }
-      valid = t.size();
+      w.bottom[d + 1] = w.bottom[d] || (track && has_bottom(nx));
       // every byte taken (a pending partial character has a completion
       // among the real stacks: advance_byte checked it)
-      out(si, kAccept);
-    }
-  }
-
-  // All tokens from `start` (buckets by first byte skip refused bytes).
-  template <class Out>
-  void walk_all(StackPool& pool, const State& start, bool track, Walk& w, Out&& out) const {
-    std::vector<uint32_t> idx;
-    for (int b = 0; b < 256; b++) {
-      const uint32_t lo = bucket[b], hi = bucket[b + 1];
-      if (lo == hi) continue;
-      State s = start;
-      if (!pool.advance_byte(s, static_cast<uint8_t>(b))) {
-        if (track && has_bottom(start))
-          for (uint32_t i = lo; i < hi; i++) out(i, kUncertain);
-        continue;
-      }
-      idx.resize(hi - lo);
-      for (uint32_t i = lo; i < hi; i++) idx[i - lo] = i;
-      walk(pool, start, idx.data(), idx.size(), track, w, out);
+      for (uint32_t k = nd.tok_off; k < nd.tok_off + nd.n_tok; k++) out(t.toks[k], kAccept);
+      i++;
     }
   }
 };
@@ -156,26 +177,54 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
     : g_(std::move(g)), vocab_(std::move(v)), impl_(std::make_unique<Impl>()) {
   const auto t0 = std::chrono::steady_clock::now();
   Impl& I = *impl_;
-  I.v = vocab_.get();
   const size_t nv = vocab_->tokens.size();
   I.eog.assign(nv, 0);
+  std::vector<uint32_t> rank;  // token id -> place in byte order
   for (int32_t e : vocab_->eog)
     if (e >= 0 && static_cast<size_t>(e) < nv) I.eog[static_cast<size_t>(e)] = 1;
-  for (size_t t = 0; t < nv; t++)
-    if (!vocab_->tokens[t].empty() && !I.eog[t]) I.sorted.push_back(static_cast<uint32_t>(t));
-  std::sort(I.sorted.begin(), I.sorted.end(),
-            [&](uint32_t a, uint32_t b) { return vocab_->tokens[a] < vocab_->tokens[b]; });
-  for (uint32_t t : I.sorted) I.max_len = std::max(I.max_len, vocab_->tokens[t].size());
   {
-    size_t i = 0;
-    for (int b = 0; b <= 256; b++) {
-      while (i < I.sorted.size() && static_cast<uint8_t>(vocab_->tokens[I.sorted[i]][0]) < b) i++;
-      I.bucket[b] = static_cast<uint32_t>(b == 256 ? I.sorted.size() : i);
-    }
+    std::vector<uint32_t> ids;
+    for (size_t t = 0; t < nv; t++)
+      if (!vocab_->tokens[t].empty() && !I.eog[t]) ids.push_back(static_cast<uint32_t>(t));
+    std::sort(ids.begin(), ids.end(), [&](uint32_t a, uint32_t b) { return vocab_->tokens[a] < vocab_->tokens[b]; });
+    I.all.build(vocab_->tokens, ids);
+    rank.assign(nv, 0);
+    for (size_t i = 0; i < ids.size(); i++) rank[ids[i]] = static_cast<uint32_t>(i);
   }
-  // per character position: accepted / uncertain tokens
+  // The return positions a stack's next level can hold under each rule:
+  // after a reference that is not the last of its alternative, or (through
+  // references in tail position, which return straight to their rule's
+  // parent) those of the referring rule; kRootLevel for the root.
   const Grammar& G = *g_;
-  I.pos_index.assign(G.elems.size(), -1);
+  const size_t n_rules = G.rule_start.size();
+  std::vector<uint32_t> rule_of(G.elems.size());
+  for (size_t r = 0; r < n_rules; r++) {
+    const size_t end = r + 1 < n_rules ? G.rule_start[r + 1] : G.elems.size();
+    for (size_t i = G.rule_start[r]; i < end; i++) rule_of[i] = static_cast<uint32_t>(r);
+  }
+  std::vector<std::vector<uint32_t>> rets(n_rules), tail_from(n_rules);
+  rets[G.root].push_back(Impl::kRootLevel);
+  for (uint32_t i = 0; i < G.elems.size(); i++) {
+    if (G.elems[i].op != Op::Ref) continue;
+    const Op next = G.elems[i + 1].op;
+    if (next == Op::End || next == Op::Alt) tail_from[G.elems[i].value].push_back(rule_of[i]);
+    else rets[G.elems[i].value].push_back(i + 1);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n_rules; r++)
+      for (uint32_t q : tail_from[r])
+        for (size_t j = 0; j < rets[q].size(); j++) {
+          const uint32_t x = rets[q][j];
+          if (std::find(rets[r].begin(), rets[r].end(), x) == rets[r].end()) {
+            rets[r].push_back(x);
+            changed = true;
+          }
+        }
+  }
+  // per (character position, return position): accepted / uncertain tokens
+  std::vector<std::pair<uint64_t, uint32_t>> order;
+  std::vector<uint32_t> unc;
   StackPool pool(G);
   Impl::Walk w;
   std::vector<uint32_t> acc;
@@ -183,25 +232,37 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
   for (uint32_t p = 0; p < G.elems.size(); p++) {
     const Op o = G.elems[p].op;
     if (o != Op::Char && o != Op::CharNot && o != Op::CharAny) continue;
-    I.pos_index[p] = static_cast<int32_t>(I.sets.size());
-    I.sets.emplace_back();
-    PosSets& ps = I.sets.back();
-    State s;
-    const uint32_t node = pool.intern(p, StackPool::kBottom);
-    s.stacks.push_back(node);
-    acc.clear();
-    I.walk_all(pool, s, true, w, [&](uint32_t si, Verdict v) {
-      if (v == kAccept) acc.push_back(I.sorted[si]);
-      else ps.unc.push_back(si);
-    });
-    std::sort(ps.unc.begin(), ps.unc.end());
-    if (acc.size() * 32 > nv) {
-      ps.acc_bits.assign(words, 0);
-      for (uint32_t t : acc) set_bit(ps.acc_bits.data(), t);
-    } else {
-      ps.acc_list = acc;
+    for (uint32_t ret : rets[rule_of[p]]) {
+      order.push_back({(static_cast<uint64_t>(p) << 32) | ret, static_cast<uint32_t>(I.sets.size())});
+      I.sets.emplace_back();
+      PosSets& ps = I.sets.back();
+      State s;
+      const uint32_t below = ret == Impl::kRootLevel ? StackPool::kEmpty : pool.intern(ret, StackPool::kBottom);
+      s.stacks.push_back(pool.intern(p, below));
+      acc.clear();
+      unc.clear();
+      Impl::walk(pool, s, I.all, true, w, [&](uint32_t id, Verdict v) {
+        if (v == kAccept) acc.push_back(id);
+        else unc.push_back(id);
+      });
+      std::sort(unc.begin(), unc.end(), [&](uint32_t a, uint32_t b) { return rank[a] < rank[b]; });
+      ps.unc.build(vocab_->tokens, unc);
+      if (acc.size() * 32 > nv) {
+        ps.acc_bits.assign(words, 0);
+        for (uint32_t t : acc) set_bit(ps.acc_bits.data(), t);
+      } else {
+        ps.acc_list = acc;
+      }
     }
   }
+  std::sort(order.begin(), order.end());
+  std::vector<PosSets> sorted_sets;
+  sorted_sets.reserve(order.size());
+  for (auto& kv : order) {
+    I.keys.push_back(kv.first);
+    sorted_sets.push_back(std::move(I.sets[kv.second]));
+  }
+  I.sets.swap(sorted_sets);
   compile_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -221,8 +282,8 @@ void CompiledGrammar::fill_mask(const Matcher& m, uint32_t* bitmask) const {
   thread_local Impl::Walk w;
   if (st.partial_left) {
     // in the middle of a character: walk the continuation bytes' tokens
-    I.walk_all(pool, st, false, w, [&](uint32_t si, Verdict v) {
-      if (v == kAccept) set_bit(bitmask, I.sorted[si]);
+    Impl::walk(pool, st, I.all, false, w, [&](uint32_t id, Verdict v) {
+      if (v == kAccept) set_bit(bitmask, id);
     });
     return;
   }
@@ -241,32 +302,38 @@ void CompiledGrammar::fill_mask(const Matcher& m, uint32_t* bitmask) const {
       continue;
     }
     if (id == StackPool::kBottom) continue;
-    const uint32_t p = pool.pos(id);
-    const int32_t k = I.pos_index[p];
-    if (k < 0) continue;
-    const PosSets& ps = I.sets[static_cast<size_t>(k)];
-    bool dup = std::find(seen, seen + n_seen, p) != seen + n_seen ||
-               std::find(seen_more.begin(), seen_more.end(), p) != seen_more.end();
-    if (!dup) {
-      if (n_seen < 16) seen[n_seen++] = p;
-      else seen_more.push_back(p);
-      if (!ps.acc_bits.empty()) {
-        const uint32_t* a = ps.acc_bits.data();
-        for (size_t i = 0; i < words; i++) bitmask[i] |= a[i];
-      } else {
-        for (uint32_t t : ps.acc_list) set_bit(bitmask, t);
+    const uint32_t p = pool.pos(id), up = pool.parent(id);
+    const uint32_t ret = up == StackPool::kEmpty ? Impl::kRootLevel : pool.pos(up);
+    const int32_t ki = I.find(p, ret);
+    const PosSets* ps = ki >= 0 ? &I.sets[static_cast<size_t>(ki)] : nullptr;
+    if (ps) {
+      const uint32_t k = static_cast<uint32_t>(ki);
+      const bool dup = std::find(seen, seen + n_seen, k) != seen + n_seen ||
+                       std::find(seen_more.begin(), seen_more.end(), k) != seen_more.end();
+      if (!dup) {
+        if (n_seen < 16) seen[n_seen++] = k;
+        else seen_more.push_back(k);
+        if (!ps->acc_bits.empty()) {
+          const uint32_t* a = ps->acc_bits.data();
+          for (size_t i = 0; i < words; i++) bitmask[i] |= a[i];
+        } else {
+          for (uint32_t t : ps->acc_list) set_bit(bitmask, t);
+        }
       }
+      if (ps->unc.nodes.empty()) continue;
     }
-    if (ps.unc.empty()) continue;
+    // the uncertain tokens against the whole stack, once per stack id (a
+    // pair never compiled, which should not happen, walks every token)
     if (pool.cache_index.size() <= id) pool.cache_index.resize(pool.size(), -1);
     if (pool.cache_index[id] < 0) {
       const size_t off = pool.cache_data.size();
       pool.cache_data.push_back(0);
       State s;
       s.stacks.push_back(id);
-      I.walk(pool, s, ps.unc.data(), ps.unc.size(), false, w, [&](uint32_t si, Verdict v) {
-        if (v == kAccept) pool.cache_data.push_back(I.sorted[si]);
-      });
+      auto keep = [&](uint32_t id, Verdict v) {
+        if (v == kAccept) pool.cache_data.push_back(id);
+      };
+      Impl::walk(pool, s, ps ? ps->unc : I.all, false, w, keep);
       pool.cache_data[off] = static_cast<uint32_t>(pool.cache_data.size() - off - 1);
       if (pool.cache_index.size() <= id) pool.cache_index.resize(pool.size(), -1);
       pool.cache_index[id] = static_cast<int32_t>(off);
