@@ -655,12 +655,12 @@ int work_hold(napi_env env, Work *w, Handle *h) {
   for (int i = 0; i < w->n_held; i++)
     if (w->held[i] == h) return 1;
   if (w->n_held == (int)(sizeof w->held / sizeof *w->held)) {
-    throw_status(env, CLADE_E_INTERNAL, "too many handles for one call");
+    throw_status(env, CLADE_E_INVALID_ARG, "too many distinct caches for one call (at most 15)");
     return 0;
   }
   w->held[w->n_held++] = h;
   h->pending++;
-  return 1;
+  return 2;
 }
 
 int work_set_ctrl(napi_env env, Work *w, napi_value ctrl) {

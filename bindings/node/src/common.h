@@ -145,9 +145,9 @@ struct Work {
   int failed;        /* reject with st and err */
   char *err;         /* clade_last_error() of the worker thread */
   Guard *guard;      /* held busy during the work */
-  Handle *held[4];   /* kept from being freed (pending) */
+  Handle *held[16];  /* kept from being freed (pending) */
   int n_held;
-  napi_ref refs[6];  /* JS objects kept alive */
+  napi_ref refs[20]; /* JS objects kept alive */
   int n_refs;
   int32_t *ctrl;     /* the caller's stop flags (an Int32Array), or NULL */
   size_t ctrl_len;
@@ -164,8 +164,9 @@ Work *work_new(napi_env env, work_exec_fn exec, work_done_fn done,
                napi_value *promise);
 /* Keep a JS object alive during the work. */
 void work_ref(napi_env env, Work *w, napi_value obj);
-/* Hold a handle (pending) and, for a tree or cache, its guard busy. A
-   guard already busy: CLADE_E_STATE thrown, 0 returned. */
+/* Hold a handle (pending) and, for a tree or cache, its guard busy: 2
+   when newly held, 1 when held already. A guard already busy:
+   CLADE_E_STATE thrown, 0 returned. */
 int work_hold(napi_env env, Work *w, Handle *h);
 /* ctrl (nullish or an Int32Array of at least one element): its element 0
    nonzero asks the running work to stop. */

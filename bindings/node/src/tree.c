@@ -253,8 +253,9 @@ static napi_value js_tree_append_batch(napi_env env, napi_callback_info info) {
     v = get_prop(env, e, "cache", &present);
     if (present) {
       Handle *c = handle_get(env, v, K_CACHE, 0);
-      if (!c || !work_hold(env, w, c)) goto fail;
-      work_ref(env, w, v);
+      int held = c ? work_hold(env, w, c) : 0;
+      if (!held) goto fail;
+      if (held == 2) work_ref(env, w, v);
       it->cache = (clade_cache *)c->ptr;
     }
     if (!opt_bool(env, e, "want_logits", &want)) goto fail;

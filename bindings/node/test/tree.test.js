@@ -73,6 +73,12 @@ test('batch append: nodes, sequences, item parents', async () => {
   await assert.rejects(t.appendBatch([{ parent: 0, tokens: [1], cache: {} }]), TypeError);
   await assert.rejects(t.appendBatch('x'), TypeError);
   assert.deepEqual(await t.appendBatch([]), []);
+  // many sequence items over two caches
+  const c2 = t.cache({ maxSeqs: 30 });
+  const many = await t.appendBatch(Array.from({ length: 20 }, (_, i) => ({ tokens: [i + 1], cache: i % 2 ? c : c2 })));
+  assert.equal(many.filter((r) => r.seq !== null).length, 20);
+  assert.deepEqual(c2.seqTokens(many[0].seq), [1]);
+  c2.close();
   c.close();
   t.close();
 });
