@@ -278,6 +278,17 @@ void values_and_combinators() {
   refused(R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})", {"unevaluatedProperties"});
   refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
   CHECK(compile(R"({"type":"integer","multipleOf":2})", false, true) != nullptr);  // lenient ignores it
+  {
+    // lenient: unenforceable keywords dropped, the rest still enforced
+    auto g = compile(R"({"type":"array","uniqueItems":true,"items":{"type":"string","format":"date","pattern":"x"},"maxItems":2})",
+                     false, true);
+    CHECK(g != nullptr);
+    if (g) {
+      CHECK(accepts(*g, R"(["2020-01-01","2020-01-01"])"));
+      CHECK(!accepts(*g, R"(["x"])"));
+      CHECK(!accepts(*g, R"(["2020-01-01","2020-01-01","2020-01-01"])"));
+    }
+  }
   // annotations are ignored
   judge(R"({"title":"t","description":"d","examples":[1],"$comment":"c","default":1,"deprecated":true,"readOnly":true,"writeOnly":false,"$id":"http://x/y","$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer"})",
         {"1"}, {"\"1\""});
