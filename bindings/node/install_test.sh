@@ -31,7 +31,9 @@ cli=$prefix/bin/clade
 
 # The tarball, from the checkout (npm writes nothing there).
 mkdir -p "$dir/home" "$dir/pack"
-(cd "$src/bindings/node" && env -i PATH=$path HOME="$dir/home" npm_config_cache="$dir/npm-cache" \
+npmenv=(npm_config_cache="$dir/npm-cache" npm_config_update_notifier=false npm_config_audit=false
+        npm_config_fund=false npm_config_offline=true)
+(cd "$src/bindings/node" && env -i PATH=$path HOME="$dir/home" "${npmenv[@]}" \
   npm pack --offline --ignore-scripts --pack-destination "$dir/pack") > "$dir/pack.log" 2>&1 ||
   { cat "$dir/pack.log"; fail "npm pack"; }
 tgz=$(ls "$dir"/pack/clade-*.tgz 2> /dev/null | head -1)
@@ -47,8 +49,8 @@ echo "packed $(basename "$tgz"): $(wc -l <<< "$listing") files"
 # A fresh project outside the checkout: npm install of the tarball, offline.
 mkdir -p "$dir/app"
 printf '{ "name": "app", "version": "1.0.0", "private": true }\n' > "$dir/app/package.json"
-(cd "$dir/app" && env -i PATH=$path HOME="$dir/home" PKG_CONFIG_PATH="$pcdir" \
-  npm_config_cache="$dir/npm-cache" npm install "$tgz" --offline --no-audit --no-fund --foreground-scripts) \
+(cd "$dir/app" && env -i PATH=$path HOME="$dir/home" PKG_CONFIG_PATH="$pcdir" "${npmenv[@]}" \
+  npm install "$tgz" --offline --no-audit --no-fund --foreground-scripts) \
   > "$dir/npm.log" 2>&1 || { cat "$dir/npm.log"; fail "npm install of the tarball"; }
 addon=$dir/app/node_modules/clade/build/clade.node
 [ -f "$addon" ] || { cat "$dir/npm.log"; fail "npm install built no addon"; }
