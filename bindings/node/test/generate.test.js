@@ -79,6 +79,16 @@ test('prompt trees, samples, seeds, logprobs', async () => {
   assert.equal(again[0].logprobs, null);
 });
 
+test('prompts under a root node of the tree', async () => {
+  const full = await tree.generate([prompt], { maxNewTokens: 6, temperature: 0, ignoreEog: true });
+  const { node } = await tree.append(0, prompt.slice(0, 20));
+  const under = await tree.generate([prompt.slice(20)], { maxNewTokens: 6, temperature: 0, ignoreEog: true, root: node });
+  assert.deepEqual(under[0].tokens, full[0].tokens);
+  assert.deepEqual(tree.children(0), [node]); // the root node stays; the prompt's went
+  assert.deepEqual(tree.children(node), []);
+  tree.release(node);
+});
+
 test('stop strings and stop tokens', async () => {
   const ref = await tree.generate([prompt], { maxNewTokens: 8, temperature: 0, ignoreEog: true });
   const toks = ref[0].tokens;
