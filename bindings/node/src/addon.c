@@ -8,6 +8,7 @@ static void set_int(napi_env env, napi_value obj, const char *key, int64_t v) {
 }
 
 static napi_value init(napi_env env, napi_value exports) {
+  env_init(env);
   init_model(env, exports);
   init_tree(env, exports);
   init_sampler(env, exports);

@@ -158,7 +158,28 @@ napi_value free_kind(napi_env env, napi_callback_info info, int kind) {
 
 /* ---- errors ----------------------------------------------------------- */
 
-static napi_ref error_ctor;
+/* Per environment (the main thread and each worker thread load the addon
+   into an environment of their own). */
+typedef struct EnvData {
+  napi_ref error_ctor; /* set_error_class's class */
+} EnvData;
+
+static void env_free(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  free(data); /* its reference goes with the environment */
+}
+
+void env_init(napi_env env) {
+  EnvData *e = (EnvData *)calloc(1, sizeof *e);
+  if (e) napi_set_instance_data(env, e, env_free, NULL);
+}
+
+static EnvData *env_data(napi_env env) {
+  void *d = NULL;
+  napi_get_instance_data(env, &d);
+  return (EnvData *)d;
+}
 
 const char *status_name(clade_status st) {
   switch (st) {
@@ -188,13 +209,17 @@ napi_value js_set_error_class(napi_env env, napi_callback_info info) {
   napi_valuetype t;
   napi_typeof(env, argv[0], &t);
   if (t != napi_function) return throw_type(env, "set_error_class: expected a class");
-  if (error_ctor) napi_delete_reference(env, error_ctor);
-  napi_create_reference(env, argv[0], 1, &error_ctor);
+  EnvData *e = env_data(env);
+  if (!e) return throw_status(env, CLADE_E_NOMEM, "out of memory");
+  if (e->error_ctor) napi_delete_reference(env, e->error_ctor);
+  napi_create_reference(env, argv[0], 1, &e->error_ctor);
   return js_undefined(env);
 }
 
 napi_value make_error(napi_env env, clade_status st, const char *msg) {
   napi_value err = NULL, ctor, args[3];
+  EnvData *e = env_data(env);
+  napi_ref error_ctor = e ? e->error_ctor : NULL;
   if (!msg || !*msg) msg = clade_status_string(st);
   args[0] = js_str(env, msg, strlen(msg));
   args[1] = js_int(env, st);

@@ -74,6 +74,8 @@ napi_value throw_type(napi_env env, const char *fmt, ...);
 /* A RangeError, likewise. */
 napi_value throw_range(napi_env env, const char *fmt, ...);
 napi_value js_set_error_class(napi_env env, napi_callback_info info);
+/* The environment's own state (at module init). */
+void env_init(napi_env env);
 
 /* ---- arguments -------------------------------------------------------- */
 

@@ -152,3 +152,30 @@ test('exit with a log callback set and handles left open', () => {
     assert.equal(r.status, 0, `exit ${r.status} ${r.signal}: ${r.stderr}`);
   }
 });
+
+test('worker threads load the addon into environments of their own', async () => {
+  const { Worker } = require('worker_threads');
+  const path = require('path');
+  const code = `
+    const { parentPort, workerData } = require('worker_threads');
+    const clade = require(workerData.pkg);
+    (async () => {
+      const m = await clade.Model.load(workerData.model);
+      const r = await m.generate([[1, 2, 3]], { maxNewTokens: 4, temperature: 0, ignoreEog: true });
+      let code = '';
+      try { m.detokenize([99999]); } catch (e) { code = (e instanceof clade.CladeError) + ' ' + e.code; }
+      m.close();
+      parentPort.postMessage({ tokens: r[0].tokens, code });
+    })();`;
+  const run = () => new Promise((resolve, reject) => {
+    const w = new Worker(code, { eval: true, workerData: { pkg: path.resolve(__dirname, '..'), model: randomModel('m.gguf') } });
+    w.once('message', resolve);
+    w.once('error', reject);
+  });
+  const [a, b] = await Promise.all([run(), run()]);
+  assert.deepEqual(a.tokens, b.tokens);
+  assert.equal(a.tokens.length, 4);
+  assert.equal(a.code, 'true CLADE_E_TOKEN');
+  // the main thread's errors are still CladeErrors
+  assert.throws(() => N.detokenize(mh, [99999], false), (e) => e instanceof clade.CladeError);
+});
