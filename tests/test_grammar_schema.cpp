@@ -219,6 +219,17 @@ void numbers() {
       }
   std::printf("number ranges: %d values judged against exact comparisons\n", cases);
   refused(R"({"type":"number","multipleOf":0.5})", {"multipleOf at #"});
+  refused(R"({"type":"integer","multipleOf":3,"minimum":0})", {"multipleOf at #", "minimum"});
+  for (int d : {1, 2, 3, 7, 10, 12, 1000}) {
+    auto g = compile("{\"type\":\"number\",\"multipleOf\":" + std::to_string(d) + "}");
+    CHECK(g != nullptr);
+    if (!g) continue;
+    for (int v = -3000; v <= 3000; v += (v > -30 && v < 30) ? 1 : 37)
+      CHECK_MSG(accepts(*g, std::to_string(v)) == (v % d == 0), "multipleOf %d on %d", d, v);
+    CHECK(accepts(*g, "123456789012345678901234567890000"));  // a multiple of each
+    CHECK(accepts(*g, "123456789012345678901234567890001") == (d == 1));
+    CHECK(!accepts(*g, "-0") && !accepts(*g, "00") && !accepts(*g, "1.5"));
+  }
 }
 
 void arrays() {
@@ -277,7 +288,7 @@ void values_and_combinators() {
   judge(R"({"type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false})", {"[]", R"(["a"])"}, {R"(["a",1])"});
   refused(R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})", {"unevaluatedProperties"});
   refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
-  CHECK(compile(R"({"type":"integer","multipleOf":2})", false, true) != nullptr);  // lenient ignores it
+  CHECK(compile(R"({"type":"integer","multipleOf":2.5})", false, true) != nullptr);  // lenient ignores it
   {
     // lenient: unenforceable keywords dropped, the rest still enforced
     auto g = compile(R"({"type":"array","uniqueItems":true,"items":{"type":"string","format":"date","pattern":"x"},"maxItems":2})",

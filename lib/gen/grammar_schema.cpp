@@ -36,7 +36,7 @@ struct Fail {
 const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref"};
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
 
 class Compiler {
  public:
@@ -415,6 +415,17 @@ class Compiler {
     take("exclusiveMinimum", true, lo, true);
     take("maximum", false, hi, false);
     take("exclusiveMaximum", true, hi, false);
+    if (const Value* m = s.find("multipleOf")) {
+      json::Decimal d;
+      if (!m->is_number() || !json::to_decimal(m->str, d) || d.neg || d.is_zero())
+        fail("multipleOf", ptr, "must be a positive number");
+      if (!d.is_integer() || d.ip.size() > 4 || std::stoul(d.ip) > 1000)
+        unenforceable("multipleOf", ptr, "other than an integer up to 1000 is not supported");
+      else if (lo || hi)
+        unenforceable("multipleOf", ptr, "together with minimum/maximum is not supported");
+      else
+        return detail::integer_multiples(rules_, std::stoul(d.ip));  // multiples of an integer are integers
+    }
     if (!lo && !hi) return integer ? j_.integer() : j_.number();
     std::string err;
     auto e = integer ? detail::integer_range(rules_, lo, hi, err) : detail::number_range(rules_, lo, hi, err);

@@ -44,7 +44,8 @@ struct SchemaOptions {
 // items, prefixItems, minItems, maxItems, contains/minContains (without
 // prefixItems, item counts or maxContains), minLength, maxLength, pattern,
 // format (date, time, date-time, uuid, email, ipv4), minimum, maximum,
-// exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (when its
+// exclusiveMinimum, exclusiveMaximum, multipleOf (an integer up to 1000,
+// without bounds), enum, const, anyOf, oneOf (when its
 // alternatives are provably disjoint: the grammar cannot enforce
 // exclusivity), allOf (merged into one schema where that is exact), local
 // $ref ("#", JSON pointers, $anchor names) with recursion, not of a type or
@@ -133,6 +134,9 @@ struct Bound {
 };
 std::optional<std::string> integer_range(Rules& rules, const std::optional<Bound>& lo,
                                          const std::optional<Bound>& hi, std::string& err);
+// Canonical integers that are multiples of d (a digit automaton of d
+// states).
+std::string integer_multiples(Rules& rules, uint64_t d);
 // JSON numbers without exponent in the interval (number bounds).
 std::optional<std::string> number_range(Rules& rules, const std::optional<Bound>& lo,
                                         const std::optional<Bound>& hi, std::string& err);

@@ -3,6 +3,8 @@
 // int64 range and beyond is exact), and decimals without exponent in any
 // interval, built from integer-part ranges and lexicographic fraction
 // comparisons.
+#include <map>
+
 #include "gen/grammar_schema.h"
 #include "gen/json.h"
 
@@ -241,6 +243,27 @@ std::optional<std::string> number_range(Rules& rules, const std::optional<Bound>
   std::string body;
   for (auto& x : v) body += (body.empty() ? "" : " | ") + x;
   return rules.add("num", body);
+}
+
+std::string integer_multiples(Rules& rules, uint64_t d) {
+  if (d <= 1) return rules.add("integer", "\"0\" | \"-\"? [1-9] [0-9]*");
+  // A digit automaton over the remainder mod d: rem-r matches the digits
+  // that, read after a prefix of remainder r, end at remainder 0.
+  std::vector<std::string> names(d);
+  for (uint64_t r = 0; r < d; r++) names[r] = rules.reserve("mult-" + std::to_string(d) + "-r" + std::to_string(r));
+  auto moves = [&](uint64_t r, char from) {
+    std::map<uint64_t, std::string> by_target;  // target -> digits
+    for (char c = from; c <= '9'; c++) by_target[(r * 10 + uint64_t(c - '0')) % d] += c;
+    std::string body;
+    for (auto& kv : by_target) {
+      const std::string& ds = kv.second;
+      std::string cls = ds.size() == 1 ? "\"" + ds + "\"" : "[" + ds + "]";
+      body += (body.empty() ? "" : " | ") + cls + " " + names[kv.first];
+    }
+    return body;
+  };
+  for (uint64_t r = 0; r < d; r++) rules.define(names[r], (r == 0 ? "\"\" | " : "") + moves(r, '0'));
+  return rules.add("mult-" + std::to_string(d), "\"0\" | \"-\"? (" + moves(0, '1') + ")");
 }
 
 }  // namespace clade::grammar::detail
