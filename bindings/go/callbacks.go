@@ -1,7 +1,8 @@
 package clade
 
-// Go functions called from C: the trampolines in clade.go's preamble call
-// them. A file with //export may only declare C in its preamble.
+// Go functions called from C: the trampolines in the preambles of clade.go,
+// tree.go and generate.go call them. A file with //export may only declare
+// C in its preamble.
 
 /*
 #include <stddef.h>
