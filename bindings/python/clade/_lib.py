@@ -3,7 +3,8 @@
 Every type, constant and function of the header appears here under its C
 name, with the C prototype as a comment above it. Nothing is wrapped: the
 functions return the raw clade_status integers and take ctypes arguments.
-The Pythonic layer lives in clade/__init__.py.
+The Pythonic layer lives in the package's other modules, re-exported by
+clade/__init__.py.
 
 The library is found, in order, at:
   1. the path in the environment variable CLADE_LIBRARY;
