@@ -277,7 +277,16 @@ void values_and_combinators() {
   judge(R"({"properties":{"a":{"not":{}}},"type":"object"})", {"{}", R"({"b":1})"}, {R"({"a":1})"});
   refused(R"({"not":{"type":"integer"}})", {"not at #", "integers"});
   refused(R"({"not":{"minLength":2}})", {"not at #"});
-  refused(R"({"type":"object","minProperties":1})", {"minProperties at #"});
+  judge(R"({"type":"object","minProperties":1})", {R"({"a":1})", R"({"a":1,"b":2})"}, {"{}"});
+  judge(R"({"type":"object","maxProperties":2})", {"{}", R"({"a":1})", R"({"a":1,"b":2})"}, {R"({"a":1,"b":2,"c":3})"});
+  judge(R"({"type":"object","properties":{"a":{},"b":{},"c":{}},"required":["b"],"minProperties":2,"maxProperties":3})",
+        {R"({"a":1,"b":2})", R"({"b":2,"c":3})", R"({"b":2,"x":0})", R"({"a":1,"b":2,"c":3})", R"({"b":1,"c":2,"d":3})"},
+        {R"({"b":2})", R"({"a":1,"b":2,"c":3,"d":4})", R"({"a":1,"c":3})", "{}"});
+  judge(R"({"type":"object","properties":{"a":{},"b":{}},"additionalProperties":false,"maxProperties":1})",
+        {"{}", R"({"a":1})", R"({"b":1})"}, {R"({"a":1,"b":2})"});
+  refused(R"({"type":"object","properties":{"a":{}},"additionalProperties":false,"minProperties":2})", {"admits no instance"});
+  judge(R"({"type":"object","properties":{"a":{}},"minProperties":3})", {R"({"a":1,"b":2,"c":3})", R"({"x":1,"y":2,"z":3,"w":4})"},
+        {R"({"a":1,"b":2})"}, true);
   judge(R"({"type":"array","contains":{"const":1}})", {"[1]", "[2,1,3]", "[1,1]"}, {"[]", "[2,3]"});
   judge(R"({"type":"array","items":{"type":"integer"},"contains":{"const":1},"minContains":2})", {"[1,1]", "[1,2,1]", "[3,1,4,1,5]"},
         {"[1]", "[1,\"x\",1]", "[2,3]"});

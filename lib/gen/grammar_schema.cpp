@@ -36,7 +36,7 @@ struct Fail {
 const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref"};
 
 class Compiler {
  public:
@@ -635,6 +635,59 @@ class Compiler {
     return rules_.add("other-key-string", "\"\\\"\" " + rule(0) + " \"\\\"\"");
   }
 
+  // minProperties/maxProperties: the member chain with a count of the
+  // members written (counts past maxProperties refused; without one, all
+  // counts from minProperties on alike).
+  std::optional<std::string> counted_object(const std::vector<std::string>& kvs, const std::vector<bool>& req,
+                                            const std::string* add, uint64_t mn, int64_t mx, const std::string& ptr,
+                                            const std::string& hint) {
+    if (mx >= 0 && uint64_t(mx) < mn) return std::nullopt;
+    if (mn > 1000 || mx > 1000) unenforceable(mn > 1000 ? "minProperties" : "maxProperties", ptr, "above 1000 is not supported");
+    const size_t n = kvs.size();
+    const std::string c = comma(), base = hint + "-obj";
+    std::map<std::pair<size_t, uint64_t>, std::optional<std::string>> memo;
+    // after(i, k): k members written (k >= 1), members i.. next
+    std::function<std::optional<std::string>(size_t, uint64_t)> after = [&](size_t i, uint64_t k) -> std::optional<std::string> {
+      if (mx >= 0 && k > uint64_t(mx)) return std::nullopt;
+      if (mx < 0 && k > mn) k = mn;
+      auto it = memo.find({i, k});
+      if (it != memo.end()) return it->second;
+      std::optional<std::string> out;
+      if (i == n) {
+        const uint64_t lo = mn > k ? mn - k : 0;
+        const int64_t hi = mx < 0 ? -1 : mx - int64_t(k);
+        if (add) out = detail::repeat("(" + c + " " + *add + ")", lo, hi);
+        else if (lo == 0) out = "\"\"";
+      } else {
+        std::string body;
+        if (auto t = after(i + 1, k + 1)) body = c + " " + kvs[i] + " " + *t;
+        if (!req[i])
+          if (auto t = after(i + 1, k)) body += (body.empty() ? "" : " | ") + *t;
+        if (!body.empty()) out = rules_.add(base + "-a", body);
+      }
+      memo[{i, k}] = out;
+      return out;
+    };
+    std::optional<std::string> first;  // none written, members i.. next
+    for (size_t i = n + 1; i-- > 0;) {
+      std::string body;
+      if (i == n) {
+        if (mn == 0) body = "\"\"";
+        if (add && mx != 0) {
+          std::string more = detail::repeat("(" + c + " " + *add + ")", mn > 1 ? mn - 1 : 0, mx < 0 ? -1 : mx - 1);
+          body += (body.empty() ? "" : " | ") + *add + (more == "\"\"" ? "" : " " + more);
+        }
+      } else {
+        if (auto t = after(i + 1, 1)) body = kvs[i] + " " + *t;
+        if (!req[i] && first) body += (body.empty() ? "" : " | ") + *first;
+      }
+      first = body.empty() ? std::nullopt : std::optional<std::string>(rules_.add(base + "-f", body));
+    }
+    if (!first) return std::nullopt;
+    const std::string w = opt_.free_whitespace ? " ws " : " ";
+    return rules_.add(base, "\"{\"" + w + *first + w + "\"}\"");
+  }
+
   std::optional<std::string> visit_object(const Value& s, const std::string& ptr, const std::string& hint) {
     const Value* props = s.find("properties");
     const Value* req = s.find("required");
@@ -648,7 +701,9 @@ class Compiler {
         if (std::find(required.begin(), required.end(), r.str) == required.end()) required.push_back(r.str);
       }
     }
-    if (!props && required.empty() && (!ap || (ap->is_bool() && ap->b))) return j_.object();
+    if (!props && required.empty() && (!ap || (ap->is_bool() && ap->b)) && !s.find("minProperties") &&
+        !s.find("maxProperties"))
+      return j_.object();
     struct Member {
       std::string key, expr;
       bool required;
@@ -686,6 +741,13 @@ class Compiler {
     };
     std::string add_kv;
     if (extra) add_kv = (known.empty() ? j_.string() : other_key(known)) + w + "\":\"" + w + *extra;
+    const auto mnp = count_kw(s, "minProperties", ptr), mxp = count_kw(s, "maxProperties", ptr);
+    if (mnp || mxp) {
+      std::vector<std::string> kvs;
+      std::vector<bool> req;
+      for (auto& m : members) kvs.push_back(kv_of(m.key, m.expr)), req.push_back(m.required);
+      return counted_object(kvs, req, extra ? &add_kv : nullptr, mnp.value_or(0), mxp ? int64_t(*mxp) : -1, ptr, hint);
+    }
     // after[i]: members i.. with a comma before each; first[i]: none
     // written yet.
     const size_t n = members.size();

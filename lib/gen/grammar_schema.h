@@ -41,6 +41,7 @@ struct SchemaOptions {
 // - strings with characters JSON escapes in their short or \u00xx form;
 //   lengths count one per character (an escaped surrogate pair counts 2).
 // Enforced: type (lists too), properties, required, additionalProperties,
+// minProperties, maxProperties (up to 1000),
 // items, prefixItems, minItems, maxItems, contains/minContains (without
 // prefixItems, item counts or maxContains), minLength, maxLength, pattern,
 // format (date, time, date-time, uuid, email, ipv4), minimum, maximum,

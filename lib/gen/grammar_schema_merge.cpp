@@ -209,8 +209,10 @@ struct Merger {
       }
       return true;
     }
-    static const std::set<std::string> lower = {"minimum", "exclusiveMinimum", "minLength", "minItems"};
-    static const std::set<std::string> upper = {"maximum", "exclusiveMaximum", "maxLength", "maxItems"};
+    static const std::set<std::string> lower = {"minimum", "exclusiveMinimum", "minLength", "minItems",
+                                                  "minProperties"};
+    static const std::set<std::string> upper = {"maximum", "exclusiveMaximum", "maxLength", "maxItems",
+                                                  "maxProperties"};
     if (lower.count(k) || upper.count(k)) {
       json::Decimal a, b;
       if (!number_of(*old, k, a) || !number_of(v, k, b)) return false;
