@@ -531,7 +531,7 @@ static void dump_char(std::string& o, uint32_t cp) {
   if (cp == '\\' || cp == '"' || cp == '[' || cp == ']' || cp == '-') {
     o += '\\';
     o += static_cast<char>(cp);
-  } else if (cp >= 0x20 && cp < 0x7f) {
+  } else if (cp >= 0x20 && cp < 0x7f && cp != '^') {  // "[^]" would negate
     o += static_cast<char>(cp);
   } else {
     char buf[16];
