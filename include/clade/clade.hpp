@@ -31,6 +31,8 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #if __has_include(<version>)
 #include <version>
