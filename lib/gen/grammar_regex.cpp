@@ -478,11 +478,12 @@ std::optional<std::string> regex_expr(std::string_view re, bool json_string, boo
     Parser p(re);
     auto branches = p.top();
     Emitter em(rules, json_string);
-    const std::string any = *em.chars(complement({}));
+    std::string any;
     std::string out;
     for (auto& b : branches) {
       auto e = em.emit(b.seq);
       if (!e) continue;
+      if (unanchored && (!b.start || !b.end) && any.empty()) any = *em.chars(complement({}));
       std::string s = *e == "\"\"" ? "" : *e;
       if (unanchored && !b.start) s = group(any) + "*" + (s.empty() ? "" : " " + s);
       if (unanchored && !b.end) s = (s.empty() ? "" : s + " ") + group(any) + "*";

@@ -500,8 +500,8 @@ class Compiler {
         }
         pre.push_back(*e);
       }
-    std::optional<std::string> item = j_.value();
-    if (items) item = visit(*items, detail::pointer_join(ptr, "items"), hint + "-item");
+    std::optional<std::string> item =
+        items ? visit(*items, detail::pointer_join(ptr, "items"), hint + "-item") : std::optional<std::string>(j_.value());
     const int64_t k = int64_t(pre.size());
     if (!item && (mx < 0 || mx > k) && (!prefix || int64_t(prefix->arr.size()) == k)) mx = k;
     if (!item && mx > k) mx = k;
@@ -539,8 +539,8 @@ class Compiler {
       if (s.find(k)) unenforceable(k, ptr, "together with contains is not supported");
     if (mn || mx >= 0) unenforceable(mn ? "minItems" : "maxItems", ptr, "together with contains is not supported");
     const Value* items = s.find("items");
-    std::optional<std::string> item = j_.value();
-    if (items) item = visit(*items, detail::pointer_join(ptr, "items"), hint + "-item");
+    std::optional<std::string> item =
+        items ? visit(*items, detail::pointer_join(ptr, "items"), hint + "-item") : std::optional<std::string>(j_.value());
     if (need == 0) {
       if (!item) return rules_.add(hint + "-array", opt_.free_whitespace ? "\"[\" ws \"]\"" : "\"[]\"");
       const std::string c = comma(), w = opt_.free_whitespace ? " ws " : " ";
