@@ -170,7 +170,7 @@ static void test_verdicts() {
 
 static void test_all_grammars_parse() {
   const char* names[] = {"arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list",
-                         "any_json", "feat_repeat", "feat_escapes", "feat_recursion"};
+                         "any_json", "feat_repeat", "feat_escapes", "feat_recursion", "feat_edge"};
   for (const char* n : names) {
     const std::string text = read_file(g_dir + "/" + n + ".gbnf");
     CHECK(!text.empty(), "missing %s.gbnf", n);

@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "format/gguf.h"
@@ -177,6 +178,61 @@ static void test_eog_and_cache(const std::shared_ptr<const Vocabulary>& v) {
   CHECK(!m.accept_token(-1) && !m.accept_token(static_cast<int32_t>(v->tokens.size())), "bad ids refused");
 }
 
+// One compiled grammar shared by 4 threads, each with its own matcher
+// running the same token sequence: the masks equal the single-thread ones.
+static void test_threads(const std::shared_ptr<const Vocabulary>& v, const std::vector<int32_t>& ids) {
+  std::string err;
+  auto g = parse_gbnf(read_file(g_dir + "/json.gbnf"), err);
+  auto cg = compile_cached(g, v);
+  std::vector<std::vector<uint32_t>> want;
+  {
+    Matcher m(cg);
+    for (int32_t id : ids) {
+      want.emplace_back(cg->mask_words());
+      cg->fill_mask(m, want.back().data());
+      if (!m.accept_token(id)) break;
+    }
+  }
+  CHECK(want.size() == ids.size(), "the sequence is accepted (%zu of %zu)", want.size(), ids.size());
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> th;
+  for (int t = 0; t < 4; t++)
+    th.emplace_back([&, t] {
+      for (int rep = 0; rep < 3; rep++) {
+        Matcher m(cg);
+        std::vector<uint32_t> mask(cg->mask_words());
+        for (size_t i = 0; i < want.size(); i++) {
+          cg->fill_mask(m, mask.data());
+          if (mask != want[i]) bad[static_cast<size_t>(t)]++;
+          m.accept_token(ids[i]);
+        }
+      }
+    });
+  for (auto& x : th) x.join();
+  for (int t = 0; t < 4; t++) CHECK(bad[static_cast<size_t>(t)] == 0, "thread %d: %d masks differ", t, bad[static_cast<size_t>(t)]);
+}
+
+// Rollback by tokens: masks after rolling back equal those first seen.
+static void test_rollback_masks(const std::shared_ptr<const Vocabulary>& v, const std::vector<int32_t>& ids) {
+  std::string err;
+  auto g = parse_gbnf(read_file(g_dir + "/json.gbnf"), err);
+  auto cg = compile_cached(g, v);
+  Matcher m(cg);
+  std::vector<std::vector<uint32_t>> seen;
+  for (int32_t id : ids) {
+    seen.emplace_back(cg->mask_words());
+    cg->fill_mask(m, seen.back().data());
+    CHECK(m.accept_token(id), "token %d of the sequence", id);
+  }
+  std::vector<uint32_t> mask(cg->mask_words());
+  for (size_t back = 1; back <= ids.size(); back += 3) {
+    Matcher r = m;  // copies share the stack pool
+    CHECK(r.rollback(back), "rollback %zu", back);
+    cg->fill_mask(r, mask.data());
+    CHECK(mask == seen[ids.size() - back], "mask after rollback %zu", back);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) g_dir = argv[1];
   std::string vdir = argc > 2 ? argv[2] : "";
@@ -200,6 +256,10 @@ int main(int argc, char** argv) {
     CHECK(v != nullptr, "vocabulary %s/%s", vdir.c_str(), name);
     if (!v) continue;
     test_vocab_shapes(*v, *tok, spm);
+    tok->add_space_prefix = false;
+    const auto doc_ids = tok->encode("{\"name\": \"Zürich 🚀\", \"n\": [1, -2.5e3, true], \"o\": {}}", false, false);
+    test_threads(v, doc_ids);
+    test_rollback_masks(v, doc_ids);
     test_eog_and_cache(v);
     test_grammar_vocab("json.gbnf", v, vname, json_samples, 3, 25);
     test_grammar_vocab("any_json.gbnf", v, vname, any_samples, 3, 25);

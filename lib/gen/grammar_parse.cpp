@@ -249,11 +249,7 @@ class Parser {
             out.push_back({Op::CharRngUpper, hi});
           }
         }
-        if (out.size() == last) {
-          // [] matches nothing, [^] anything: a class with an impossible range
-          out.push_back({first, 1});
-          out.push_back({Op::CharRngUpper, 0});
-        }
+        // [] and [^] add nothing (they match the empty string), as in llama.cpp
         pos = skip_space(pos + 1, nested);
       } else if (c == '<' || c == '!') {
         throw ParseError{pos, "token references (<...>, !<...>) are not supported"};
