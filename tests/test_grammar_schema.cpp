@@ -297,6 +297,15 @@ void values_and_combinators() {
   judge(R"({"type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false})", {"[]", R"(["a"])"}, {R"(["a",1])"});
   refused(R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})", {"unevaluatedProperties"});
   refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
+  // propertyNames: additional keys from its grammar; named keys judged by it
+  judge(R"({"type":"object","propertyNames":{"pattern":"^[a-z]{1,3}$"}})", {"{}", R"({"ab":1,"xyz":[]})"},
+        {R"({"abcd":1})", R"({"A":1})", R"({"":1})"});
+  judge(R"({"type":"object","properties":{"ok":{},"bad1":{}},"propertyNames":{"maxLength":3},"additionalProperties":false})",
+        {"{}", R"({"ok":1})"}, {R"({"bad1":1})"});
+  refused(R"({"type":"object","properties":{"a":{}},"required":["bad1"],"propertyNames":{"maxLength":3},"additionalProperties":false})",
+          {"admits no instance"});
+  refused(R"({"type":"object","properties":{"a":{}},"propertyNames":{"maxLength":3}})", {"propertyNames at #"});
+  judge(R"({"type":"object","propertyNames":false})", {"{}"}, {R"({"a":1})"});
   CHECK(compile(R"({"type":"integer","multipleOf":2.5})", false, true) != nullptr);  // lenient ignores it
   {
     // lenient: unenforceable keywords dropped, the rest still enforced

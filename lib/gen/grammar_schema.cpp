@@ -36,12 +36,19 @@ struct Fail {
 const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref"};
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "propertyNames", "anyOf", "oneOf", "allOf", "$ref"};
 
 class Compiler {
  public:
   Compiler(const Value& root, const SchemaOptions& o) : root_(root), opt_(o), j_{rules_, o.free_whitespace} {
     j_.ws();  // first: the rules below spell it "ws"
+  }
+
+  // The grammar of one subschema (propertyNames' judge).
+  std::string compile_at(const Value& s, const std::string& ptr) {
+    auto e = visit(s, ptr, "root");
+    if (!e) throw Fail{"the schema at " + detail::pointer_text(ptr) + " admits no instance"};
+    return rules_.text(*e);
   }
 
   std::string run() {
@@ -702,7 +709,7 @@ class Compiler {
       }
     }
     if (!props && required.empty() && (!ap || (ap->is_bool() && ap->b)) && !s.find("minProperties") &&
-        !s.find("maxProperties"))
+        !s.find("maxProperties") && !s.find("propertyNames"))
       return j_.object();
     struct Member {
       std::string key, expr;
@@ -717,11 +724,44 @@ class Compiler {
     auto is_req = [&](const std::string& k) {
       return std::find(required.begin(), required.end(), k) != required.end();
     };
+    // propertyNames: the grammar of the keys it admits (for additional
+    // keys, when no key is named), and a compiled copy that judges the
+    // named keys.
+    std::optional<std::string> key_rule;
+    std::shared_ptr<const Grammar> key_check;
+    const Value* pn = s.find("propertyNames");
+    if (pn) {
+      Value str;
+      str.kind = Kind::Object;
+      Value all;
+      all.kind = Kind::Array;
+      all.arr.push_back(*pn);
+      all.arr.emplace_back();
+      all.arr.back().kind = Kind::Object;
+      all.arr.back().obj.emplace_back("type", Value());
+      all.arr.back().obj.back().second.kind = Kind::String;
+      all.arr.back().obj.back().second.str = "string";
+      str.obj.emplace_back("allOf", all);
+      owned_.push_back(str);
+      const Value& names = owned_.back();
+      const std::string pptr = detail::pointer_join(ptr, "propertyNames");
+      key_rule = visit(names, pptr, hint + "-key");
+      if (key_rule) {
+        SchemaOptions plain;
+        plain.lenient = opt_.lenient;
+        Compiler sub(root_, plain);
+        std::string perr;
+        key_check = parse_gbnf(sub.compile_at(names, pptr), perr);
+        if (!key_check) fail("propertyNames", ptr, perr);
+      }
+    }
+    auto key_ok = [&](const std::string& k) { return !pn || (key_check && accepts(*key_check, json::quote(k))); };
     if (props)
       for (auto& kv : props->obj) {
         known.push_back(kv.first);
-        auto e = visit(kv.second, detail::pointer_join(detail::pointer_join(ptr, "properties"), kv.first),
-                       hint + "-" + detail::rule_hint(kv.first));
+        auto e = key_ok(kv.first) ? visit(kv.second, detail::pointer_join(detail::pointer_join(ptr, "properties"), kv.first),
+                                          hint + "-" + detail::rule_hint(kv.first))
+                                  : std::nullopt;
         if (!e) {
           if (is_req(kv.first)) return std::nullopt;
           continue;
@@ -730,7 +770,7 @@ class Compiler {
       }
     for (auto& r : required) {
       if (props && props->find(r)) continue;
-      if (!extra) return std::nullopt;
+      if (!extra || !key_ok(r)) return std::nullopt;
       known.push_back(r);
       members.push_back({r, *extra, true});
     }
@@ -740,7 +780,15 @@ class Compiler {
       return detail::gbnf_literal(json::quote(key)) + w + "\":\"" + w + val;
     };
     std::string add_kv;
-    if (extra) add_kv = (known.empty() ? j_.string() : other_key(known)) + w + "\":\"" + w + *extra;
+    if (pn && extra) {
+      if (!key_rule) extra.reset();  // no key is admitted
+      else if (!known.empty())
+        unenforceable("propertyNames", ptr, "together with properties/required and additional keys is not supported");
+    }
+    if (extra) {
+      const std::string key = pn && key_rule && known.empty() ? *key_rule : known.empty() ? j_.string() : other_key(known);
+      add_kv = key + w + "\":\"" + w + *extra;
+    }
     const auto mnp = count_kw(s, "minProperties", ptr), mxp = count_kw(s, "maxProperties", ptr);
     if (mnp || mxp) {
       std::vector<std::string> kvs;

@@ -41,7 +41,8 @@ struct SchemaOptions {
 // - strings with characters JSON escapes in their short or \u00xx form;
 //   lengths count one per character (an escaped surrogate pair counts 2).
 // Enforced: type (lists too), properties, required, additionalProperties,
-// minProperties, maxProperties (up to 1000),
+// minProperties, maxProperties (up to 1000), propertyNames (named keys
+// judged by it; additional keys from it only where no key is named),
 // items, prefixItems, minItems, maxItems, contains/minContains (without
 // prefixItems, item counts or maxContains), minLength, maxLength, pattern,
 // format (date, time, date-time, uuid, email, ipv4), minimum, maximum,
