@@ -577,70 +577,6 @@ class Compiler {
   }
 
   // ---- objects
-  // Keys that are none of `known`: a trie over their canonical JSON text.
-  std::string other_key(const std::vector<std::string>& known) {
-    struct Node {
-      std::map<std::string, int> kids;
-      bool end = false;
-    };
-    std::vector<Node> t(1);
-    for (auto& k : known) {
-      std::string q = json::quote(k);
-      q = q.substr(1, q.size() - 2);
-      int n = 0;
-      for (size_t i = 0; i < q.size();) {
-        size_t len = 1;
-        unsigned char ch = static_cast<unsigned char>(q[i]);
-        if (ch == '\\') len = q[i + 1] == 'u' ? 6 : 2;
-        else if (ch >= 0x80) len = (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : 4;
-        std::string unit = q.substr(i, len);
-        i += len;
-        auto it = t[size_t(n)].kids.find(unit);
-        if (it == t[size_t(n)].kids.end()) {
-          t.push_back(Node());
-          int id = int(t.size()) - 1;
-          t[size_t(n)].kids[unit] = id;
-          n = id;
-        } else {
-          n = it->second;
-        }
-      }
-      t[size_t(n)].end = true;
-    }
-    const std::string jc = j_.jchar();
-    std::function<std::string(int)> rule = [&](int n) -> std::string {
-      const Node& node = t[size_t(n)];
-      std::vector<std::string> alts;
-      if (!node.end) alts.push_back("\"\"");
-      detail::Ranges plain = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
-      std::string esc_excl;
-      for (auto& kv : node.kids) {
-        const std::string& u = kv.first;
-        if (u[0] == '\\') {
-          if (u[1] != 'u') esc_excl += u[1];
-          continue;
-        }
-        uint32_t cp = static_cast<unsigned char>(u[0]);
-        if (u.size() > 1) {
-          cp = u.size() == 2 ? (cp & 0x1F) : u.size() == 3 ? (cp & 0x0F) : (cp & 0x07);
-          for (size_t i = 1; i < u.size(); i++) cp = (cp << 6) | (static_cast<unsigned char>(u[i]) & 0x3F);
-        }
-        plain.push_back({cp, cp});
-      }
-      detail::normalise(plain);
-      std::string other = detail::gbnf_class(detail::complement(plain));
-      std::string esc_chars;
-      for (char e : std::string("\"\\/bfnrt"))
-        if (esc_excl.find(e) == std::string::npos) esc_chars += e == '"' ? "\\\"" : e == '\\' ? "\\\\" : std::string(1, e);
-      std::string esc = "\"\\\\\" (" + (esc_chars.empty() ? "" : "[" + esc_chars + "] | ") + "\"u\" [0-9a-fA-F]{4})";
-      alts.push_back("(" + other + " | " + esc + ") " + jc + "*");
-      for (auto& kv : node.kids) alts.push_back(detail::gbnf_literal(kv.first) + " " + rule(kv.second));
-      std::string body;
-      for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-      return rules_.add("other-key", body);
-    };
-    return rules_.add("other-key-string", "\"\\\"\" " + rule(0) + " \"\\\"\"");
-  }
 
   // minProperties/maxProperties: the member chain with a count of the
   // members written (counts past maxProperties refused; without one, all
@@ -786,7 +722,9 @@ class Compiler {
         unenforceable("propertyNames", ptr, "together with properties/required and additional keys is not supported");
     }
     if (extra) {
-      const std::string key = pn && key_rule && known.empty() ? *key_rule : known.empty() ? j_.string() : other_key(known);
+      const std::string key = pn && key_rule && known.empty() ? *key_rule
+                              : known.empty()                  ? j_.string()
+                                                               : detail::other_key(rules_, j_.jchar(), known);
       add_kv = key + w + "\":\"" + w + *extra;
     }
     const auto mnp = count_kw(s, "minProperties", ptr), mxp = count_kw(s, "maxProperties", ptr);

@@ -128,6 +128,10 @@ struct JsonRules {
   std::string value_name, object_name, array_name;  // set by value()
 };
 
+// A JSON string (quotes included) that is none of `known` in canonical
+// form (a trie over their escaped text); jchar: the JSON character rule.
+std::string other_key(Rules& rules, const std::string& jchar, const std::vector<std::string>& known);
+
 // Canonical integers (no leading zeros, no "-0") in [lo, hi]; either bound
 // may be absent. Decimal strings of any length; nullopt when empty.
 struct Bound {

@@ -1,7 +1,9 @@
 // GBNF spelling shared by the JSON Schema and regex compilers: the rule set
 // builder, literals, character classes, repetition counts, the JSON text
-// rules (ws, value, string, number, ...) and any_json_gbnf.
+// rules (ws, value, string, number, ...), object keys outside a set, and
+// any_json_gbnf.
 #include <algorithm>
+#include <functional>
 
 #include "gen/grammar_schema.h"
 #include "gen/json.h"
@@ -282,6 +284,69 @@ std::string JsonRules::value() {
   rules.define(obj, "\"{\"" + sp + "(" + member + " (" + sp + "\",\"" + sp + member + ")*" + sp + ")? \"}\"");
   rules.define(arr, "\"[\"" + sp + "(" + v + " (" + sp + "\",\"" + sp + v + ")*" + sp + ")? \"]\"");
   return v;
+}
+
+std::string other_key(Rules& rules, const std::string& jc, const std::vector<std::string>& known) {
+  struct Node {
+    std::map<std::string, int> kids;
+    bool end = false;
+  };
+  std::vector<Node> t(1);
+  for (auto& k : known) {
+    std::string q = json::quote(k);
+    q = q.substr(1, q.size() - 2);
+    int n = 0;
+    for (size_t i = 0; i < q.size();) {
+      size_t len = 1;
+      unsigned char ch = static_cast<unsigned char>(q[i]);
+      if (ch == '\\') len = q[i + 1] == 'u' ? 6 : 2;
+      else if (ch >= 0x80) len = (ch >> 5) == 6 ? 2 : (ch >> 4) == 14 ? 3 : 4;
+      std::string unit = q.substr(i, len);
+      i += len;
+      auto it = t[size_t(n)].kids.find(unit);
+      if (it == t[size_t(n)].kids.end()) {
+        t.push_back(Node());
+        int id = int(t.size()) - 1;
+        t[size_t(n)].kids[unit] = id;
+        n = id;
+      } else {
+        n = it->second;
+      }
+    }
+    t[size_t(n)].end = true;
+  }
+  std::function<std::string(int)> rule = [&](int n) -> std::string {
+    const Node& node = t[size_t(n)];
+    std::vector<std::string> alts;
+    if (!node.end) alts.push_back("\"\"");
+    Ranges plain = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+    std::string esc_excl;
+    for (auto& kv : node.kids) {
+      const std::string& u = kv.first;
+      if (u[0] == '\\') {
+        if (u[1] != 'u') esc_excl += u[1];
+        continue;
+      }
+      uint32_t cp = static_cast<unsigned char>(u[0]);
+      if (u.size() > 1) {
+        cp = u.size() == 2 ? (cp & 0x1F) : u.size() == 3 ? (cp & 0x0F) : (cp & 0x07);
+        for (size_t i = 1; i < u.size(); i++) cp = (cp << 6) | (static_cast<unsigned char>(u[i]) & 0x3F);
+      }
+      plain.push_back({cp, cp});
+    }
+    normalise(plain);
+    std::string other = gbnf_class(complement(plain));
+    std::string esc_chars;
+    for (char e : std::string("\"\\/bfnrt"))
+      if (esc_excl.find(e) == std::string::npos) esc_chars += e == '"' ? "\\\"" : e == '\\' ? "\\\\" : std::string(1, e);
+    std::string esc = "\"\\\\\" (" + (esc_chars.empty() ? "" : "[" + esc_chars + "] | ") + "\"u\" [0-9a-fA-F]{4})";
+    alts.push_back("(" + other + " | " + esc + ") " + jc + "*");
+    for (auto& kv : node.kids) alts.push_back(gbnf_literal(kv.first) + " " + rule(kv.second));
+    std::string body;
+    for (auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+    return rules.add("other-key", body);
+  };
+  return rules.add("other-key-string", "\"\\\"\" " + rule(0) + " \"\\\"\"");
 }
 
 std::string JsonRules::object() {
