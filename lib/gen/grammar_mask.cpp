@@ -5,7 +5,10 @@
 // lies below it on the stack, and the uncertain rest; at run time only the
 // uncertain tokens are walked against the real stack (cached per stack).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <thread>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -16,6 +19,8 @@
 namespace clade::grammar {
 
 namespace {
+
+constexpr size_t kMaxCompileThreads = 8;
 
 enum Verdict : uint8_t { kReject = 0, kAccept = 1, kUncertain = 2 };
 
@@ -222,20 +227,25 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
           }
         }
   }
-  // per (character position, return position): accepted / uncertain tokens
-  std::vector<std::pair<uint64_t, uint32_t>> order;
-  std::vector<uint32_t> unc;
-  StackPool pool(G);
-  Impl::Walk w;
-  std::vector<uint32_t> acc;
-  const size_t words = mask_words();
+  // per (character position, return position): accepted / uncertain
+  // tokens, the pairs shared out among a few threads (each its own pool)
   for (uint32_t p = 0; p < G.elems.size(); p++) {
     const Op o = G.elems[p].op;
     if (o != Op::Char && o != Op::CharNot && o != Op::CharAny) continue;
-    for (uint32_t ret : rets[rule_of[p]]) {
-      order.push_back({(static_cast<uint64_t>(p) << 32) | ret, static_cast<uint32_t>(I.sets.size())});
-      I.sets.emplace_back();
-      PosSets& ps = I.sets.back();
+    for (uint32_t ret : rets[rule_of[p]]) I.keys.push_back((static_cast<uint64_t>(p) << 32) | ret);
+  }
+  std::sort(I.keys.begin(), I.keys.end());
+  I.keys.erase(std::unique(I.keys.begin(), I.keys.end()), I.keys.end());
+  I.sets.resize(I.keys.size());
+  const size_t words = mask_words();
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    StackPool pool(G);
+    Impl::Walk w;
+    std::vector<uint32_t> acc, unc;
+    for (size_t k; (k = next.fetch_add(1)) < I.keys.size();) {
+      const uint32_t p = static_cast<uint32_t>(I.keys[k] >> 32), ret = static_cast<uint32_t>(I.keys[k]);
+      PosSets& ps = I.sets[k];
       State s;
       const uint32_t below = ret == Impl::kRootLevel ? StackPool::kEmpty : pool.intern(ret, StackPool::kBottom);
       s.stacks.push_back(pool.intern(p, below));
@@ -254,15 +264,25 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
         ps.acc_list = acc;
       }
     }
-  }
-  std::sort(order.begin(), order.end());
-  std::vector<PosSets> sorted_sets;
-  sorted_sets.reserve(order.size());
-  for (auto& kv : order) {
-    I.keys.push_back(kv.first);
-    sorted_sets.push_back(std::move(I.sets[kv.second]));
-  }
-  I.sets.swap(sorted_sets);
+  };
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n_threads = std::min<size_t>({hw, kMaxCompileThreads, I.keys.size() / 8 + 1});
+  std::vector<std::thread> threads;
+  std::exception_ptr failed;
+  std::mutex failed_mu;
+  auto guarded = [&] {
+    try {
+      work();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failed_mu);
+      if (!failed) failed = std::current_exception();
+      next.store(I.keys.size());
+    }
+  };
+  for (size_t t = 1; t < n_threads; t++) threads.emplace_back(guarded);
+  guarded();
+  for (auto& t : threads) t.join();
+  if (failed) std::rethrow_exception(failed);
   compile_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
