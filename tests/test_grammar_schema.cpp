@@ -338,6 +338,8 @@ void refs() {
   refused(R"({"$ref":"http://example.com/s.json"})", {"$ref at #", "not local"});
   refused(R"({"$ref":"#/$defs/missing"})", {"$ref at #", "no such location"});
   refused(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"left recursion"});
+  refused(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})",
+          {"no finite instance"});
 }
 
 void formats() {

@@ -758,6 +758,35 @@ class Compiler {
   }
 };
 
+// Whether the grammar has a finite sentence: a fixpoint over the rules
+// (a rule is productive when one alternative refers to productive rules
+// only).
+bool finite_sentence(const Grammar& g) {
+  const size_t n = g.rule_start.size();
+  std::vector<bool> prod(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n; r++) {
+      if (prod[r]) continue;
+      bool ok = true;
+      for (uint32_t i = g.rule_start[r];; i++) {
+        const Op op = g.elems[i].op;
+        if (op == Op::Ref && !prod[g.elems[i].value]) ok = false;
+        if (op == Op::Alt || op == Op::End) {
+          if (ok) {
+            prod[r] = true;
+            changed = true;
+            break;
+          }
+          if (op == Op::End) break;
+          ok = true;
+        }
+      }
+    }
+  }
+  return prod[g.root];
+}
+
 }  // namespace
 
 bool json_schema_to_gbnf(std::string_view schema, const SchemaOptions& opt, std::string& gbnf, std::string& err) {
@@ -773,8 +802,13 @@ bool json_schema_to_gbnf(std::string_view schema, const SchemaOptions& opt, std:
     // The GBNF parser refuses left recursion (a $ref cycle that writes
     // nothing first): say so here.
     std::string perr2;
-    if (!parse_gbnf(text, perr2)) {
+    auto g = parse_gbnf(text, perr2);
+    if (!g) {
       err = "the schema's grammar is refused: " + perr2;
+      return false;
+    }
+    if (!finite_sentence(*g)) {
+      err = "the schema at # admits no finite instance (a $ref cycle that every instance must follow)";
       return false;
     }
     gbnf = std::move(text);
