@@ -65,17 +65,19 @@ struct Grammar {
 };
 
 // Parse GBNF; root rule name `root`. On error returns nullptr and sets err
-// to "line:column: what was wrong". Rule names are llama.cpp's: letters,
-// digits and '-'. Left recursion is refused (as llama.cpp does). Token
-// references (<...>, !<...>) are not supported and are an error.
+// to "line:column: what was wrong" (column in characters, both from 1).
+// Rule names are llama.cpp's: letters, digits and '-'. Left recursion is
+// refused (as llama.cpp does). Unlike llama.cpp, a rule defined twice is an
+// error (llama.cpp keeps the last), and token references (<...>, !<...>)
+// are not supported (an error). The text must be UTF-8.
 std::shared_ptr<const Grammar> parse_gbnf(std::string_view text, std::string& err);
 
 // Whole-string acceptance (bytes, UTF-8): true when `bytes` is a sentence.
 bool accepts(const Grammar& g, std::string_view bytes);
 // Prefix check: true when `bytes` can be extended to a sentence (or is
-// one); else sets *fail_at (if not null) to the byte offset of the byte
-// that was refused (bytes.size() when the bytes end inside a character
-// that no continuation completes).
+// one); else sets *fail_at (if not null) to the offset of the first byte
+// after which no sentence is possible (a lead byte of a character that the
+// grammar cannot take at that point is refused itself).
 bool accepts_prefix(const Grammar& g, std::string_view bytes, size_t* fail_at);
 
 // ------------------------------------------------------------------ matching
@@ -105,7 +107,7 @@ class StackPool {
   // The start state's stacks.
   void initial(std::vector<uint32_t>& out);
   // Advance s by one byte / one code point; false (s unspecified) when
-  // refused. scratch: reused buffer.
+  // refused. Stacks deeper than kMaxDepth are dropped (refused).
   bool advance_byte(State& s, uint8_t b);
   bool advance_cp(State& s, uint32_t cp);
   // With a partial character in s: whether some stack can match one of its
@@ -130,7 +132,7 @@ class StackPool {
   std::vector<uint64_t> keys_;  // open addressing: (pos << 32 | parent) + 1, 0 empty
   std::vector<uint32_t> vals_;
   std::vector<uint32_t> exp_;
-  std::vector<uint32_t> scratch_, tmp_;
+  std::vector<uint32_t> scratch_;
   void ensure(uint32_t id);
   void rehash();
 };
@@ -213,7 +215,13 @@ std::shared_ptr<const Vocabulary> vocabulary_from_tokenizer(const Tokenizer& tok
 
 // A grammar compiled for a vocabulary. Immutable after construction; share
 // it across threads (fill_mask is const and thread-safe for matchers used
-// by different threads).
+// by different threads). Compile precomputes, per (character position,
+// return position of the stack level below), the tokens accepted or
+// refused whatever lies further down, and a trie of the uncertain rest;
+// fill_mask ORs the accepted sets of the state's stacks and walks the
+// uncertain tokens against each real stack once (cached per stack id in
+// the matcher's pool). A matcher in the middle of a UTF-8 character walks
+// the whole vocabulary trie (pruned at the first byte).
 class CompiledGrammar {
  public:
   // Builds the per-position token sets (compile time grows with the
