@@ -6,8 +6,10 @@
 // uncertain tokens are walked against the real stack (cached per stack).
 #include <algorithm>
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <cstring>
 #include <map>
@@ -28,6 +30,113 @@ inline void set_bit(uint32_t* m, uint32_t t) { m[t >> 5] |= 1u << (t & 31); }
 
 bool has_bottom(const State& s) {
   return std::binary_search(s.stacks.begin(), s.stacks.end(), StackPool::kBottom);
+}
+
+// The first bytes of the UTF-8 encodings of code points lo..hi.
+void add_lead_bytes(std::bitset<256>& out, uint32_t lo, uint32_t hi) {
+  static const uint32_t seg[5] = {0, 0x80, 0x800, 0x10000, 0x110000};
+  auto lead = [](uint32_t cp) -> uint32_t {
+    return cp < 0x80 ? cp : cp < 0x800 ? 0xC0 | (cp >> 6) : cp < 0x10000 ? 0xE0 | (cp >> 12) : 0xF0 | (cp >> 18);
+  };
+  for (int k = 0; k < 4; k++) {
+    const uint32_t a = std::max(lo, seg[k]), b = std::min(hi, seg[k + 1] - 1);
+    for (uint32_t x = a <= b ? lead(a) : 1, y = a <= b ? lead(b) : 0; x <= y; x++) out.set(x);
+  }
+}
+
+// The first bytes of the characters the character element at i admits.
+void element_lead_bytes(const Grammar& G, uint32_t i, std::bitset<256>& out) {
+  if (G.elems[i].op == Op::CharAny) {
+    add_lead_bytes(out, 0, 0x10FFFF);
+    return;
+  }
+  const bool neg = G.elems[i].op == Op::CharNot;
+  std::vector<std::pair<uint32_t, uint32_t>> rs;
+  for (const uint32_t end = G.char_end(i); i < end;) {
+    const uint32_t a = G.elems[i].value;
+    if (i + 1 < end && G.elems[i + 1].op == Op::CharRngUpper) {
+      rs.push_back({a, G.elems[i + 1].value});
+      i += 2;
+    } else {
+      rs.push_back({a, a});
+      i += 1;
+    }
+  }
+  if (!neg) {
+    for (auto& r : rs) add_lead_bytes(out, r.first, r.second);
+    return;
+  }
+  std::sort(rs.begin(), rs.end());
+  uint32_t next = 0;
+  for (auto& r : rs) {
+    if (r.first > next) add_lead_bytes(out, next, r.first - 1);
+    next = std::max(next, r.second + 1);
+  }
+  if (next <= 0x10FFFF) add_lead_bytes(out, next, 0x10FFFF);
+}
+
+// Per rule: the first bytes that can follow its end anywhere (an over-
+// approximation: a token whose byte after the rule's end is not among them
+// is refused whatever the stack below).
+std::vector<std::bitset<256>> follow_bytes(const Grammar& G, const std::vector<std::vector<uint32_t>>& rets,
+                                           const std::vector<uint32_t>& rule_of) {
+  const size_t n = G.rule_start.size();
+  std::vector<std::bitset<256>> first(n);
+  std::vector<uint8_t> nullable(n, 0), state(n, 0);
+  // first bytes of the sequence from pos; true when it can reach its end
+  std::function<bool(uint32_t, std::bitset<256>&)> seq;
+  std::function<void(uint32_t)> rule = [&](uint32_t r) {
+    if (state[r]) return;  // done (or in progress: left recursion is refused)
+    state[r] = 1;
+    std::bitset<256> b;
+    bool nul = false;
+    for (uint32_t a = G.rule_start[r];;) {
+      nul = seq(a, b) || nul;
+      while (G.elems[a].op != Op::End && G.elems[a].op != Op::Alt) a++;
+      if (G.elems[a].op == Op::End) break;
+      a++;
+    }
+    first[r] = b;
+    nullable[r] = nul;
+    state[r] = 2;
+  };
+  seq = [&](uint32_t i, std::bitset<256>& out) {
+    for (;; i++) {
+      const Op o = G.elems[i].op;
+      if (o == Op::End || o == Op::Alt) return true;
+      if (o == Op::Ref) {
+        rule(G.elems[i].value);
+        out |= first[G.elems[i].value];
+        if (!nullable[G.elems[i].value]) return false;
+        continue;
+      }
+      element_lead_bytes(G, i, out);
+      return false;
+    }
+  };
+  for (uint32_t r = 0; r < n; r++) rule(r);
+  std::vector<std::bitset<256>> follow(n);
+  std::vector<std::vector<uint8_t>> reach(n);  // per ret: can reach the end of its rule
+  for (size_t r = 0; r < n; r++) {
+    for (uint32_t x : rets[r]) {
+      if (x == UINT32_MAX) {
+        reach[r].push_back(0);
+        continue;
+      }
+      reach[r].push_back(seq(x, follow[r]) ? 1 : 0);
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n; r++)
+      for (size_t j = 0; j < rets[r].size(); j++) {
+        if (!reach[r][j]) continue;
+        const std::bitset<256> before = follow[r];
+        follow[r] |= follow[rule_of[rets[r][j]]];
+        if (follow[r] != before) changed = true;
+      }
+  }
+  return follow;
 }
 
 }  // namespace
@@ -109,33 +218,42 @@ struct CompiledGrammar::Impl {
 
   struct Walk {
     std::vector<State> states;    // states[d]: before the byte at depth d
-    std::vector<uint8_t> bottom;  // bottom[d]: kBottom in some states[0..d]
+    std::vector<uint8_t> bottom;  // bottom[d]: the stack below could take over before depth d
+    std::vector<uint8_t> at;      // at[d]: kBottom in states[d], no partial character
   };
   // Walks trie t from `start`, calling out(token id, verdict) for accepted
-  // tokens and, with track (a start state over kBottom), for uncertain ones
-  // (refused bytes reached after the stack below could have taken over).
-  // A refused byte skips its whole subtree.
+  // tokens and, with track (a start state over kBottom), for uncertain ones:
+  // refused bytes reached after the stack below could have taken over, at
+  // a depth where kBottom was in the state and the token's byte there is
+  // in `follow` (the first bytes that may follow; null: any). A refused
+  // byte skips its whole subtree.
   template <class Out>
-  static void walk(StackPool& pool, const State& start, const Trie& t, bool track, Walk& w, Out&& out) {
+  static void walk(StackPool& pool, const State& start, const Trie& t, bool track, const std::bitset<256>* follow,
+                   Walk& w, Out&& out) {
     if (w.states.size() < t.max_len + 1) {
       w.states.resize(t.max_len + 1);
       w.bottom.resize(t.max_len + 1);
+      w.at.resize(t.max_len + 1);
     }
     w.states[0] = start;
-    w.bottom[0] = track && has_bottom(start);
+    w.bottom[0] = 0;
+    w.at[0] = track && start.partial_left == 0 && has_bottom(start);
     const size_t n = t.nodes.size();
     for (size_t i = 0; i < n;) {
       const Trie::Node& nd = t.nodes[i];
       const size_t d = nd.depth;
+      // the stack below could take this byte over here
+      const bool here = w.at[d] && (!follow || follow->test(nd.byte));
       State& nx = w.states[d + 1];
       nx = w.states[d];
       if (!pool.advance_byte(nx, nd.byte)) {
-        if (w.bottom[d])
+        if (w.bottom[d] || here)
           for (uint32_t k = nd.tok_off, e = t.toks_end(nd.end); k < e; k++) out(t.toks[k], kUncertain);
         i = nd.end;
         continue;
       }
-      w.bottom[d + 1] = w.bottom[d] || (track && has_bottom(nx));
+      w.bottom[d + 1] = w.bottom[d] || here;
+      w.at[d + 1] = track && nx.partial_left == 0 && has_bottom(nx);
       // every byte taken (a pending partial character has a completion
       // among the real stacks: advance_byte checked it)
       for (uint32_t k = nd.tok_off; k < nd.tok_off + nd.n_tok; k++) out(t.toks[k], kAccept);
@@ -227,6 +345,7 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
           }
         }
   }
+  const std::vector<std::bitset<256>> follow = follow_bytes(G, rets, rule_of);
   // per (character position, return position): accepted / uncertain
   // tokens, the pairs shared out among a few threads (each its own pool)
   for (uint32_t p = 0; p < G.elems.size(); p++) {
@@ -251,7 +370,8 @@ CompiledGrammar::CompiledGrammar(std::shared_ptr<const Grammar> g, std::shared_p
       s.stacks.push_back(pool.intern(p, below));
       acc.clear();
       unc.clear();
-      Impl::walk(pool, s, I.all, true, w, [&](uint32_t id, Verdict v) {
+      const std::bitset<256>* fol = ret == Impl::kRootLevel ? nullptr : &follow[rule_of[ret]];
+      Impl::walk(pool, s, I.all, true, fol, w, [&](uint32_t id, Verdict v) {
         if (v == kAccept) acc.push_back(id);
         else unc.push_back(id);
       });
@@ -302,7 +422,7 @@ void CompiledGrammar::fill_mask(const Matcher& m, uint32_t* bitmask) const {
   thread_local Impl::Walk w;
   if (st.partial_left) {
     // in the middle of a character: walk the continuation bytes' tokens
-    Impl::walk(pool, st, I.all, false, w, [&](uint32_t id, Verdict v) {
+    Impl::walk(pool, st, I.all, false, nullptr, w, [&](uint32_t id, Verdict v) {
       if (v == kAccept) set_bit(bitmask, id);
     });
     return;
@@ -353,7 +473,7 @@ void CompiledGrammar::fill_mask(const Matcher& m, uint32_t* bitmask) const {
       auto keep = [&](uint32_t id, Verdict v) {
         if (v == kAccept) pool.cache_data.push_back(id);
       };
-      Impl::walk(pool, s, ps ? ps->unc : I.all, false, w, keep);
+      Impl::walk(pool, s, ps ? ps->unc : I.all, false, nullptr, w, keep);
       pool.cache_data[off] = static_cast<uint32_t>(pool.cache_data.size() - off - 1);
       if (pool.cache_index.size() <= id) pool.cache_index.resize(pool.size(), -1);
       pool.cache_index[id] = static_cast<int32_t>(off);
