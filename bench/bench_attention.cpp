@@ -126,13 +126,14 @@ int step_attention(Backend& be, const Shape& a, const std::vector<float>& q, rea
     if (!a.only.empty() && a.only != (flat ? "flat" : "shared")) continue;
     AttnPlan plan;
     for (int b = 0; b < a.batch; b++) {
-      PassSeq& s = plan.add_seq();
+      PassSeq s;
       s.own = (flat ? flat_own : shared_own)[(size_t)b].get();
       s.own_before = s.own->length - 1;  // the new token is the last one
       s.pos0 = a.len + a.own - 1;
       s.n_tokens = 1;
       s.tok0 = b;
-      if (!flat) plan.add_span(node.get(), a.len);
+      const PassSpan span{node.get(), a.len};
+      plan.add(s, &span, flat ? 0 : 1);
     }
     plan.build(nh, a.kvh, a.hd, flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_SHARED, a.type, be.attention_cost(),
                be.attention_tails() && !std::getenv("BENCH_NO_TAILS"));

@@ -61,13 +61,11 @@ std::vector<float> run(Backend& be, const std::vector<TSeq>& seqs, const std::ve
                        int hd, clade_attention mode, clade_kv_type type, bool fuse_own) {
   AttnPlan plan;
   AttnCost cost;
+  std::vector<PassSpan> sp;
   for (const TSeq& t : seqs) {
-    PassSeq& p = plan.add_seq();
-    const int32_t span0 = p.span0;
-    p = t;
-    p.span0 = span0;
-    p.n_spans = 0;
-    for (size_t i = 0; i < t.spans.size(); i++) plan.add_span(t.spans[i], t.span_lens[i]);
+    sp.clear();
+    for (size_t i = 0; i < t.spans.size(); i++) sp.push_back({t.spans[i], t.span_lens[i]});
+    plan.add(t, sp.data(), sp.size());
   }
   plan.build(nh, kvh, hd, mode, type, cost, fuse_own);
   g_tails += plan.n_tails;

@@ -48,6 +48,38 @@ T* Forward::get(Buf& b, size_t n) {
   return static_cast<T*>(b.p);
 }
 
+void Forward::begin() {
+  plan.clear();
+  toks_.clear();
+  want_.clear();
+}
+
+void Forward::add(const Piece& pc, const PassSpan* spans, size_t n_spans) {
+  PassSeq s;
+  s.own = pc.own;
+  s.own_before = pc.own_before;
+  s.pos0 = pc.pos0;
+  s.n_tokens = pc.n;
+  s.tok0 = (int32_t)toks_.size();
+  s.pos = pc.pos;
+  s.mask = pc.mask;
+  s.mask_base = pc.mask_base;
+  plan.add(s, spans, n_spans);
+  toks_.insert(toks_.end(), pc.tokens, pc.tokens + pc.n);
+  if (pc.rows == Rows::all) {
+    for (int32_t t = 0; t < pc.n; t++) want_.push_back(s.tok0 + t);
+  } else if (pc.rows == Rows::last && pc.n > 0) {
+    want_.push_back(s.tok0 + pc.n - 1);
+  }
+}
+
+size_t Forward::run_pass(clade_attention mode, clade_kv_type shared_type, const LogitsOut& out,
+                         const AbortHook& abort) {
+  run(toks_.data(), mode, shared_type, want_.data(), want_.size(), out, abort);
+  for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;
+  return want_.size();
+}
+
 void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type,
                   const int32_t* logit_tokens, size_t n_logits, const LogitsOut& out, const AbortHook& abort) {
   const ModelConfig& c = m_.cfg;

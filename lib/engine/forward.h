@@ -46,15 +46,37 @@ class Forward {
   Forward(const Forward&) = delete;
   Forward& operator=(const Forward&) = delete;
 
-  // Evaluate one pass: the sequences in `plan` (filled by the caller with
-  // clear/add_seq/add_span; seq i's tokens are tokens[tok0 .. tok0 +
-  // n_tokens), each own store has room for them). Writes their K/V, and
-  // what out asks of the logits of the pass tokens logit_tokens[0..n_logits)
-  // (n rows): the rows, their greedy tokens, their top-k (the last two found
-  // by the backend, where the logits are). The plan is built once for all
-  // layers and handed to the backend once.
-  void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
-           size_t n_logits, const LogitsOut& out, const AbortHook& abort);
+  // A pass is built piece by piece, and this is the only way one is built
+  // (Tree::append, the packed batch append and Cache's decode steps all
+  // come here): begin(), add() for each piece, then run_pass().
+  //
+  // A piece: n tokens of one sequence or node, going into its own store
+  // `own` (which has room for them) after own_before tokens, at positions
+  // pos0.. (or per token pos[], with a tree mask: speculative token trees),
+  // under the shared spans given to add(), root first. Its logits rows:
+  // none, the last token's, or every token's.
+  enum class Rows { none, last, all };
+  struct Piece {
+    KVStore* own = nullptr;
+    int32_t own_before = 0;
+    int32_t pos0 = 0;
+    const int32_t* tokens = nullptr;
+    int32_t n = 0;
+    const int32_t* pos = nullptr;
+    const uint64_t* mask = nullptr;
+    int32_t mask_base = 0;
+    Rows rows = Rows::none;
+  };
+  void begin();
+  void add(const Piece& piece, const PassSpan* spans, size_t n_spans);
+  size_t pass_tokens() const { return toks_.size(); }
+  size_t pass_pieces() const { return plan.seqs.size(); }
+  // Evaluate the pass: its K/V written, what out asks of its logits rows
+  // (in piece order): the rows, their greedy tokens, their top-k (the last
+  // two found by the backend, where the logits are). The plan is built
+  // once for all layers and handed to the backend once. Then each piece's
+  // own store's length grows by its tokens. Returns the rows given.
+  size_t run_pass(clade_attention mode, clade_kv_type shared_type, const LogitsOut& out, const AbortHook& abort);
 
   // Bytes of this Forward's workspaces now: its buffers in backend memory
   // and the plan's host arrays (what a pass's size bounds; not the KV).
@@ -66,6 +88,10 @@ class Forward {
   uint64_t shared_spans = 0, flat_spans = 0;  // over all passes (AttnPlan::n_shared, n_flat)
 
  private:
+  void run(const int32_t* tokens, clade_attention mode, clade_kv_type shared_type, const int32_t* logit_tokens,
+           size_t n_logits, const LogitsOut& out, const AbortHook& abort);
+  std::vector<int32_t> toks_, want_;  // the pass being built: its tokens, its logits rows
+
   struct Buf {
     void* p = nullptr;
     size_t cap = 0;

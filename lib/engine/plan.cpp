@@ -28,15 +28,11 @@ void AttnPlan::clear() {
   spans.clear();
 }
 
-PassSeq& AttnPlan::add_seq() {
-  seqs.emplace_back();
+void AttnPlan::add(const PassSeq& s, const PassSpan* sp, size_t n_spans) {
+  seqs.push_back(s);
   seqs.back().span0 = (int32_t)spans.size();
-  return seqs.back();
-}
-
-void AttnPlan::add_span(const KVStore* kv, int32_t len) {
-  spans.push_back({kv, len});
-  seqs.back().n_spans++;
+  seqs.back().n_spans = (int32_t)n_spans;
+  spans.insert(spans.end(), sp, sp + n_spans);
 }
 
 int64_t AttnPlan::n_tokens() const {

@@ -66,10 +66,11 @@ struct PlanBuffers {
 
 class AttnPlan {
  public:
-  // Input: the pass's sequences, each followed by its spans.
+  // Input: the pass's sequences with their spans (root first). add() is
+  // the one place that fills the rows (Forward::add calls it); it sets
+  // s's span0 and n_spans.
   void clear();
-  PassSeq& add_seq();  // then add_span() for its spans, root first
-  void add_span(const KVStore* kv, int32_t len);
+  void add(const PassSeq& s, const PassSpan* spans, size_t n_spans);
   int64_t n_tokens() const;
   size_t host_bytes() const;  // capacity of every array the plan keeps
 

@@ -424,38 +424,30 @@ void Cache::run_passes(const clade_batch& b, const TopK* top) {
   const size_t chunk = (size_t)tree.chunk;
   size_t seq = 0, off = 0, out_row = 0;
   while (seq < b.n_seqs) {
-    AttnPlan& plan = fwd_.plan;
-    plan.clear();
-    toks_.clear();
-    want_.clear();
+    fwd_.begin();
     const size_t first_row = out_row;
-    while (seq < b.n_seqs && toks_.size() < chunk) {
+    while (seq < b.n_seqs && fwd_.pass_tokens() < chunk) {
       Seq& s = get(b.seq_ids[seq]);
       const size_t n_pend = pend_at_[seq + 1] - pend_at_[seq];
-      const size_t take = std::min(n_pend - off, chunk - toks_.size());
+      const size_t take = std::min(n_pend - off, chunk - fwd_.pass_tokens());
       if (take > 0) {
-        PassSeq& p = plan.add_seq();
+        Forward::Piece p;
         p.own = s.kv.get();
         p.own_before = s.kv->length;
         p.pos0 = (s.priv ? 0 : s.node->end()) + s.kv->length;
-        p.n_tokens = (int32_t)take;
-        p.tok0 = (int32_t)toks_.size();
+        p.n = (int32_t)take;
+        p.tokens = pending_.data() + pend_at_[seq] + off;
         if (is_tree_[seq]) {
           const size_t k = pend_at_[seq] + off;
           p.pos = tpos_.data() + k;
           p.mask = tmask_.data() + k;
           p.mask_base = saved_len_[seq] + (int32_t)(pend_at_[seq + 1] - pend_at_[seq]) - b.n_tokens[seq];
         }
-        const int32_t tok0 = p.tok0;
-        if (!s.priv) Tree::add_path(s.node, plan);
-        const int32_t* src = pending_.data() + pend_at_[seq] + off;
-        toks_.insert(toks_.end(), src, src + take);
         const bool ends = off + take == n_pend;
-        if (b.all_logits) {
-          for (size_t t = 0; t < take; t++) want_.push_back(tok0 + (int32_t)t);
-        } else if (ends) {
-          want_.push_back(tok0 + (int32_t)take - 1);
-        }
+        p.rows = b.all_logits ? Forward::Rows::all : ends ? Forward::Rows::last : Forward::Rows::none;
+        path_.clear();
+        if (!s.priv) Tree::path_spans(s.node, path_);
+        fwd_.add(p, path_.data(), path_.size());
       }
       off += take;
       if (off == n_pend) {
@@ -463,15 +455,13 @@ void Cache::run_passes(const clade_batch& b, const TopK* top) {
         off = 0;
       }
     }
-    if (plan.seqs.empty()) continue;
+    if (fwd_.pass_pieces() == 0) continue;
     LogitsOut out;
     out.logits = b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr;
     out.argmax = b.argmax ? b.argmax + first_row : nullptr;
     if (top && top->k)
       out.top = {top->k, top->tokens + first_row * (size_t)top->k, top->logits + first_row * (size_t)top->k};
-    fwd_.run(toks_.data(), attention, tree.kv_type, want_.data(), want_.size(), out, tree.abort);
-    out_row += want_.size();
-    for (const PassSeq& p : plan.seqs) p.own->length += p.n_tokens;
+    out_row += fwd_.run_pass(attention, tree.kv_type, out, tree.abort);
   }
 }
 

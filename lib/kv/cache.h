@@ -95,7 +95,8 @@ class Cache {
   Forward fwd_;
   // Step workspaces (kept from step to step).
   std::vector<char> seen_;
-  std::vector<int32_t> pending_, want_, toks_;
+  std::vector<int32_t> pending_;
+  std::vector<PassSpan> path_;  // a piece's spans
   std::vector<size_t> pend_at_;
   std::vector<int32_t> saved_len_;
   // Token trees of the step: per sequence whether it has one, and per

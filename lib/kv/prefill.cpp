@@ -155,46 +155,44 @@ void Tree::batch_stores(Batch& b) const {
 void Tree::batch_passes(Batch& b) {
   std::vector<std::vector<PackPiece>> passes;
   pack_items(b.len, b.parent, chunk, passes);
-  std::vector<int32_t> toks, want, want_item, chain;
+  std::vector<int32_t> want_item, chain;
   std::vector<float> logits;
   const size_t n_vocab = (size_t)model.cfg.n_vocab;
   for (const std::vector<PackPiece>& pass : passes) {
-    fwd_.plan.clear();
-    toks.clear();
-    want.clear();
+    fwd_.begin();
     want_item.clear();
     for (const PackPiece& pc : pass) {
       const size_t i = (size_t)pc.item;
-      PassSeq& p = fwd_.plan.add_seq();
+      Forward::Piece p;
       p.own = b.pend[i].kv.get();
       p.own_before = pc.off;
       p.pos0 = b.pend[i].parent_end + pc.off;
-      p.n_tokens = pc.n;
-      p.tok0 = (int32_t)toks.size();
-      const int32_t tok0 = p.tok0;
+      p.n = pc.n;
+      p.tokens = b.items[i].tokens + pc.off;
+      if (b.items[i].logits && pc.off + pc.n == b.len[i]) {
+        p.rows = Forward::Rows::last;
+        want_item.push_back((int32_t)i);
+      }
       chain.clear();
       for (int32_t up = b.parent[i]; up >= 0; up = b.parent[(size_t)up]) chain.push_back(up);
       const Node* base = chain.empty() ? b.items[i].parent_node : b.items[(size_t)chain.back()].parent_node;
-      add_path(base, fwd_.plan);
+      path_.clear();
+      path_spans(base, path_);
       for (size_t k = chain.size(); k-- > 0;) {
         const size_t c = (size_t)chain[k];
-        if (b.len[c] > 0) fwd_.plan.add_span(b.pend[c].kv.get(), b.len[c]);
+        if (b.len[c] > 0) path_.push_back({b.pend[c].kv.get(), b.len[c]});
       }
-      toks.insert(toks.end(), b.items[i].tokens + pc.off, b.items[i].tokens + pc.off + pc.n);
-      if (b.items[i].logits && pc.off + pc.n == b.len[i]) {
-        want.push_back(tok0 + pc.n - 1);
-        want_item.push_back((int32_t)i);
-      }
+      fwd_.add(p, path_.data(), path_.size());
     }
-    if (logits.size() < want.size() * n_vocab) logits.resize(want.size() * n_vocab);
+    if (logits.size() < want_item.size() * n_vocab) logits.resize(want_item.size() * n_vocab);
     LogitsOut out;
     out.logits = logits.data();
-    fwd_.run(toks.data(), CLADE_ATTENTION_SHARED, kv_type, want.data(), want.size(), out, abort);
-    for (const PackPiece& pc : pass) b.pend[(size_t)pc.item].kv->length += pc.n;
-    for (size_t w = 0; w < want.size(); w++)
+    const size_t n_tokens = fwd_.pass_tokens();
+    fwd_.run_pass(CLADE_ATTENTION_SHARED, kv_type, out, abort);
+    for (size_t w = 0; w < want_item.size(); w++)
       std::copy(logits.begin() + (long)(w * n_vocab), logits.begin() + (long)((w + 1) * n_vocab),
                 b.items[(size_t)want_item[w]].logits);
-    tokens_evaluated += toks.size();
+    tokens_evaluated += n_tokens;
   }
 }
 

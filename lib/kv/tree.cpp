@@ -45,18 +45,18 @@ void Tree::check_context(int64_t end, const char* what) const {
                                " (CLADE_TREE_ALLOW_LONG_CONTEXT allows them)");
 }
 
-void Tree::add_path(const Node* node, AttnPlan& plan) {
+void Tree::path_spans(const Node* node, std::vector<PassSpan>& out) {
   const Node* up[64];
   int n = 0;
   for (const Node* x = node; x; x = x->parent)
     if (x->length > 0) {
       if (n == 64) {  // a deep tree: the rest in order, recursively
-        add_path(x, plan);
+        path_spans(x, out);
         break;
       }
       up[n++] = x;
     }
-  while (n-- > 0) plan.add_span(up[n]->kv.get(), up[n]->length);
+  while (n-- > 0) out.push_back({up[n]->kv.get(), up[n]->length});
 }
 
 void Tree::path_tokens(const Node* node, std::vector<int32_t>& out) {
@@ -77,23 +77,23 @@ clade_node_id Tree::append(clade_node_id parent_id, const int32_t* tokens, size_
   kv->reserve((int32_t)n);
   // Prefill in chunks: each chunk attends to the path above and to the
   // node's tokens before it. (On a throw, the KV goes.)
+  path_.clear();
+  path_spans(parent, path_);
   for (size_t c0 = 0; c0 < n; c0 += (size_t)chunk) {
-    fwd_.plan.clear();
-    PassSeq& p = fwd_.plan.add_seq();
+    Forward::Piece p;
     p.own = kv.get();
     p.own_before = (int32_t)c0;
     p.pos0 = parent->end() + (int32_t)c0;
-    p.n_tokens = (int32_t)std::min(n - c0, (size_t)chunk);
-    p.tok0 = 0;
-    const int32_t n_pass = p.n_tokens;
-    add_path(parent, fwd_.plan);
-    const bool last = c0 + (size_t)n_pass == n;
-    const int32_t want = n_pass - 1;
+    p.n = (int32_t)std::min(n - c0, (size_t)chunk);
+    p.tokens = tokens + c0;
+    const bool last = c0 + (size_t)p.n == n;
+    p.rows = last && logits ? Forward::Rows::last : Forward::Rows::none;
+    fwd_.begin();
+    fwd_.add(p, path_.data(), path_.size());
     LogitsOut out;
     out.logits = logits;
-    fwd_.run(tokens + c0, CLADE_ATTENTION_AUTO, kv_type, &want, last && logits ? 1 : 0, out, abort);
-    kv->length = (int32_t)(c0 + (size_t)n_pass);
-    tokens_evaluated += (uint64_t)n_pass;
+    fwd_.run_pass(CLADE_ATTENTION_AUTO, kv_type, out, abort);
+    tokens_evaluated += (uint64_t)p.n;
   }
   clade_node_id id = adopt(parent, std::vector<int32_t>(tokens, tokens + n), std::move(kv));
   if (log_enabled(CLADE_LOG_DEBUG))

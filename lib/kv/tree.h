@@ -101,8 +101,8 @@ class Tree {
   // Throws CLADE_CONTEXT_FULL when positions up to end - 1 pass n_ctx.
   void check_context(int64_t end, const char* what) const;
   // The shared spans above a sequence attached to node (root first, empty
-  // ones left out), added to the plan's last sequence.
-  static void add_path(const Node* node, AttnPlan& plan);
+  // ones left out), appended to out.
+  static void path_spans(const Node* node, std::vector<PassSpan>& out);
   // The tokens of the path root .. node.
   static void path_tokens(const Node* node, std::vector<int32_t>& out);
   const Forward& forward() const { return fwd_; }
@@ -124,6 +124,7 @@ class Tree {
   std::mutex evict_mu_;  // two caches may grow (and evict) in two threads
   uint64_t tick_ = 0;
   Forward fwd_;  // the appends' passes
+  std::vector<PassSpan> path_;  // a piece's spans (kept: no allocation per pass)
   std::vector<std::unique_ptr<Node>> nodes_;  // by id; nullptr once freed
 };
 
