@@ -79,6 +79,18 @@ test('prompt trees, samples, seeds, logprobs', async () => {
   assert.equal(again[0].logprobs, null);
 });
 
+test('two trees of one model generate at once, on two worker threads', async () => {
+  const kw = { maxNewTokens: 16, temperature: 0, ignoreEog: true };
+  const want = await tree.generate([prompt], kw);
+  const t1 = model.tree();
+  const t2 = model.tree();
+  const [a, b] = await Promise.all([t1.generate([prompt], kw), t2.generate([prompt], kw)]);
+  assert.deepEqual(a[0].tokens, want[0].tokens);
+  assert.deepEqual(b[0].tokens, want[0].tokens);
+  t1.close();
+  t2.close();
+});
+
 test('prompts under a root node of the tree', async () => {
   const full = await tree.generate([prompt], { maxNewTokens: 6, temperature: 0, ignoreEog: true });
   const { node } = await tree.append(0, prompt.slice(0, 20));
