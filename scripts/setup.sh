@@ -18,12 +18,16 @@ if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi
 # Toolchains of the bindings that list them (bindings/<lang>/apt-packages:
-# Debian package names, one a line, # for comments).
+# a Debian package name a line, # for comments; a second word names a
+# command that, when on PATH already, makes the package unneeded: npm
+# comes with NodeSource's nodejs, which conflicts with Debian's npm).
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   for f in bindings/*/apt-packages; do
     [ -f "$f" ] || continue
-    while read -r p _; do
+    while read -r p cmd _; do
       case "$p" in ''|'#'*) continue ;; esac
+      case "$cmd" in ''|'#'*) cmd="" ;; esac
+      if [ -n "$cmd" ] && command -v "$cmd" >/dev/null; then continue; fi
       dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
     done < "$f"
   done
