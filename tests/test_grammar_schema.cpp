@@ -297,6 +297,12 @@ void values_and_combinators() {
   judge(R"({"type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false})", {"[]", R"(["a"])"}, {R"(["a",1])"});
   refused(R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})", {"unevaluatedProperties"});
   refused(R"({"dependentRequired":{"a":["b"]}})", {"dependentRequired at #"});
+  // no effect in these forms
+  judge(R"({"type":"array","uniqueItems":false})", {"[1,1]"}, {"{}"});
+  judge(R"({"if":{"type":"string"},"type":"integer"})", {"1"}, {"\"a\""});
+  judge(R"({"then":{"type":"string"},"else":false,"type":"integer"})", {"1"}, {"\"a\""});
+  judge(R"({"dependentRequired":{"a":[]},"patternProperties":{},"type":"object"})", {R"({"a":1})"}, {"1"});
+  refused(R"({"type":"array","uniqueItems":true})", {"uniqueItems at #"});
   // propertyNames: additional keys from its grammar; named keys judged by it
   judge(R"({"type":"object","propertyNames":{"pattern":"^[a-z]{1,3}$"}})", {"{}", R"({"ab":1,"xyz":[]})"},
         {R"({"abcd":1})", R"({"A":1})", R"({"":1})"});

@@ -222,6 +222,21 @@ class Compiler {
     }
     if (!s.find("contains") && (s.find("minContains") || s.find("maxContains")))
       return without(without(s, "minContains"), "maxContains");
+    // Keywords with no effect in these forms: uniqueItems false, `if`
+    // without then/else, then/else without `if`, empty maps.
+    if (const Value* u = s.find("uniqueItems"); u && u->is_bool() && !u->b) return without(s, "uniqueItems");
+    // (`if` alone still evaluates: unevaluated* see what it matched)
+    if (s.find("if") && !s.find("then") && !s.find("else") && !s.find("unevaluatedProperties") &&
+        !s.find("unevaluatedItems"))
+      return without(s, "if");
+    if (!s.find("if") && (s.find("then") || s.find("else"))) return without(without(s, "then"), "else");
+    for (const char* k : {"patternProperties", "dependentRequired", "dependentSchemas"})
+      if (const Value* m = s.find(k); m && m->is_object() && m->obj.empty()) return without(s, k);
+    if (const Value* d = s.find("dependentRequired"); d && d->is_object()) {
+      bool empty = true;
+      for (auto& kv : d->obj) empty = empty && kv.second.is_array() && kv.second.arr.empty();
+      if (empty) return without(s, "dependentRequired");
+    }
     return std::nullopt;
   }
 
