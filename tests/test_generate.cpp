@@ -258,6 +258,57 @@ void test_greedy_rows(const std::string& path) {
   clade_model_free(m);
 }
 
+// The tree's abort callback stopping a decode step: CLADE_STOPPED with the
+// results so far (the header's promise), every unfinished sequence ABORTED,
+// and the tree usable after.
+struct AbortAfter {
+  int tokens = 0;
+  bool stop = false;
+};
+int32_t abort_when(void* user) { return static_cast<AbortAfter*>(user)->stop ? 1 : 0; }
+int32_t count_tokens(void* user, size_t, clade_token token, const char*, size_t) {
+  AbortAfter* a = static_cast<AbortAfter*>(user);
+  if (token >= 0 && ++a->tokens == 6) a->stop = true;
+  return CLADE_GENERATE_CONTINUE;
+}
+
+void test_abort_results(const std::string& path) {
+  clade_model* m = load(path, 2);
+  if (!m) return;
+  clade_tree* t = new_tree(m);
+  AbortAfter a;
+  CHECK_OK(clade_tree_set_abort(t, abort_when, &a));
+  clade_prompt pr = {kPrompt.data(), kPrompt.size(), -1};
+  clade_generate_params gp;
+  clade_generate_params_init(&gp);
+  gp.max_new_tokens = 20;
+  gp.n_samples = 3;
+  gp.ignore_eog = 1;
+  gp.callback = count_tokens;
+  gp.user = &a;
+  clade_generation* g = nullptr;
+  CHECK_ST(clade_generate(t, &pr, 1, &gp, &g), CLADE_STOPPED);
+  CHECK_MSG(g != nullptr, "abort: CLADE_STOPPED without results");
+  if (g) {
+    CHECK(clade_generation_count(g) == 3);
+    for (size_t i = 0; i < clade_generation_count(g); i++) {
+      size_t n = 0;
+      clade_generation_tokens(g, i, &n);
+      CHECK_MSG(n >= 1 && n < 20, "abort: sequence %zu has %zu tokens", i, n);
+      CHECK(clade_generation_finish(g, i) == CLADE_FINISH_ABORTED);
+    }
+  }
+  clade_generation_free(g);
+  // The tree works again once the callback lets it.
+  a.stop = false;
+  a.tokens = -1000;
+  CHECK_OK(clade_generate(t, &pr, 1, &gp, &g));
+  CHECK(g && clade_generation_count(g) == 3);
+  clade_generation_free(g);
+  clade_tree_free(t);
+  clade_model_free(m);
+}
+
 void print_tokens(const char* what, const Tokens& t) {
   std::fprintf(stderr, "%-28s", what);
   for (clade_token x : t) std::fprintf(stderr, " %d", x);
@@ -911,6 +962,7 @@ int main() {
   test_greedy_rows(path);
   test_tree_and_errors(path);
   test_top_logprobs(path);
+  test_abort_results(path);
   if (have_vocab) {
     TextModel tm;
     tm.m = load(tpath, 2);

@@ -442,7 +442,14 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     b.argmax = by_argmax ? argmax.data() : nullptr;
     b.logits_rows = n_rows;
     const auto t0 = std::chrono::steady_clock::now();
-    clade_status ds = cache.decode(b, any_tree ? pars.data() : nullptr, by_topk ? &top : nullptr);
+    clade_status ds;
+    try {
+      ds = cache.decode(b, any_tree ? pars.data() : nullptr, by_topk ? &top : nullptr);
+    } catch (const Error& e) {  // the abort callback stops a pass by throwing
+      if (e.status() != CLADE_STOPPED) throw;
+      last_error_text() = e.what();
+      ds = CLADE_STOPPED;
+    }
     const double step_s = seconds_since(t0);
     if (ds == CLADE_STOPPED) {
       finish_rest(CLADE_FINISH_ABORTED);
