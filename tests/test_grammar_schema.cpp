@@ -341,7 +341,27 @@ void refs() {
   judge(R"({"properties":{"a":{"type":"string"},"b":{"$ref":"#/properties/a"}}})", {R"({"a":"x","b":"y"})"},
         {R"({"b":1})"});
   judge(R"({"$defs":{"i":{"$anchor":"int","type":"integer"}},"items":{"$ref":"#int"},"type":"array"})", {"[1,2]"}, {"[\"a\"]"});
-  refused(R"({"$ref":"http://example.com/s.json"})", {"$ref at #", "not local"});
+  refused(R"({"$ref":"http://example.com/s.json"})", {"$ref at #", "remote references are not supported"});
+  // embedded resources: refs resolve against the nearest $id
+  judge(R"({"$id":"http://x.org/root.json","type":"array","items":{"$ref":"item.json"},"$defs":{"i":{"$id":"item.json","type":"object","properties":{"sub":{"$ref":"#/$defs/leaf"}},"$defs":{"leaf":{"type":"integer"}}}}})",
+        {"[]", R"([{"sub":1}])"}, {R"([{"sub":"x"}])", "[1]"});
+  judge(R"({"$defs":{"a":{"$id":"urn:uuid:deadbeef-0000","$anchor":"here","type":"string"}},"properties":{"p":{"$ref":"urn:uuid:deadbeef-0000#here"},"q":{"$ref":"urn:uuid:deadbeef-0000"}}})",
+        {R"({"p":"a","q":"b"})"}, {R"({"p":1})", R"({"q":1})"});
+  // a $id inside const data is no identifier
+  refused(R"({"$defs":{"c":{"const":{"$id":"http://x.org/fake.json","type":"string"}}},"$ref":"http://x.org/fake.json"})",
+          {"remote references"});
+  {
+    const std::string b = "http://a/b/c/d;p?q";
+    const std::pair<const char*, const char*> cases[] = {
+        {"g", "http://a/b/c/g"}, {"./g", "http://a/b/c/g"}, {"g/", "http://a/b/c/g/"}, {"/g", "http://a/g"},
+        {"//g", "http://g"}, {"?y", "http://a/b/c/d;p?y"}, {"#s", "http://a/b/c/d;p?q#s"}, {"", "http://a/b/c/d;p?q"},
+        {"..", "http://a/b/"}, {"../g", "http://a/b/g"}, {"../../../g", "http://a/g"}, {"g;x=1/../y", "http://a/b/c/y"},
+        {"urn:x:y", "urn:x:y"}};
+    for (auto& c : cases) {
+      const std::string got = detail::resolve_uri(b, c.first);
+      CHECK_MSG(got == c.second, "resolve_uri(%s) = %s, not %s", c.first, got.c_str(), c.second);
+    }
+  }
   refused(R"({"$ref":"#/$defs/missing"})", {"$ref at #", "no such location"});
   refused(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", {"left recursion"});
   refused(R"({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})",

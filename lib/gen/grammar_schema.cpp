@@ -40,7 +40,8 @@ const std::set<std::string> kSupported = {
 
 class Compiler {
  public:
-  Compiler(const Value& root, const SchemaOptions& o) : root_(root), opt_(o), j_{rules_, o.free_whitespace} {
+  Compiler(const Value& root, const SchemaOptions& o)
+      : root_(root), opt_(o), j_{rules_, o.free_whitespace}, index_(root) {
     j_.ws();  // first: the rules below spell it "ws"
   }
 
@@ -62,6 +63,7 @@ class Compiler {
   SchemaOptions opt_;
   Rules rules_;
   detail::JsonRules j_;
+  detail::RefIndex index_;
   std::map<std::string, std::string> ref_rules_;  // pointer -> rule
   std::set<std::string> ref_busy_;                // refs being compiled
   std::deque<Value> owned_;                       // merged schemas
@@ -241,31 +243,16 @@ class Compiler {
   }
 
   std::optional<std::string> visit_ref(const std::string& ref, const std::string& ptr) {
-    // A $ref below a nested $id resolves against that resource: refused.
-    {
-      const Value* cur = &root_;
-      size_t i = 0;
-      while (cur && i < ptr.size()) {
-        size_t j = ptr.find('/', i + 1);
-        if (j == std::string::npos) j = ptr.size();
-        std::string tok = ptr.substr(i + 1, j - i - 1), dec;
-        for (size_t k = 0; k < tok.size(); k++) {
-          if (tok[k] == '~' && k + 1 < tok.size()) dec += tok[++k] == '0' ? '~' : '/';
-          else dec += tok[k];
-        }
-        const Value* next = nullptr;
-        if (cur->is_object()) next = cur->find(dec);
-        else if (cur->is_array() && !dec.empty() && dec.find_first_not_of("0123456789") == std::string::npos &&
-                 dec.size() < 10 && std::stoul(dec) < cur->arr.size())
-          next = &cur->arr[std::stoul(dec)];
-        cur = next;
-        if (cur && cur->is_object() && cur->find("$id"))
-          fail("$ref", ptr, "inside a subschema with its own $id is not supported");
-        i = j;
-      }
+    // Resolved against the base URI of its place ($id of the enclosing
+    // resources); a merged schema's place may be unknown.
+    std::string base;
+    if (!index_.base_at(ptr, base)) {
+      if (index_.embedded_ids())
+        fail("$ref", ptr, "its base URI is unknown (a merged schema in a document with embedded $id resources)");
+      base = index_.root_base();
     }
     std::string target_ptr, err;
-    const Value* target = detail::resolve_ref(root_, ref, target_ptr, err);
+    const Value* target = index_.resolve(base, ref, target_ptr, err);
     if (!target) fail("$ref", ptr, err);
     auto it = ref_rules_.find(target_ptr);
     if (it != ref_rules_.end()) {
@@ -292,7 +279,7 @@ class Compiler {
       fail("allOf", ptr, "must be a non-empty array");
     Value merged;
     std::string err;
-    if (!detail::merge_schemas(root_, {&s}, ptr, merged, err)) {
+    if (!detail::merge_schemas(root_, {&s}, ptr, merged, err, index_.embedded_ids())) {
       if (!opt_.lenient) throw Fail{err};
       // lenient: the parts' first schema alone
       const Value* all = s.find("allOf");
@@ -327,7 +314,7 @@ class Compiler {
       }
       Value merged;
       std::string err;
-      if (!detail::merge_schemas(root_, {&rest, &list->arr[i]}, bptr, merged, err)) {
+      if (!detail::merge_schemas(root_, {&rest, &list->arr[i]}, bptr, merged, err, index_.embedded_ids())) {
         throw Fail{err + " (merging " + kw + " alternative " + detail::pointer_text(bptr) +
                    " with its parent's keywords)"};
       }
@@ -337,7 +324,7 @@ class Compiler {
     if (std::string(kw) == "oneOf" && !opt_.lenient) {
       for (size_t i = 0; i < branches.size(); i++)
         for (size_t k = i + 1; k < branches.size(); k++)
-          if (!detail::provably_disjoint(root_, *branches[i], *branches[k]))
+          if (!detail::provably_disjoint(root_, *branches[i], *branches[k], index_.embedded_ids()))
             fail("oneOf", ptr,
                  "alternatives " + std::to_string(i) + " and " + std::to_string(k) +
                      " may overlap: exclusivity is not enforced (lenient compiles oneOf as anyOf)");

@@ -50,7 +50,8 @@ struct SchemaOptions {
 // without bounds), enum, const, anyOf, oneOf (when its
 // alternatives are provably disjoint: the grammar cannot enforce
 // exclusivity), allOf (merged into one schema where that is exact), local
-// $ref ("#", JSON pointers, $anchor names) with recursion, not of a type or
+// $ref within the document (URIs resolved against the enclosing $id
+// resources, JSON pointers, $anchor names) with recursion, not of a type or
 // boolean, unevaluatedProperties/unevaluatedItems where no applicator is
 // near. Anything else is an error naming the keyword and its JSON pointer,
 // unless lenient; annotations are ignored.
@@ -181,12 +182,38 @@ std::string pointer_join(const std::string& ptr, std::string_view token);
 // allOf: one schema equivalent to all of parts (each an object or a
 // boolean; $ref and nested allOf inlined). out is an object or `false`.
 // False + err ("allOf at #/x: cannot merge ...") when not mergeable.
+// embedded_ids: the document has subschemas with their own $id, where a
+// $ref's meaning depends on its place: then merging refuses $ref.
 bool merge_schemas(const json::Value& root, const std::vector<const json::Value*>& parts, const std::string& ptr,
-                   json::Value& out, std::string& err);
+                   json::Value& out, std::string& err, bool embedded_ids = false);
 // oneOf: whether no instance can be valid under both a and b, judged by
 // type, const/enum values, and a required key the other forbids or holds
 // to a different const.
-bool provably_disjoint(const json::Value& root, const json::Value& a, const json::Value& b);
+bool provably_disjoint(const json::Value& root, const json::Value& a, const json::Value& b,
+                       bool embedded_ids = false);
+
+// $ref resolution by URI (RFC 3986) within one document: $id resources
+// (also nested ones), JSON pointer fragments, $anchor names. A reference
+// outside the document (remote) is an error.
+std::string resolve_uri(const std::string& base, const std::string& ref);
+class RefIndex {
+ public:
+  explicit RefIndex(const json::Value& root);
+  // The base URI at a JSON pointer (escaped tokens); false when the
+  // pointer leaves the document.
+  bool base_at(const std::string& ptr, std::string& base) const;
+  const std::string& root_base() const { return root_base_; }
+  bool embedded_ids() const { return resources_.size() > 1; }
+  // The schema `ref` names from `base`, and its pointer; nullptr + err.
+  const json::Value* resolve(const std::string& base, std::string_view ref, std::string& pointer,
+                             std::string& err) const;
+
+ private:
+  void walk(const json::Value& v, const std::string& ptr, std::string base);
+  const json::Value& root_;
+  std::string root_base_;
+  std::map<std::string, std::pair<const json::Value*, std::string>> resources_, anchors_;
+};
 
 }  // namespace detail
 }  // namespace clade::grammar

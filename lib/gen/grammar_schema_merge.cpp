@@ -92,6 +92,7 @@ bool is_true_schema(const Value* v) { return !v || (v->is_bool() && v->b) || (v-
 
 struct Merger {
   const Value& root;
+  bool embedded_ids;
   std::string ptr;
   std::string err;
   Value res;
@@ -121,6 +122,7 @@ struct Merger {
                      rest.obj.end());
       if (ref) {
         if (!ref->is_string()) return fail("$ref must be a string");
+        if (embedded_ids) return fail("cannot merge a $ref in a document with embedded $id resources");
         std::string p, e;
         const Value* t = resolve_ref(root, ref->str, p, e);
         if (!t) return fail(e);
@@ -244,10 +246,11 @@ struct Merger {
   }
 };
 
-const Value* deref(const Value& root, const Value* s) {
+const Value* deref(const Value& root, const Value* s, bool embedded_ids) {
   for (int i = 0; i < 16 && s && s->is_object(); i++) {
     const Value* r = s->find("$ref");
     if (!r || !r->is_string()) break;
+    if (embedded_ids) return nullptr;  // where it points depends on its place
     for (auto& kv : s->obj)
       if (kv.first != "$ref" && !is_annotation(kv.first)) return s;  // siblings: judge it as is
     std::string p, e;
@@ -400,8 +403,8 @@ const Value* resolve_ref(const Value& root, std::string_view ref, std::string& p
 }
 
 bool merge_schemas(const Value& root, const std::vector<const Value*>& parts, const std::string& ptr, Value& out,
-                   std::string& err) {
-  Merger m{root, ptr, "", Value(), false};
+                   std::string& err, bool embedded_ids) {
+  Merger m{root, embedded_ids, ptr, "", Value(), false};
   m.res.kind = Kind::Object;
   for (auto* p : parts)
     if (!m.fold(*p, 0)) {
@@ -418,9 +421,9 @@ bool merge_schemas(const Value& root, const std::vector<const Value*>& parts, co
   return true;
 }
 
-bool provably_disjoint(const Value& root, const Value& a0, const Value& b0) {
-  const Value* a = deref(root, &a0);
-  const Value* b = deref(root, &b0);
+bool provably_disjoint(const Value& root, const Value& a0, const Value& b0, bool embedded_ids) {
+  const Value* a = deref(root, &a0, embedded_ids);
+  const Value* b = deref(root, &b0, embedded_ids);
   if (!a || !b) return false;
   if ((a->is_bool() && !a->b) || (b->is_bool() && !b->b)) return true;
   if (!a->is_object() || !b->is_object()) return false;
@@ -444,8 +447,8 @@ bool provably_disjoint(const Value& root, const Value& a0, const Value& b0) {
     if (std::find(rb.begin(), rb.end(), k) == rb.end()) continue;
     const Value* pa = a->find("properties");
     const Value* pb = b->find("properties");
-    const Value* sa = pa ? deref(root, pa->find(k)) : nullptr;
-    const Value* sb = pb ? deref(root, pb->find(k)) : nullptr;
+    const Value* sa = pa ? deref(root, pa->find(k), embedded_ids) : nullptr;
+    const Value* sb = pb ? deref(root, pb->find(k), embedded_ids) : nullptr;
     if (!sa || !sb || !sa->is_object() || !sb->is_object()) continue;
     Facts x = facts(*sa), y = facts(*sb);
     if (!x.has_values || !y.has_values) continue;
@@ -455,6 +458,224 @@ bool provably_disjoint(const Value& root, const Value& a0, const Value& b0) {
     if (!overlap) return true;
   }
   return false;
+}
+
+namespace {
+
+struct Uri {
+  std::string scheme, authority, path, query, fragment;
+  bool has_scheme = false, has_authority = false, has_query = false, has_fragment = false;
+};
+
+Uri parse_uri(const std::string& s) {
+  Uri u;
+  size_t i = 0;
+  size_t colon = s.find(':');
+  if (colon != std::string::npos && colon > 0 && isalpha(static_cast<unsigned char>(s[0])) &&
+      s.find_first_of("/?#") > colon &&
+      s.substr(0, colon).find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-") ==
+          std::string::npos) {
+    u.has_scheme = true;
+    u.scheme = s.substr(0, colon);
+    i = colon + 1;
+  }
+  if (s.compare(i, 2, "//") == 0) {
+    size_t e = s.find_first_of("/?#", i + 2);
+    if (e == std::string::npos) e = s.size();
+    u.has_authority = true;
+    u.authority = s.substr(i + 2, e - i - 2);
+    i = e;
+  }
+  size_t e = s.find_first_of("?#", i);
+  if (e == std::string::npos) e = s.size();
+  u.path = s.substr(i, e - i);
+  i = e;
+  if (i < s.size() && s[i] == '?') {
+    e = s.find('#', i);
+    if (e == std::string::npos) e = s.size();
+    u.has_query = true;
+    u.query = s.substr(i + 1, e - i - 1);
+    i = e;
+  }
+  if (i < s.size() && s[i] == '#') {
+    u.has_fragment = true;
+    u.fragment = s.substr(i + 1);
+  }
+  return u;
+}
+
+std::string remove_dots(const std::string& in) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  const bool abs = !in.empty() && in[0] == '/';
+  std::string seg;
+  std::vector<std::string> segs;
+  for (i = abs ? 1 : 0; i <= in.size(); i++) {
+    if (i == in.size() || in[i] == '/') {
+      segs.push_back(seg);
+      seg.clear();
+    } else {
+      seg += in[i];
+    }
+  }
+  for (size_t k = 0; k < segs.size(); k++) {
+    const bool last = k + 1 == segs.size();
+    if (segs[k] == ".") {
+      if (last) out.push_back("");
+    } else if (segs[k] == "..") {
+      if (!out.empty()) out.pop_back();
+      if (last) out.push_back("");
+    } else {
+      out.push_back(segs[k]);
+    }
+  }
+  std::string r = abs ? "/" : "";
+  for (size_t k = 0; k < out.size(); k++) r += (k ? "/" : "") + out[k];
+  return r;
+}
+
+std::string join_uri(const Uri& u, bool with_fragment) {
+  std::string s;
+  if (u.has_scheme) s += u.scheme + ":";
+  if (u.has_authority) s += "//" + u.authority;
+  s += u.path;
+  if (u.has_query) s += "?" + u.query;
+  if (with_fragment && u.has_fragment) s += "#" + u.fragment;
+  return s;
+}
+
+std::string strip_fragment(const std::string& uri) { return uri.substr(0, uri.find('#')); }
+
+}  // namespace
+
+std::string resolve_uri(const std::string& base_s, const std::string& ref_s) {
+  const Uri b = parse_uri(base_s), r = parse_uri(ref_s);
+  Uri t;
+  if (r.has_scheme) {
+    t = r;
+    t.path = remove_dots(r.path);
+  } else {
+    t.has_scheme = b.has_scheme;
+    t.scheme = b.scheme;
+    if (r.has_authority) {
+      t.has_authority = true;
+      t.authority = r.authority;
+      t.path = remove_dots(r.path);
+      t.has_query = r.has_query;
+      t.query = r.query;
+    } else {
+      t.has_authority = b.has_authority;
+      t.authority = b.authority;
+      if (r.path.empty()) {
+        t.path = b.path;
+        t.has_query = r.has_query || b.has_query;
+        t.query = r.has_query ? r.query : b.query;
+      } else {
+        if (r.path[0] == '/') {
+          t.path = remove_dots(r.path);
+        } else {
+          std::string merged;
+          if (b.has_authority && b.path.empty()) merged = "/" + r.path;
+          else {
+            size_t slash = b.path.rfind('/');
+            merged = (slash == std::string::npos ? "" : b.path.substr(0, slash + 1)) + r.path;
+          }
+          t.path = remove_dots(merged);
+        }
+        t.has_query = r.has_query;
+        t.query = r.query;
+      }
+    }
+  }
+  t.has_fragment = r.has_fragment;
+  t.fragment = r.fragment;
+  return join_uri(t, true);
+}
+
+RefIndex::RefIndex(const Value& root) : root_(root) {
+  std::string base = "clade:/schema.json";  // a document without $id
+  walk(root, "", base);
+  root_base_ = base;
+  if (const Value* id = root.find("$id"); id && id->is_string()) root_base_ = strip_fragment(resolve_uri(base, id->str));
+  resources_[root_base_] = {&root, ""};
+}
+
+void RefIndex::walk(const Value& v, const std::string& ptr, std::string base) {
+  if (!v.is_object()) return;
+  if (const Value* id = v.find("$id"); id && id->is_string()) {
+    base = strip_fragment(resolve_uri(base, id->str));
+    resources_.emplace(base, std::make_pair(&v, ptr));
+  }
+  if (const Value* a = v.find("$anchor"); a && a->is_string()) anchors_.emplace(base + "#" + a->str, std::make_pair(&v, ptr));
+  static const std::set<std::string> one = {"items", "additionalProperties", "contains", "propertyNames", "if", "then",
+                                            "else", "not", "unevaluatedItems", "unevaluatedProperties"};
+  static const std::set<std::string> map = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"};
+  static const std::set<std::string> list = {"allOf", "anyOf", "oneOf", "prefixItems"};
+  for (auto& kv : v.obj) {
+    const std::string p = pointer_join(ptr, kv.first);
+    if (one.count(kv.first)) walk(kv.second, p, base);
+    else if (map.count(kv.first) && kv.second.is_object())
+      for (auto& m : kv.second.obj) walk(m.second, pointer_join(p, m.first), base);
+    else if (list.count(kv.first) && kv.second.is_array())
+      for (size_t i = 0; i < kv.second.arr.size(); i++) walk(kv.second.arr[i], p + "/" + std::to_string(i), base);
+  }
+}
+
+bool RefIndex::base_at(const std::string& ptr, std::string& base) const {
+  base = root_base_;
+  const Value* cur = &root_;
+  size_t i = 0;
+  while (i < ptr.size()) {
+    size_t j = ptr.find('/', i + 1);
+    if (j == std::string::npos) j = ptr.size();
+    std::string tok = ptr.substr(i + 1, j - i - 1), dec;
+    for (size_t k = 0; k < tok.size(); k++) {
+      if (tok[k] == '~' && k + 1 < tok.size()) dec += tok[++k] == '0' ? '~' : '/';
+      else dec += tok[k];
+    }
+    const Value* next = nullptr;
+    if (cur->is_object()) next = cur->find(dec);
+    else if (cur->is_array() && !dec.empty() && dec.size() < 10 && dec.find_first_not_of("0123456789") == std::string::npos &&
+             std::stoul(dec) < cur->arr.size())
+      next = &cur->arr[std::stoul(dec)];
+    if (!next) return false;
+    cur = next;
+    if (cur->is_object())
+      if (const Value* id = cur->find("$id"); id && id->is_string()) base = strip_fragment(resolve_uri(base, id->str));
+    i = j;
+  }
+  return true;
+}
+
+const Value* RefIndex::resolve(const std::string& base, std::string_view ref, std::string& pointer,
+                               std::string& err) const {
+  const std::string uri = resolve_uri(base, std::string(ref));
+  const size_t hash = uri.find('#');
+  const std::string doc = uri.substr(0, hash), frag = hash == std::string::npos ? "" : uri.substr(hash + 1);
+  auto it = resources_.find(doc);
+  if (it == resources_.end()) {
+    err = json::quote(ref) + " is not in this schema document (remote references are not supported)";
+    return nullptr;
+  }
+  if (frag.empty()) {
+    pointer = it->second.second;
+    return it->second.first;
+  }
+  if (frag[0] != '/') {
+    auto a = anchors_.find(doc + "#" + frag);
+    if (a == anchors_.end()) {
+      err = json::quote(ref) + ": no $anchor of that name in the schema";
+      return nullptr;
+    }
+    pointer = a->second.second;
+    return a->second.first;
+  }
+  // A JSON pointer within the resource: resolve_ref walks it.
+  std::string sub;
+  const Value* v = resolve_ref(*it->second.first, "#" + frag, sub, err);
+  if (!v) return nullptr;
+  pointer = it->second.second + sub;
+  return v;
 }
 
 }  // namespace clade::grammar::detail
