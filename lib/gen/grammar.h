@@ -178,7 +178,8 @@ class Matcher {
   // Steps that rollback can undo (the history kept; max_history bounds it).
   size_t history_size() const { return history_.size(); }
   void set_max_history(size_t n);
-  // Back to the start state, history cleared.
+  // Back to the start state, history cleared (and the stack pool renewed
+  // when no copy shares it: a long-lived matcher's memory is freed).
   void reset();
 
   const State& state() const { return state_; }

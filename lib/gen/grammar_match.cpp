@@ -282,6 +282,8 @@ void Matcher::set_max_history(size_t n) {
 }
 
 void Matcher::reset() {
+  // a pool no copy shares starts afresh (its nodes and caches freed)
+  if (pool_.use_count() == 1) pool_ = std::make_shared<StackPool>(*g_);
   state_ = State();
   pool_->initial(state_.stacks);
   history_.clear();
