@@ -23,6 +23,15 @@
 // clade_tree_append_prefix evaluates only the part of a prompt that no
 // earlier prompt had: a system prompt shared by many users is evaluated
 // once. Without it (an older library), every prompt is appended whole.
+//
+// Replicas (docs/scaling.md). Each request has a routing key: the
+// X-Clade-Prefix-Key header when the client sent one, else the FNV-1a
+// hash of its system message (of the prompt's first bytes for
+// /v1/completions), returned in the answer's X-Clade-Prefix-Key so a
+// proxy in front of several servers can hash it to one replica. POST
+// /admin/drain makes /health and new requests answer 503 while running
+// ones finish. GET /v1/tree is a snapshot of the tree, taken on the
+// scheduler thread; GET / and GET /tree are the embedded pages.
 #pragma once
 
 #include <signal.h>
@@ -40,6 +49,8 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #define CLADE_EXPERIMENTAL
@@ -53,6 +64,10 @@ namespace cli {
 
 namespace serve {
 
+
+// The pages chat.html and tree.html, embedded at build time (embed.py).
+extern const char chat_html[], tree_html[];
+extern const size_t chat_html_len, tree_html_len;
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -125,6 +140,7 @@ struct Request {
   std::vector<Choice> choices;
   clade_sampler* sampler = nullptr;
   size_t reused = 0;
+  std::string prefix_key;  // the routing key (set by the handler)
   // shared
   std::atomic<bool> cancelled{false};
   std::mutex mu;
@@ -153,6 +169,21 @@ struct Metrics {
   std::atomic<uint64_t> prompt_tokens{0}, reused_tokens{0}, decode_tokens{0}, steps{0};
   std::atomic<uint64_t> live_seqs{0}, running{0}, kv_used{0}, cached_nodes{0}, cached_bytes{0}, evictions{0};
   std::atomic<uint64_t> prefill_us{0}, decode_us{0};
+};
+
+// Per routing key: requests and prompt tokens evaluated and reused, for
+// the first kMaxKeys keys; later keys count under "_other".
+struct KeyStats {
+  uint64_t requests = 0, evaluated = 0, reused = 0;
+};
+
+// A /v1/tree request handed to the scheduler, answered at its next step
+// boundary.
+struct TreeQuery {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string body;
 };
 
 class Server {
@@ -240,6 +271,23 @@ class Server {
 
   void update_gauges();
 
+  // ---- routing keys, the tree view (server_tree.cpp) ------------------
+
+  // The routing key of a request: FNV-1a 64 of the system message (chat;
+  // the first message when none is a system one) or of the prompt's first
+  // 256 bytes (completions; a token list: its first 64 ids written "1,2,3"),
+  // 16 hex digits.
+  static std::string computed_prefix_key(const json& j, bool chat);
+
+  // Count r's prompt tokens under its key (scheduler thread).
+  void count_key(const Request& r, size_t evaluated, size_t reused);
+
+  // The tree as JSON (scheduler thread): every node from the root.
+  std::string tree_json();
+
+  // Note that node and the nodes above it are in use now.
+  void touch(clade_node_id node);
+
   void scheduler();
 
   std::string metrics_text();
@@ -266,6 +314,15 @@ class Server {
   std::atomic<uint64_t> next_id_{1};
   Metrics metrics_;
   httplib::Server* svr_ = nullptr;
+  std::atomic<bool> draining_{false};  // POST /admin/drain
+  static constexpr size_t kMaxKeys = 64, kMaxSeenKeys = 1 << 16;
+  std::mutex keys_mu_;
+  std::vector<std::pair<std::string, KeyStats>> keys_;  // the first kMaxKeys keys, in order
+  KeyStats other_keys_;
+  std::unordered_set<std::string> seen_keys_;  // up to kMaxSeenKeys
+  std::deque<std::shared_ptr<TreeQuery>> tree_queries_;  // under qmu_
+  std::unordered_map<clade_node_id, double> last_used_;  // scheduler only: unix seconds
+  uint64_t kv_token_bytes_ = 0;  // KV bytes of one token (all layers, K and V)
 };
 
 }  // namespace serve

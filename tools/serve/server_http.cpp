@@ -1,5 +1,5 @@
 // `clade serve`: the server's life (init, run, stop), its routes and
-// handlers, the API key check and /metrics.
+// handlers, the API key check, /metrics, the drain and the embedded pages.
 #include "server.h"
 
 namespace cli {
@@ -33,6 +33,8 @@ bool Server::init() {
   tp.flags |= CLADE_TREE_PREFIX_CACHE;
 #endif
   check(clade_tree_create(model_, &tp, &tree_), "tree");
+  kv_token_bytes_ = 2ull * (uint64_t)info_.n_layers * (uint64_t)info_.n_kv_heads * (uint64_t)info_.head_dim *
+                    (tp.kv_type == CLADE_KV_F32 ? 4u : 2u);
   clade_cache_params cp;
   clade_cache_params_init(&cp);
   cp.max_seqs = opt_.parallel;
@@ -83,8 +85,42 @@ int Server::run() {
   });
 
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(stopping_ ? R"({"status":"shutting down"})" : R"({"status":"ok"})", "application/json");
-    if (stopping_) res.status = 503;
+    res.set_content(stopping_    ? R"({"status":"shutting down"})"
+                    : draining_ ? R"({"status":"draining"})"
+                                : R"({"status":"ok"})",
+                    "application/json");
+    if (stopping_ || draining_) res.status = 503;
+  });
+  // Drain: /health and new completion requests answer 503 from now on,
+  // running ones finish; the server keeps serving /metrics and /v1/tree
+  // until it is stopped (SIGTERM). For a proxy to take the replica out
+  // (tools/serve/scale/drain.sh).
+  svr.Post("/admin/drain", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    draining_ = true;
+    std::fprintf(stderr, "clade serve: draining (%d requests in flight)\n", (int)in_flight_);
+    res.set_content(dump(json{{"draining", true}, {"in_flight", (int)in_flight_}}), "application/json");
+  });
+  svr.Get("/v1/tree", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto q = std::make_shared<TreeQuery>();
+    {
+      std::lock_guard<std::mutex> lk(qmu_);
+      if (stopping_) return send_error(res, {503, "the server is shutting down", "", "server_error"});
+      tree_queries_.push_back(q);
+    }
+    qcv_.notify_all();
+    std::unique_lock<std::mutex> lk(q->mu);
+    if (!q->cv.wait_for(lk, std::chrono::seconds(10), [&] { return q->done; }) || q->body.empty())
+      return send_error(res, {503, "the scheduler did not answer in 10 s", "", "server_error"});
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(q->body, "application/json");
+  });
+  svr.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(chat_html, chat_html_len, "text/html; charset=utf-8");
+  });
+  svr.Get("/tree", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(tree_html, tree_html_len, "text/html; charset=utf-8");
   });
   svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
@@ -177,14 +213,28 @@ void Server::handle(const httplib::Request& hreq, httplib::Response& res, bool c
   metrics_.requests++;
   (chat ? metrics_.chat : metrics_.completions)++;
   if (!authorized(hreq, res)) return;
+  if (draining_) {
+    res.set_header("Retry-After", "1");
+    send_error(res, {503, "the server is draining: send the request to another replica", "", "server_error"});
+    return;
+  }
   RequestPtr r;
   try {
+    std::string key = hreq.get_header_value("X-Clade-Prefix-Key");
+    if (hreq.has_header("X-Clade-Prefix-Key") &&
+        (key.empty() || key.size() > 128 || std::any_of(key.begin(), key.end(), [](char c) {
+           return c < 0x21 || c > 0x7e || c == '"' || c == '\\';
+         })))
+      throw ApiError{400, "X-Clade-Prefix-Key must be 1 to 128 printable ASCII characters, no spaces, quotes or backslashes",
+                     "X-Clade-Prefix-Key"};
     r = parse(hreq, chat);
+    r->prefix_key = !key.empty() ? key : computed_prefix_key(json::parse(hreq.body), chat);
   } catch (const ApiError& e) {
     metrics_.rejected++;
     send_error(res, e);
     return;
   }
+  res.set_header("X-Clade-Prefix-Key", r->prefix_key);
   {
     std::lock_guard<std::mutex> lk(qmu_);
     if (stopping_) {
@@ -358,6 +408,23 @@ std::string Server::metrics_text() {
   metric("clade_prefix_cached_bytes", "gauge", "KV bytes of those cached nodes.", (double)metrics_.cached_bytes);
   metric("clade_prefix_evictions_total", "counter", "Cached nodes evicted (least recently used first).",
          (double)metrics_.evictions);
+  metric("clade_requests_in_flight", "gauge", "Completion requests whose answer is not written yet.",
+         (double)in_flight_);
+  metric("clade_draining", "gauge", "1 after POST /admin/drain: new requests answer 503.", draining_ ? 1 : 0);
+  // Per routing key (X-Clade-Prefix-Key): the first 64 keys each, the
+  // rest together as key="_other"; which replica evaluated which prefix.
+  std::lock_guard<std::mutex> lk(keys_mu_);
+  metric("clade_prefix_keys_seen_total", "counter", "Distinct routing keys seen (saturates at 65536).",
+         (double)seen_keys_.size());
+  auto per_key = [&](const char* name, const char* help, uint64_t KeyStats::*field) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n";
+    for (auto& k : keys_) o += std::string(name) + "{key=\"" + k.first + "\"} " + std::to_string(k.second.*field) + "\n";
+    if (other_keys_.requests)
+      o += std::string(name) + "{key=\"_other\"} " + std::to_string(other_keys_.*field) + "\n";
+  };
+  per_key("clade_prefix_key_requests_total", "Requests admitted, per routing key.", &KeyStats::requests);
+  per_key("clade_prefix_key_prompt_tokens_total", "Prompt tokens evaluated, per routing key.", &KeyStats::evaluated);
+  per_key("clade_prefix_key_prompt_tokens_reused_total", "Prompt tokens reused, per routing key.", &KeyStats::reused);
   return o;
 }
 

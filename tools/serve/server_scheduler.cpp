@@ -52,8 +52,10 @@ void Server::end_choice(Request& r, int index, const std::string& why, bool flus
     int32_t len = 0;
     clade_node_id node = -1;
     if (clade_cache_seq_length(cache_, c.seq, &len) == CLADE_OK && len > 0 &&
-        clade_cache_promote(cache_, c.seq, &node) == CLADE_OK)
+        clade_cache_promote(cache_, c.seq, &node) == CLADE_OK) {
+      touch(node);
       clade_tree_release(tree_, node);
+    }
 #endif
     clade_cache_remove(cache_, c.seq);
     metrics_.live_seqs--;
@@ -169,6 +171,8 @@ bool Server::admit(const RequestPtr& r) {
   metrics_.prefill_us += (uint64_t)(seconds_since(t0) * 1e6);
   metrics_.prompt_tokens += r->prompt.size() - reused;
   metrics_.reused_tokens += reused;
+  count_key(*r, r->prompt.size() - reused, reused);
+  touch(node);
   r->reused = reused;
   r->choices.resize((size_t)r->n);
   for (int i = 0; i < r->n; i++) {
@@ -221,7 +225,7 @@ void Server::scheduler() {
     // sequences for a bounded time.
     {
       std::unique_lock<std::mutex> lk(qmu_);
-      if (live_.empty()) qcv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (live_.empty()) qcv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !tree_queries_.empty(); });
       if (stopping_) break;
       // Cancelled requests leave the queue wherever they are.
       for (auto it = queue_.begin(); it != queue_.end();) {
@@ -265,6 +269,21 @@ void Server::scheduler() {
       }
     }
     update_gauges();
+    // /v1/tree snapshots, between steps (the tree is this thread's).
+    for (;;) {
+      std::shared_ptr<TreeQuery> q;
+      {
+        std::lock_guard<std::mutex> lk(qmu_);
+        if (tree_queries_.empty()) break;
+        q = tree_queries_.front();
+        tree_queries_.pop_front();
+      }
+      std::string body = tree_json();
+      std::lock_guard<std::mutex> lk(q->mu);
+      q->body.swap(body);
+      q->done = true;
+      q->cv.notify_all();
+    }
     if (live_.empty()) continue;
     // One step over every live sequence.
     ids.clear();
@@ -325,6 +344,12 @@ void Server::scheduler() {
   std::lock_guard<std::mutex> lk(qmu_);
   for (RequestPtr& r : queue_) finish_request(r, &e);
   queue_.clear();
+  for (auto& q : tree_queries_) {  // answered empty: 503
+    std::lock_guard<std::mutex> qlk(q->mu);
+    q->done = true;
+    q->cv.notify_all();
+  }
+  tree_queries_.clear();
   scheduler_done_ = true;
 }
 
