@@ -14,6 +14,8 @@ command -v abidiff >/dev/null || need+=(abigail-tools)  # the abidiff test
 # `clade serve` (left out of the build without them)
 pkg-config --exists cpp-httplib 2>/dev/null || need+=(libcpp-httplib-dev)
 pkg-config --exists nlohmann_json 2>/dev/null || need+=(nlohmann-json3-dev)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)  # tests/scale
+command -v chromium >/dev/null || need+=(chromium)  # tests/browser
 if [ "${CLADE_BINDINGS:-auto}" != "disabled" ]; then
   command -v go >/dev/null || need+=(golang-go)
 fi
