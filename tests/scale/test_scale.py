@@ -213,6 +213,43 @@ def drain_test(s, prompts, victim):
         check(st == 200, "after the drain: prompt %d: status %d %s" % (k, st, data))
 
 
+def replica_checks(port, system):
+    """One replica directly: a bad key, /v1/tree, and what draining changes."""
+    st, _, data = chat_raw(port, system, {"X-Clade-Prefix-Key": "two words"})
+    check(st == 400 and json.loads(data)["error"]["param"] == "X-Clade-Prefix-Key",
+          "a key with a space: %d %s" % (st, data[:200]))
+    st, _, data = chat_raw(port, system, {"X-Clade-Prefix-Key": "k" * 129})
+    check(st == 400, "a key of 129 characters: %d" % st)
+    st, got, data = chat_raw(port, system, {"X-Clade-Prefix-Key": "tenant-7/conv:42"})
+    check(st == 200 and got == "tenant-7/conv:42", "a client's own key comes back: %d %r" % (st, got))
+    st, _, data = request(port, "GET", "/v1/tree")
+    tree = json.loads(data) if st == 200 else {}
+    check(st == 200 and tree["nodes"][0]["id"] == 0 and tree["nodes"][0]["parent"] == -1 and len(tree["nodes"]) > 4,
+          "/v1/tree: %d %s" % (st, data[:200]))
+    check(all(n["sequences"] == 0 for n in tree.get("nodes", [])), "/v1/tree: live sequences on an idle server")
+    st, _, _ = request(port, "GET", "/health")
+    check(st == 200, "/health before the drain: %d" % st)
+    st, _, data = request(port, "POST", "/admin/drain")
+    check(st == 200 and json.loads(data)["draining"] is True, "POST /admin/drain: %d %s" % (st, data))
+    st, _, data = request(port, "GET", "/health")
+    check(st == 503 and json.loads(data)["status"] == "draining", "/health while draining: %d %s" % (st, data))
+    st, _, data = chat_raw(port, system, {})
+    check(st == 503 and b"draining" in data, "a request while draining: %d %s" % (st, data[:200]))
+    m = metrics(port)
+    check(m.get("clade_draining") == 1 and m.get("clade_requests_in_flight") == 0,
+          "metrics while draining: draining %s, in flight %s" % (m.get("clade_draining"),
+                                                                 m.get("clade_requests_in_flight")))
+    st, _, _ = request(port, "GET", "/v1/tree")
+    check(st == 200, "/v1/tree while draining: %d" % st)
+    check(m.get("clade_prefix_keys_seen_total", 0) >= 2, "clade_prefix_keys_seen_total %s" %
+          m.get("clade_prefix_keys_seen_total"))
+
+
+def chat_raw(port, system, headers):
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}], "max_tokens": 2}
+    return request(port, "POST", "/v1/chat/completions", body, headers)
+
+
 def main():
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
     if not nginx:
@@ -236,9 +273,10 @@ def main():
     drain_test(s, prompts, busiest)
     s.stop()
     # Round-robin, on fresh replicas.
-    s, keys, where, rr_eval, rr_reused, _ = phase(model, True, "round-robin")
+    s, keys, where, rr_eval, rr_reused, prompts = phase(model, True, "round-robin")
     for k in keys:
         check(len(where[k]) > 1, "round-robin: system prompt %s evaluated on replicas %s only" % (k, where[k]))
+    replica_checks(s.replicas[2][1], prompts[0])
     s.stop()
     print("prompt tokens evaluated: affinity %d (reused %d), round-robin %d (reused %d): ratio %.2f" %
           (aff_eval, aff_reused, rr_eval, rr_reused, aff_eval / max(rr_eval, 1)), flush=True)
