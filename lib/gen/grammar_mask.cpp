@@ -69,6 +69,7 @@ void element_lead_bytes(const Grammar& G, uint32_t i, std::bitset<256>& out) {
   std::sort(rs.begin(), rs.end());
   uint32_t next = 0;
   for (auto& r : rs) {
+    if (r.first > r.second) continue;  // a reversed range matches nothing
     if (r.first > next) add_lead_bytes(out, next, r.first - 1);
     next = std::max(next, r.second + 1);
   }

@@ -120,7 +120,7 @@ class Parser {
     pos = skip_space(end, false);
     if (s_.substr(pos, 3) != "::=") throw ParseError{pos, "expecting ::= after rule name '" + name + "'"};
     const uint32_t id = symbol(name, start);
-    if (defined_[id]) throw ParseError{start, "rule '" + name + "' defined twice"};
+    // a rule defined again replaces the first definition (as in llama.cpp)
     defined_[id] = true;  // a reference inside its own body is fine
     pos = skip_space(pos + 3, true);
     std::vector<Elem> body;
@@ -188,7 +188,7 @@ class Parser {
       v = (v << 4) | static_cast<uint32_t>(d);
       pos++;
     }
-    if (v > 0x10FFFF) throw ParseError{start - 2, "escape beyond U+10FFFF"};
+    // beyond U+10FFFF: kept (it matches nothing), as llama.cpp does
     return v;
   }
 
@@ -224,7 +224,7 @@ class Parser {
         last = out.size();
         while (at(pos) != '"') {
           if (pos >= s_.size()) throw ParseError{item_pos, "unterminated string literal"};
-          if (s_[pos] == '\n' || s_[pos] == '\r') throw ParseError{item_pos, "unterminated string literal (newline inside)"};
+          // a newline inside a literal is a character of it (as in llama.cpp)
           out.push_back({Op::Char, parse_char(pos)});
         }
         pos = skip_space(pos + 1, nested);
@@ -243,9 +243,8 @@ class Parser {
           if (at(pos) == '-' && at(pos + 1) != ']') {
             if (pos + 1 >= s_.size()) throw ParseError{item_pos, "unterminated character class"};
             pos++;
-            const size_t hi_pos = pos;
             const uint32_t hi = parse_char(pos);
-            if (hi < lo) throw ParseError{hi_pos, "character range with its upper end below its lower end"};
+            // a reversed range matches nothing (as in llama.cpp)
             out.push_back({Op::CharRngUpper, hi});
           }
         }
