@@ -1,7 +1,7 @@
 // How the caller-sized structs of the C API grow (the rule is stated for
 // callers in clade.h's Conventions). This is the one place that records each
 // struct's first published size, the size it had in clade 1.0; every entry
-// point of lib/api.cpp reads and writes those structs through the helpers
+// point of lib/api/ reads and writes those structs through the helpers
 // below.
 //
 // - In-structs (parameters): a size below the 1.0 size is
