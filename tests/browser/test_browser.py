@@ -7,7 +7,8 @@ usage: test_browser.py CLADE_CLI SOURCE_ROOT OUT_DIR [--update-docs]
 
 Starts a server on a random model and chromium with a fresh profile, then:
 loads / (the chat page), types a message, clicks Send and waits for a
-streamed answer in the DOM; starts 8 streamed requests that share a system
+streamed answer in the DOM, then stops a second answer with Stop (the
+server must count it cancelled); starts 8 streamed requests that share a system
 prompt, loads /tree and waits until a node shows 8 sequences (and checks
 /v1/tree says the same). Screenshots of both pages go to OUT_DIR
 (chat.png, tree.png); --update-docs also copies tree.png to
@@ -280,6 +281,29 @@ def main():
         check(len(ans["text"]) > 0 and ans["chunks"] >= 2,
               "no streamed answer in the page (%d chunks, %r)" % (ans["chunks"], ans["text"]))
         page.screenshot(os.path.join(OUT, "chat.png"))
+        # Stop: a long answer, stopped after its first pieces; the server
+        # counts it cancelled.
+        page.js("document.getElementById('max_tokens').value = '3000'")
+        page.js("document.getElementById('input').focus()")
+        page.call("Input.insertText", text="And then?")
+        page.click("#send")
+        page.wait("(() => { const a = document.querySelectorAll('.msg.assistant');"
+                  " return a.length === 2 && Number(a[1].dataset.chunks) >= 3; })()", 30, "the second answer")
+        page.click("#stop")
+        page.wait("!!document.querySelectorAll('.msg.assistant')[1].dataset.done", 10, "the stopped answer")
+        done = page.js("document.querySelectorAll('.msg.assistant')[1].dataset.done")
+        check(done == "stopped", "after Stop the answer ended with %r" % done)
+        cancelled = 0
+        for _ in range(50):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+            c.close()
+            cancelled = float(re.search(r"^clade_requests_cancelled_total (\S+)$", text, re.M).group(1))
+            if cancelled >= 1:
+                break
+            time.sleep(0.1)
+        check(cancelled >= 1, "Stop: the server did not cancel the request")
 
         # The tree view while 8 requests share a system prompt.
         system = ("You are the keeper of the chronicles of the kings. Answer as the scribes of old would, "

@@ -46,7 +46,7 @@ def check(cond, msg):
 
 def fnv1a(text):
     h = 14695981039346656037
-    for b in text.encode():
+    for b in (text if isinstance(text, bytes) else text.encode()):
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
 
@@ -222,6 +222,11 @@ def replica_checks(port, system):
     check(st == 400, "a key of 129 characters: %d" % st)
     st, got, data = chat_raw(port, system, {"X-Clade-Prefix-Key": "tenant-7/conv:42"})
     check(st == 200 and got == "tenant-7/conv:42", "a client's own key comes back: %d %r" % (st, got))
+    # /v1/completions: the key hashes the prompt's first 256 bytes
+    prompt = system * 2
+    st, got, _ = request(port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 2})
+    check(st == 200 and got == fnv1a(prompt.encode()[:256]), "completion key %r, expected %r" %
+          (got, fnv1a(prompt.encode()[:256])))
     st, _, data = request(port, "GET", "/v1/tree")
     tree = json.loads(data) if st == 200 else {}
     check(st == 200 and tree["nodes"][0]["id"] == 0 and tree["nodes"][0]["parent"] == -1 and len(tree["nodes"]) > 4,
