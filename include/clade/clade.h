@@ -90,11 +90,11 @@ extern "C" {
 /* ---- version ---------------------------------------------------------- */
 
 #define CLADE_VERSION_MAJOR 1
-#define CLADE_VERSION_MINOR 4
+#define CLADE_VERSION_MINOR 5
 #define CLADE_VERSION_PATCH 0
 #define CLADE_VERSION_NUMBER \
   (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH)
-#define CLADE_VERSION_STRING "1.4.0"
+#define CLADE_VERSION_STRING "1.5.0"
 /* The shared library's soname carries this number. */
 #define CLADE_ABI_MAJOR 1
 
@@ -109,6 +109,8 @@ typedef struct clade_model clade_model;     /* weights, config, tokenizer */
 typedef struct clade_tree clade_tree;       /* shared-cache tree of a model */
 typedef struct clade_cache clade_cache;     /* unique caches of sequences */
 typedef struct clade_sampler clade_sampler; /* sampling settings + state */
+typedef struct clade_grammar clade_grammar; /* (1.5) a compiled grammar */
+typedef struct clade_matcher clade_matcher; /* (1.5) a grammar's state */
 /* clade_detokenizer (streaming text) is declared with the tokenizer. */
 
 /* A node of a clade_tree. The root is 0. */
@@ -855,6 +857,12 @@ CLADE_API clade_status clade_decode(clade_cache *cache,
 
 /* The sampling pipeline. Each call runs these stages, in this order, on the
    row's logits (the caller's row is never written):
+   0. (clade 1.5, the generation calls) grammar mask: for a sequence under
+      a grammar (clade_generate_params.grammars), every token the grammar
+      refuses at this point gets logit -INFINITY, before any other stage
+      (an end-of-generation token is allowed only where the grammar may
+      end). A caller with its own loop applies clade_matcher_fill_mask the
+      same way to the row it passes to clade_sample;
    1. logit bias: bias added to its token's logit (a token listed twice gets
       the sum; -INFINITY bans a token);
    2. repetition penalty: each distinct token of the counted history has its
@@ -992,6 +1000,101 @@ CLADE_API clade_status clade_sample_batch(clade_sampler *sampler, size_t n_rows,
 CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
                                             uint64_t stream);
 
+/* ---- grammars: structured output (clade 1.5) -------------------------- */
+/* A grammar constrains what a sequence may say: GBNF (llama.cpp's syntax,
+   root rule `root`), a JSON Schema (draft 2020-12: the keywords it
+   enforces are listed in docs/api.md; any other keyword is an error naming
+   it and its JSON pointer, unless lenient), a regular expression (matched
+   as a whole) or any JSON value. It is compiled once for a model's
+   vocabulary (compiled grammars are cached by text and vocabulary, so a
+   second create of the same grammar is cheap).
+   Threads: a clade_grammar is immutable once made; any number of threads
+   and calls may use one at once (generation calls, matchers). A
+   clade_matcher is used by one thread at a time.
+   In clade_generate and clade_generate_speculative, a constrained
+   sequence's rows are masked (sampling stage 0), each token taken
+   advances its matcher, an end-of-generation token is allowed only where
+   the grammar may end, and the sequence finishes (CLADE_FINISH_STOP_TOKEN)
+   as soon as the grammar admits no continuation. Steps with constrained
+   sequences read whole rows (never clade_batch.argmax or top-k). Stop
+   tokens and stop strings still apply. Speculative decoding: drafts are
+   cut before the first token the grammar refuses, each verified row is
+   masked for the state after the accepted tokens before it, and the
+   accepted path advances the matcher; token trees (tree_width > 1) with a
+   grammar are CLADE_E_UNSUPPORTED.
+   Jump-forward (jump_forward, default on; the environment variable
+   CLADE_GRAMMAR_NO_JUMP=1 turns it off everywhere): where the grammar
+   admits exactly one continuation (an object's next key, punctuation, a
+   const), right after a token is taken those bytes are tokenized
+   canonically (the model's tokenizer on the forced text alone: no BOS,
+   SPM's leading-space marker taken off) and, when those tokens' bytes are
+   exactly the forced bytes (else there is no jump for that stretch),
+   appended to the output at once: streamed, with log-probability 0, and
+   evaluated together in the sequence's next decode step (one packed step,
+   only the last one's logits used). Such output is the same kind of text,
+   not always the same tokens, as without the jump. */
+typedef enum clade_grammar_kind {
+  CLADE_GRAMMAR_GBNF = 0,        /* GBNF text */
+  CLADE_GRAMMAR_JSON_SCHEMA = 1, /* JSON Schema text */
+  CLADE_GRAMMAR_REGEX = 2,       /* a regular expression */
+  CLADE_GRAMMAR_JSON = 3         /* any JSON value (the text is ignored) */
+} clade_grammar_kind;
+
+typedef struct clade_grammar_params {
+  size_t size;             /* sizeof(clade_grammar_params) */
+  clade_grammar_kind kind; /* default CLADE_GRAMMAR_GBNF */
+  int32_t lenient;         /* JSON Schema: nonzero ignores keywords that
+                              cannot be enforced (default 0: an error) */
+  int32_t free_whitespace; /* JSON: nonzero allows whitespace between
+                              tokens (default 0: compact JSON only) */
+  int32_t jump_forward;    /* nonzero (default 1): jump-forward (above) */
+} clade_grammar_params;
+
+CLADE_API void clade_grammar_params_init(clade_grammar_params *params);
+/* Compile text[0..len) (UTF-8; params NULL: the defaults, GBNF) for the
+   model's vocabulary (a model without a tokenizer: CLADE_E_UNSUPPORTED).
+   A grammar that does not compile is CLADE_E_INVALID_ARG with
+   clade_last_error naming the keyword and its JSON pointer, the regex
+   column or the GBNF line:column. The grammar does not keep the model. */
+CLADE_API clade_status clade_grammar_create(const clade_model *model,
+                                            const char *text, size_t len,
+                                            const clade_grammar_params *params,
+                                            clade_grammar **out);
+CLADE_API void clade_grammar_free(clade_grammar *grammar);
+
+/* A grammar's state for a caller's own loop: tokens in, the mask of the
+   next token out. It keeps its grammar alive (free either first). */
+CLADE_API clade_status clade_matcher_create(const clade_grammar *grammar,
+                                            clade_matcher **out);
+CLADE_API void clade_matcher_free(clade_matcher *matcher);
+/* Take n tokens, all or nothing: CLADE_E_INVALID_ARG (and no change) when
+   the grammar refuses one of them, naming which. An end-of-generation
+   token is taken only where the grammar may end, and ends the matcher. */
+CLADE_API clade_status clade_matcher_accept(clade_matcher *matcher,
+                                            const clade_token *tokens,
+                                            size_t n);
+/* The mask of the next token: bit t of bits[t / 32] set when token t is
+   allowed. n_words at least (n_vocab + 31) / 32 of the grammar's
+   vocabulary (else CLADE_BUFFER_SMALL); that many words are written. */
+CLADE_API clade_status clade_matcher_fill_mask(clade_matcher *matcher,
+                                               uint32_t *bits, size_t n_words);
+/* Undo the last n accepted tokens (the last 1024 are kept; more:
+   CLADE_E_INVALID_ARG and no change). */
+CLADE_API clade_status clade_matcher_rollback(clade_matcher *matcher,
+                                              size_t n_tokens);
+/* 1 when the grammar admits no continuation (the text is complete, or an
+   end-of-generation token was taken), else 0 (also for NULL). */
+CLADE_API int32_t clade_matcher_is_complete(const clade_matcher *matcher);
+/* 1 when the text so far is a whole sentence of the grammar (it may end
+   here), else 0. */
+CLADE_API int32_t clade_matcher_can_end(const clade_matcher *matcher);
+/* The bytes the grammar forces next (jump-forward's text; empty when
+   there is a choice): *len gets their count; CLADE_BUFFER_SMALL when more
+   than cap. Not NUL-terminated. */
+CLADE_API clade_status clade_matcher_forced_text(const clade_matcher *matcher,
+                                                 char *buf, size_t cap,
+                                                 size_t *len);
+
 /* ---- generation (the whole loop in one call) ------------------------- */
 
 /* One prompt of clade_generate: tokens under a parent. Prompts form a tree
@@ -1077,6 +1180,15 @@ typedef struct clade_generate_params {
                             (clade_sample_result's top: after every stage,
                             most likely first; greedy keeps one);
                             clade_generation_top. Default 0 */
+  /* (clade 1.5) Grammars (structured output): grammars[i] constrains the
+     sequences under prompt i (a leaf: its n_samples sequences); a NULL
+     entry, or i at or past n_grammars, leaves them unconstrained. NULL and
+     0 by default. Each grammar must have been made for a model of this
+     tree's vocabulary. See "grammars" above for what a constrained
+     sequence does; the grammars are not copied and must live through the
+     call. */
+  const clade_grammar *const *grammars;
+  size_t n_grammars;
 } clade_generate_params;
 
 CLADE_API void clade_generate_params_init(clade_generate_params *params);

@@ -75,6 +75,8 @@ CLADE_ABI_STRUCT(clade_generate_params, first_stream, 104);
 // Added in clade 1.1 (first_size: their size in 1.1).
 CLADE_ABI_STRUCT(clade_speculative_params, adaptive, 48);
 CLADE_ABI_STRUCT(clade_generation_stats, draft_seconds, 72);
+// Added in clade 1.5.
+CLADE_ABI_STRUCT(clade_grammar_params, jump_forward, 24);
 #ifdef CLADE_EXPERIMENTAL
 // Experimental (outside the ABI promise), but grown by the same rule.
 CLADE_ABI_STRUCT(clade_cache_stats, last_flat, 48);

@@ -32,9 +32,16 @@ static void generate_defaults(clade_generate_params* p) {
   p->root = 0;
   p->first_stream = 0;
   p->top_logprobs = 0;
+  p->grammars = nullptr;
+  p->n_grammars = 0;
 }
 
-CLADE_GROWN_INIT(clade_generate_params, generate_defaults, "CLADE_1", "CLADE_1.2")
+// Grown in 1.2 (top_logprobs) and 1.5 (grammars): clade 1.2's size is
+// where top_logprobs ends, rounded to the struct's alignment.
+static constexpr size_t kGenerateParamsSize12 = clade::abi::round_up(
+    offsetof(clade_generate_params, top_logprobs) + sizeof(int32_t), alignof(clade_generate_params));
+static_assert(sizeof(void*) != 8 || kGenerateParamsSize12 == 112, "clade_generate_params: 1.2 fields moved");
+CLADE_GROWN_INIT2(clade_generate_params, generate_defaults, "CLADE_1", kGenerateParamsSize12, "CLADE_1.2", "CLADE_1.5")
 
 // Both generation calls, after their own checks: read the parameters in,
 // check the sampler's, run the loop (spec: NULL for plain decoding).

@@ -161,3 +161,24 @@ std::string sampler_params_bad(const clade_sampler_params& p);
 #define CLADE_GROWN_INIT(T, defaults, old_node, new_node) \
   void T##_init(T* p) { defaults(p); }
 #endif
+// A struct grown twice has its *_init three times: old_node fills the 1.0
+// size, mid_node mid_size (the struct's size in the release that grew it
+// first), new_node the whole struct.
+#ifndef CLADE_NO_SYMBOL_VERSIONS
+#define CLADE_GROWN_INIT2(T, defaults, old_node, mid_size, mid_node, new_node) \
+  extern "C" CLADE_API void T##_init_old(T* p) {                             \
+    clade::abi::init_prefix(p, clade::abi::Abi<T>::first_size, &defaults);   \
+  }                                                                          \
+  extern "C" CLADE_API void T##_init_mid(T* p) {                             \
+    clade::abi::init_prefix(p, mid_size, &defaults);                         \
+  }                                                                          \
+  extern "C" CLADE_API void T##_init_new(T* p) { defaults(p); }              \
+  __asm__(".symver " #T "_init_old, " #T "_init@" old_node                   \
+          "\n\t"                                                             \
+          ".symver " #T "_init_mid, " #T "_init@" mid_node                   \
+          "\n\t"                                                             \
+          ".symver " #T "_init_new, " #T "_init@@" new_node);
+#else
+#define CLADE_GROWN_INIT2(T, defaults, old_node, mid_size, mid_node, new_node) \
+  void T##_init(T* p) { defaults(p); }
+#endif

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "kv/cache.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "gen/constrain.h"
 #include "gen/sampler.h"
 #include "gen/speculative.h"
 #include "text/tokenizer.h"
@@ -63,7 +65,8 @@ struct SeqState {
   size_t n_prompt = 0;
   Node* node = nullptr;         // its leaf's node
   clade_seq_id seq = -1;        // in the cache, while there
-  int32_t pending = -1;         // the token the next step evaluates
+  std::vector<int32_t> pending; // the tokens the next step evaluates (more
+                                // than one after a jump-forward)
   bool done = false;
   bool drafting = false;        // admitted to the drafter
   double acc = 0, drafted = 0;  // decayed counts of accepted tokens / draft levels
@@ -119,6 +122,23 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   }
   if (!stops.stops.empty() && !tok)
     fail(CLADE_E_UNSUPPORTED, "clade_generate: stop strings need a model with a tokenizer");
+  if (!p.grammars && p.n_grammars) fail(CLADE_E_INVALID_ARG, "clade_generate: grammars is NULL");
+  if (p.n_grammars > n_prompts)
+    fail(CLADE_E_INVALID_ARG, "clade_generate: n_grammars (" + std::to_string(p.n_grammars) +
+                                  ") is more than the prompts (" + std::to_string(n_prompts) + ")");
+  bool any_grammar = false;
+  for (size_t i = 0; i < p.n_grammars; i++) {
+    const clade_grammar* g = p.grammars[i];
+    if (!g) continue;
+    any_grammar = true;
+    if (!tok || g->cg->n_vocab() != (size_t)tok->n_vocab())
+      fail(CLADE_E_INVALID_ARG, "clade_generate: grammars[" + std::to_string(i) +
+                                    "] was made for another vocabulary (" + std::to_string(g->cg->n_vocab()) +
+                                    " tokens) than this model's");
+  }
+  if (any_grammar && spec && spec->tree_width > 1)
+    fail(CLADE_E_UNSUPPORTED, "clade_generate_speculative: token trees (tree_width " +
+                                  std::to_string(spec->tree_width) + ") with grammars are not supported");
   Node* root = tree.get(p.root);
 
   // The prompt tree and its leaves.
@@ -196,6 +216,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   out.top_n = (size_t)p.top_logprobs;
   const size_t top_n = out.top_n;
   std::vector<SeqState> st(total);
+  Constraint con(n_vocab, tok, any_grammar ? total : 0);
+  std::vector<int32_t> forced;
+  std::vector<float> masked;  // a leaf's logits masked for one sequence
   const bool long_ctx = (tree.flags & CLADE_TREE_ALLOW_LONG_CONTEXT) != 0;
   bool stop_all = false;
 
@@ -214,6 +237,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     s.done = true;
     s.detok.reset();
     std::vector<int32_t>().swap(s.history);
+    con.release(i);
     if (s.drafting) {
       drafter->finish(i);
       s.drafting = false;
@@ -226,15 +250,48 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   // Sequence i drew token, which a step would evaluate at position pos:
   // true when it has ended. top: its row's most likely tokens (top_n
   // asked for, n_top given).
+  std::function<bool(size_t, int32_t, float, int64_t, const int32_t*, const float*, size_t)> push;
   auto take = [&](size_t i, int32_t token, float logprob, int64_t pos, const int32_t* top_tok, const float* top_lp,
                   size_t n_top) -> bool {
     taken++;
     SeqState& s = st[i];
-    GenSeq& g = out.seqs[i];
     if (stop_tok[(size_t)token]) {
       finish(i, CLADE_FINISH_STOP_TOKEN);
       return true;
     }
+    const bool constrained = con.active(i);
+    if (constrained && !con.accept(i, token))
+      fail(CLADE_E_INTERNAL, "clade_generate: sequence " + std::to_string(i) + " drew token " +
+                                 std::to_string(token) + ", which its grammar refuses");
+    if (push(i, token, logprob, pos, top_tok, top_lp, n_top)) return true;
+    s.pending.assign(1, token);
+    if (!constrained) return false;
+    if (con.complete(i)) {
+      finish(i, CLADE_FINISH_STOP_TOKEN);
+      return true;
+    }
+    // Jump-forward: the forced tokens join the output and the next step.
+    size_t room = (size_t)p.max_new_tokens - out.seqs[i].tokens.size();
+    if (!long_ctx) room = std::min<size_t>(room, (size_t)std::max<int64_t>(0, model.cfg.n_ctx - pos));
+    con.forced(i, room, forced);
+    const float lp0 = 0.0f;
+    for (size_t k = 0; k < forced.size(); k++) {
+      taken++;
+      if (push(i, forced[k], 0.0f, pos + 1 + (int64_t)k, &forced[k], &lp0, top_n ? 1 : 0)) return true;
+      s.pending.push_back(forced[k]);
+    }
+    if (!forced.empty() && con.complete(i)) {
+      finish(i, CLADE_FINISH_STOP_TOKEN);
+      return true;
+    }
+    return false;
+  };
+  // Token joins sequence i's output (stop strings, the callback, length
+  // and context checked): true when the sequence has ended.
+  push = [&](size_t i, int32_t token, float logprob, int64_t pos, const int32_t* top_tok, const float* top_lp,
+             size_t n_top) -> bool {
+    SeqState& s = st[i];
+    GenSeq& g = out.seqs[i];
     g.tokens.push_back(token);
     if (out.logprobs) g.logprobs.push_back(logprob);
     for (size_t k = 0; k < top_n; k++) {
@@ -271,7 +328,6 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       finish(i, CLADE_FINISH_LENGTH);
       return true;
     }
-    s.pending = token;
     return false;
   };
   // Everything still running or waiting ends with reason why.
@@ -308,9 +364,19 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       if (tok) s.detok.reset(new DetokenizeStream(*tok, p.special != 0, false));
       Tree::path_tokens(s.node, s.history);
       s.n_prompt = s.history.size();
+      const size_t leaf = leaves[l];
+      if (leaf < p.n_grammars && p.grammars[leaf]) con.attach(i, p.grammars[leaf]);
       SampleRow row;
       row.stream = p.first_stream + i;
       row.logits = leaf_logits[l].data();
+      if (con.active(i)) {  // the grammar's mask on a copy (the leaf's other samples read it too)
+        masked = leaf_logits[l];
+        if (con.mask_row(i, masked.data()) == 0) {
+          finish(i, CLADE_FINISH_STOP_TOKEN);
+          continue;
+        }
+        row.logits = masked.data();
+      }
       row.history = s.history.data();
       row.n_history = s.history.size();
       row.n_prompt = s.n_prompt;
@@ -358,7 +424,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         dreq[r].tokens.clear();
         const SeqState& s = st[live[r]];
         const int64_t left = (int64_t)p.max_new_tokens - (int64_t)out.seqs[live[r]].tokens.size();
-        const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq);  // the pending token's
+        const int64_t pos = (int64_t)s.node->end() + cache.length(s.seq) + (int64_t)s.pending.size() - 1;  // the last pending token's
         int64_t budget = std::min<int64_t>(k, left - 1);
         if (spec->tree_width > 1) budget = std::min<int64_t>(budget, Cache::kMaxTreeTokens - 1);  // with the pending token
         if (!long_ctx) budget = std::min<int64_t>(budget, model.cfg.n_ctx - 1 - pos);
@@ -386,6 +452,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           if (dreq[r].max <= 0) continue;
           DraftSeq& d = dreq[r];
           n_draft[r] = (int32_t)d.tokens.size();
+          if (con.active(d.index) && n_draft[r] > 0) {  // cut where the grammar refuses (chains only)
+            n_draft[r] = (int32_t)con.valid_prefix(d.index, d.tokens.data(), d.tokens.size());
+            d.tokens.resize((size_t)n_draft[r]);
+            if (d.q_tokens.size() > d.tokens.size()) {
+              d.q_tokens.resize(d.tokens.size());
+              d.q_probs.resize(d.tokens.size());
+            }
+            d.parents.clear();
+            d.draws.clear();
+          }
           if (d.parents.empty())  // a chain
             for (int32_t j = 0; j < n_draft[r]; j++) d.parents.push_back(j - 1);
         }
@@ -409,17 +485,23 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       const SeqState& s = st[live[r]];
       ids.push_back(s.seq);
       lens.push_back(cache.length(s.seq));
-      toks.push_back(s.pending);
-      pars.push_back(-1);
+      const int32_t np = (int32_t)s.pending.size();
+      for (int32_t j = 0; j < np; j++) {
+        toks.push_back(s.pending[(size_t)j]);
+        pars.push_back(j - 1);
+      }
       for (int32_t j = 0; j < n_draft[r]; j++) {
         toks.push_back(dreq[r].tokens[(size_t)j]);
-        pars.push_back(dreq[r].parents[(size_t)j] + 1);  // (the pending token is index 0)
+        pars.push_back(dreq[r].parents[(size_t)j] + np);  // (the last pending token is index np - 1)
       }
-      counts.push_back(1 + n_draft[r]);
-      n_rows += any_draft ? (size_t)(1 + n_draft[r]) : 1;
+      counts.push_back(np + n_draft[r]);
+      n_rows += any_draft ? (size_t)(np + n_draft[r]) : 1;
     }
-    const bool by_argmax = step_argmax && !any_draft;
-    const bool by_topk = step_topk > 0 && !any_draft;
+    // Constrained sequences are masked: their steps read whole rows.
+    bool constrained = false;
+    for (size_t r = 0; r < live.size() && !constrained; r++) constrained = con.active(live[r]);
+    const bool by_argmax = step_argmax && !any_draft && !constrained;
+    const bool by_topk = step_topk > 0 && !any_draft && !constrained;
     if (!by_argmax && !by_topk) logits.resize(n_rows * (size_t)n_vocab);
     argmax.resize(by_argmax ? n_rows : 0);
     TopK top;
@@ -469,7 +551,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           fail(CLADE_E_INVALID_ARG, "clade_generate: sequence " + std::to_string(live[r]) +
                                         "'s logits are all -inf or NaN (no token can be drawn)");
       for (size_t r = 0; r < live.size() && !stop_all; r++) {
-        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + 1;
+        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + (int64_t)st[live[r]].pending.size();
         const int32_t t = argmax[r];
         const float lp0 = 0.0f;
         if (!take(live[r], t, 0.0f, pos, &t, &lp0, top_n ? 1 : 0)) still.push_back(live[r]);
@@ -481,6 +563,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       for (size_t r = 0; r < live.size(); r++) {
         const SeqState& s = st[live[r]];
         rows[r].stream = p.first_stream + live[r];
+        if (con.active(live[r]) && con.mask_row(live[r], logits.data() + r * (size_t)n_vocab) == 0)
+          fail(CLADE_E_INTERNAL, "clade_generate: sequence " + std::to_string(live[r]) +
+                                     "'s grammar allows no token of the vocabulary here");
         if (by_topk) {
           rows[r].cand_tokens = cand_tok.data() + r * (size_t)step_topk;
           rows[r].cand_logits = cand_logit.data() + r * (size_t)step_topk;
@@ -502,7 +587,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
                                  " logits, read back instead of the rows (CLADE_SAMPLE_WHOLE_ROWS=1: the rows)");
       }
       for (size_t r = 0; r < live.size() && !stop_all; r++) {
-        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + 1;
+        const int64_t pos = (int64_t)st[live[r]].node->end() + lens[r] + (int64_t)st[live[r]].pending.size();
         if (!take(live[r], rows[r].token, rows[r].logprob, pos, rows[r].top_tokens, rows[r].top_logprobs,
                   rows[r].n_top))
           still.push_back(live[r]);
@@ -517,20 +602,24 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         const size_t i = live[r];
         SeqState& s = st[i];
         const int32_t nd = n_draft[r];
-        const int64_t base = (int64_t)s.node->end() + lens[r];  // the pending token's position
+        const int32_t np = (int32_t)s.pending.size();
+        const int64_t base = (int64_t)s.node->end() + lens[r] + np - 1;  // the last pending token's position
         const uint64_t stream = p.first_stream + i;
         // From the pending token's row down the tree: at each node, its
         // children (in draw order) are the candidates of the rule; an
         // accepted child's row is next.
         const DraftSeq& d = dreq[r];
         int32_t accepted = 0, cur = -1;
-        size_t row = row0;
+        size_t row = row0 + (size_t)(np - 1);
         bool ended = false;
         path.clear();
         for (;;) {
           SampleRow sr;
           sr.stream = stream;
           sr.logits = logits.data() + row * (size_t)n_vocab;
+          if (con.active(i) && con.mask_row(i, logits.data() + row * (size_t)n_vocab) == 0)
+            fail(CLADE_E_INTERNAL, "clade_generate: sequence " + std::to_string(i) +
+                                       "'s grammar allows no token of the vocabulary here");
           sr.history = s.history.data();
           sr.n_history = s.history.size();
           sr.n_prompt = s.n_prompt;
@@ -566,10 +655,16 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
             ended = true;
             break;
           }
+          if (which >= 0 && s.pending.size() > 1) {
+            // A jump-forward after an accepted draft: that draft is in the
+            // KV already, the forced tokens are next; later drafts are moot.
+            s.pending.erase(s.pending.begin());
+            break;
+          }
           if (which < 0) break;
-          row = row0 + 1 + (size_t)cur;
+          row = row0 + (size_t)np + (size_t)cur;
         }
-        row0 += (size_t)(1 + nd);
+        row0 += (size_t)(np + nd);
         stats.drafted += (uint64_t)nd;
         stats.accepted += (uint64_t)accepted;
         if (nd > 0) {  // acceptance per level: a tree's depth counts, not its width
@@ -592,9 +687,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         bool prefix = true;  // the kept path is the first slots: a truncation
         for (size_t q = 0; q < path.size(); q++) prefix = prefix && path[q] == (int32_t)q + 1;
         if (prefix) {
-          cache.truncate(s.seq, lens[r] + 1 + accepted);
+          cache.truncate(s.seq, lens[r] + np + accepted);
         } else {
-          path.insert(path.begin(), 0);  // the pending token's slot
+          path.insert(path.begin(), 0);  // the pending token's slot (one: no grammar with trees)
           cache.keep(s.seq, lens[r], path.data(), path.size());
         }
         still.push_back(i);

@@ -19,6 +19,7 @@ STRUCTS = [
     "clade_batch", "clade_sampler_params", "clade_append_item", "clade_sample_result",
     "clade_generate_params", "clade_speculative_params", "clade_generation_stats",
     "clade_cache_stats", "clade_tree_stats", "clade_device_peaks",
+    "clade_grammar_params",
 ]
 
 
