@@ -43,8 +43,8 @@ done << 'TABLE'
 2 | clade: unknown command 'frobnicate' (clade --help lists the commands) | frobnicate
 2 | clade: model: give a subcommand: random or info (clade model --help) | model
 2 | clade: unknown command 'model frob' (model takes random or info) | model frob
-2 | clade: bench: give a subcommand: decode, prefill, spec or machine (clade bench --help) | bench
-2 | clade: unknown command 'bench frob' (bench takes decode, prefill, spec or machine) | bench frob
+2 | clade: bench: give a subcommand: decode, prefill, spec, grammar or machine (clade bench --help) | bench
+2 | clade: unknown command 'bench frob' (bench takes decode, prefill, spec, grammar or machine) | bench frob
 2 | clade: version: unexpected argument 'extra' | version extra
 2 | clade: help: unknown command 'frob' | help frob
 # generate: numbers out of range, named with their range
@@ -117,13 +117,29 @@ done << 'TABLE'
 2 | clade: --threads 2000 is out of range: 0 to 1024 | chat -m $V --threads 2000
 2 | clade: --threads -1 is out of range: 0 to 1024 | demo --threads -1
 2 | clade: demo: unknown option --bogus (clade demo --help) | demo --bogus
+# structured output: generate's grammar flags, grammar check, bench grammar
+2 | clade: --lenient goes with --json-schema | generate -m $V -p hi --lenient
+2 | clade: --no-jump goes with --json-schema, --grammar, --regex or --json-any | generate -m $V -p hi --no-jump
+2 | clade: --regex: give one of --json-schema, --grammar, --regex, --json-any (--json-any was given) | generate -m $V -p hi --json-any --regex a
+2 | clade: --lenient goes with --json-schema | generate -m $V -p hi --regex a --lenient
+2 | clade: --json-any needs a model with a tokenizer | generate -m $M --tokens 1 --json-any
+2 | clade: missing value after --json-schema | generate -m $V -p hi --json-schema
+2 | clade: grammar: give a subcommand: check (clade grammar --help) | grammar
+2 | clade: unknown command 'grammar bogus' (grammar takes check) | grammar bogus
+2 | clade: grammar check: give --json-schema FILE, --grammar FILE or --regex RE | grammar check x.txt
+2 | clade: grammar check: --json-any is not a check (give a schema) | grammar check --json-any x.txt
+2 | clade: grammar check: give one or more text files | grammar check --regex a
+2 | clade: grammar check: unknown option --bogus (clade grammar check --help) | grammar check --bogus
+2 | clade: bench grammar: give -m FILE (its vocabulary) | bench grammar --json-any
+2 | clade: --states 1 is out of range: 10 to 10000000 | bench grammar -m $V --states 1
+2 | clade: bench grammar: unknown option --bogus (clade bench grammar --help) | bench grammar -m $V --bogus
 TABLE
 [ $checked -ge 40 ] || fail "only $checked bad invocations checked"
 
 # Every command's --help: exit 0, its usage on stdout, nothing on stderr;
 # `clade help COMMAND` prints the same.
 for cmd in demo "model random" "model info" quantize generate chat perplexity serve tokenize "bench decode" \
-    "bench prefill" "bench spec" "bench machine" version; do
+    "bench prefill" "bench spec" "bench grammar" "bench machine" "grammar check" version; do
   # shellcheck disable=SC2086
   out=$("$cli" $cmd --help 2> "$dir/err"); rc=$?
   [ $rc -eq 0 ] && [[ "$out" == "usage: clade $cmd"* ]] && [ ! -s "$dir/err" ] ||
@@ -139,12 +155,12 @@ done
 "$cli" bench decode --help | grep -- '--mode shared,flat,noattn (flat)' >/dev/null || fail "bench decode --help: --mode's default"
 "$cli" chat --help | grep -- '--temp T (0.8; 0 greedy)' >/dev/null || fail "chat --help: --temp's default"
 # groups and the whole usage
-for g in model bench; do
+for g in model bench grammar; do
   out=$("$cli" $g --help) && [[ "$out" == "usage: clade $g "* ]] || fail "clade $g --help: $out"
 done
 out=$("$cli" --help) && [[ "$out" == "usage: clade <command>"* ]] || fail "clade --help"
 for cmd in demo "model random" "model info" quantize generate chat perplexity serve tokenize "bench decode" \
-    "bench prefill" "bench spec" "bench machine" version; do
+    "bench prefill" "bench spec" "bench grammar" "bench machine" "grammar check" version; do
   grep -q "^  $cmd" <<< "$out" || fail "clade --help does not list $cmd"
 done
 # no arguments: the usage on stderr, exit 2

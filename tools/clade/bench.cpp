@@ -514,7 +514,8 @@ int cmd_bench(Args& a) {
   if (sub == "machine") return bench_machine(a);
   if (sub == "prefill") return cmd_bench_prefill(a);
   if (sub == "spec") return cmd_bench_spec(a);
-  Args::die("bench decode|prefill|spec|machine");
+  if (sub == "grammar") return cmd_bench_grammar(a);
+  Args::die("bench decode|prefill|spec|grammar|machine");
 }
 
 }  // namespace cli

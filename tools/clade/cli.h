@@ -115,4 +115,20 @@ int cmd_perplexity(Args& a);
 int cmd_bench_spec(Args& a);  // bench_spec.cpp
 int cmd_serve(Args& a);       // tools/serve/ (built with cpp-httplib and nlohmann-json)
 
+// grammar.cpp: structured output. The grammar flags of `generate`
+// (--json-schema FILE, --grammar FILE, --regex RE, --json-any, --lenient,
+// --no-jump): parse_grammar_flag takes f when it is one (kind stays -1
+// when none was given); make_grammar compiles it for the model (exits 2
+// with the library's message when it does not compile).
+struct GrammarFlags {
+  int kind = -1;  // clade_grammar_kind
+  std::string text, flag;
+  bool lenient = false, no_jump = false;
+};
+bool parse_grammar_flag(const std::string& f, Args& a, GrammarFlags& g);
+void check_grammar_flags(const GrammarFlags& g);
+clade_grammar* make_grammar(clade_model* m, const GrammarFlags& g);
+int cmd_grammar(Args& a);        // `grammar check`
+int cmd_bench_grammar(Args& a);  // `bench grammar`
+
 }  // namespace cli

@@ -37,6 +37,7 @@ struct GenOptions {
   bool draft_fixed = false;  // --draft-fixed: no adaptive length
   int draft_tree = 1;        // --draft-tree W
   std::string chat_template;  // --template NAME (with --chat)
+  GrammarFlags grammar;       // --json-schema / --grammar / --regex / --json-any
   clade_backend backend = CLADE_BACKEND_CPU;
   bool past_context = false;  // --past-context: positions past the model's n_ctx allowed
 
@@ -257,6 +258,16 @@ int run_generate(const GenOptions& o) {
   gp.attention = o.flat ? CLADE_ATTENTION_FLAT : CLADE_ATTENTION_AUTO;
   gp.logprobs = o.logprobs > 0;
   gp.top_logprobs = o.logprobs > 1 ? o.logprobs : 0;
+  // A grammar constrains every leaf's sequences.
+  clade_grammar* grammar = nullptr;
+  std::vector<const clade_grammar*> grammars;
+  if (o.grammar.kind >= 0) {
+    if (!has_tok) Args::die(o.grammar.flag + " needs a model with a tokenizer");
+    grammar = make_grammar(m, o.grammar);
+    grammars.assign(prompts.size(), grammar);
+    gp.grammars = grammars.data();
+    gp.n_grammars = grammars.size();
+  }
 
   if (g.stream && !o.chat) {
     std::printf("%s", leaves[0].text.c_str());
@@ -281,6 +292,7 @@ int run_generate(const GenOptions& o) {
   auto t2 = std::chrono::steady_clock::now();
   if (g.progress && gen) g.print(true);
   check(st, "generate");
+  clade_grammar_free(grammar);  // (the generation keeps no reference)
 
   auto leaf_of = [&](size_t i) {
     int64_t p = clade_generation_prompt(gen, i);
@@ -402,6 +414,7 @@ int cmd_generate(Args& a) {
     else if (f == "-n") o.n_gen = (int)int_flag(f, a.next(f), 1, 1 << 24);
     else if (f == "--samples") o.samples = (int)int_flag(f, a.next(f), 1, 1 << 20);
     else if (parse_sampler_flag(f, a, o.sampler)) {}
+    else if (parse_grammar_flag(f, a, o.grammar)) {}
     else if (f == "--stop") {
       o.stops.push_back(a.next(f));
       if (o.stops.back().empty()) Args::die("--stop takes a non-empty string");
@@ -426,6 +439,7 @@ int cmd_generate(Args& a) {
     else unknown_arg("generate", f);
   }
   if (o.model.empty()) Args::die("generate: -m FILE is required");
+  check_grammar_flags(o.grammar);
   if (have_p == have_t) Args::die("generate: give the prompt levels with -p or with --tokens (not both)");
   if (!o.chat_template.empty() && !o.chat) Args::die("--template goes with --chat");
   if (!o.draft_model.empty() && o.lookup > 0) Args::die("give one drafter: --draft-model FILE or --lookup N");
