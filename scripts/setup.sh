@@ -12,7 +12,6 @@ pkg-config --exists openblas 2>/dev/null || need+=(libopenblas-dev)
 pkg-config --exists libpcre2-8 2>/dev/null || need+=(libpcre2-dev)
 command -v abidiff >/dev/null || need+=(abigail-tools)  # the abidiff test
 dpkg -s python3-jsonschema >/dev/null 2>&1 || need+=(python3-jsonschema)  # tests/cli_grammar.sh
-dpkg -s python3-jsonschema >/dev/null 2>&1 || need+=(python3-jsonschema)  # tests/cli_grammar.sh
 # `clade serve` (left out of the build without them)
 pkg-config --exists cpp-httplib 2>/dev/null || need+=(libcpp-httplib-dev)
 pkg-config --exists nlohmann_json 2>/dev/null || need+=(nlohmann-json3-dev)
