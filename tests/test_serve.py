@@ -413,6 +413,54 @@ def main():
         check(p.returncode == 0 and "data: [DONE]" in p.stdout and '"content"' in p.stdout,
               "README curl: rc %d\n%s%s" % (p.returncode, p.stdout[-500:], p.stderr))
 
+    # Structured output (issue 43): response_format json_schema (n, stream,
+    # stop), json_object, llama-server's grammar and json_schema; a schema
+    # that does not compile is a 400 naming the keyword.
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["name", "age"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": person, "strict": True}}
+    gbody = {"prompt": "In the beginning God created", "max_tokens": 120, "temperature": 1.0, "seed": 3}
+    st, r = s.post("/v1/completions", dict(gbody, response_format=rf, n=3))
+    if check(st == 200, "json_schema: status %d %s" % (st, r)):
+        for c in r["choices"]:
+            if c["finish_reason"] != "stop":
+                continue
+            try:
+                v = json.loads(c["text"])
+                check(set(v) == {"name", "age"} and 0 <= v["age"] <= 99, "json_schema: %r" % c["text"])
+            except ValueError:
+                fail("json_schema: not JSON: %r" % c["text"])
+        check(any(c["finish_reason"] == "stop" for c in r["choices"]), "json_schema: none finished: %s" % r)
+    st, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Who?"}], "max_tokens": 120,
+                                             "temperature": 0, "response_format": rf})
+    if check(st == 200, "chat json_schema: status %d %s" % (st, r)):
+        c = r["choices"][0]
+        if c["finish_reason"] == "stop":
+            try:
+                v = json.loads(c["message"]["content"])
+                check(set(v) == {"name", "age"}, "chat json_schema: %r" % v)
+            except ValueError:
+                fail("chat json_schema: not JSON: %r" % c["message"]["content"])
+    events, done = s.stream("/v1/completions", dict(gbody, response_format=rf, temperature=0))
+    text = "".join(e["choices"][0].get("text", "") for e in events if e.get("choices"))
+    st, whole = s.post("/v1/completions", dict(gbody, response_format=rf, temperature=0))
+    check(done and st == 200 and text == whole["choices"][0]["text"], "json_schema stream: %r / %r" % (text, whole))
+    st, r = s.post("/v1/completions", dict(gbody, response_format={"type": "json_object"}))
+    if check(st == 200, "json_object: status %d" % st) and r["choices"][0]["finish_reason"] == "stop":
+        check(isinstance(json.loads(r["choices"][0]["text"]), dict), "json_object: %r" % r["choices"][0]["text"])
+    st, r = s.post("/v1/completions", dict(gbody, grammar='root ::= "yes" | "no"'))
+    check(st == 200 and r["choices"][0]["text"] in ("yes", "no"), "grammar: %s %s" % (st, r))
+    st, r = s.post("/v1/completions", dict(gbody, json_schema={"enum": ["alpha", "beta"]}, stop=["et"]))
+    check(st == 200 and r["choices"][0]["text"] in ('"alpha"', '"beta"', '"b'), "llama json_schema: %s %s" % (st, r))
+    bad_rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}}
+    st, r = s.post("/v1/completions", dict(gbody, response_format=bad_rf))
+    check(st == 400 and "uniqueItems" in r.get("error", {}).get("message", ""), "bad schema: %s %s" % (st, r))
+    st, r = s.post("/v1/completions", dict(gbody, grammar="root ::= ("))
+    check(st == 400 and r.get("error", {}).get("param") == "grammar", "bad grammar: %s %s" % (st, r))
+    st, r = s.post("/v1/completions", dict(gbody, grammar='root ::= "a"', json_schema={}))
+    check(st == 400, "grammar and json_schema both: %s %s" % (st, r))
+
     # The requests above can all end before the poller's sixth answer on a
     # quick, idle machine (seen once: 4 polls in a 0.76 s run): let it
     # answer at least six times, for at most 10 s more, before stopping it.

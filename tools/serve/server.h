@@ -121,6 +121,7 @@ struct Choice {
   std::vector<TokenLogprob> all_lp;
   std::string finish;
   bool done = false;
+  clade_matcher* matcher = nullptr;  // the request's grammar's state (freed with the request)
 };
 
 struct Request {
@@ -139,6 +140,8 @@ struct Request {
   // scheduler-owned while running; the handler reads them once `finished`
   std::vector<Choice> choices;
   clade_sampler* sampler = nullptr;
+  // response_format / grammar / json_schema: every choice follows it
+  clade_grammar* grammar = nullptr;
   size_t reused = 0;
   std::string prefix_key;  // the routing key (set by the handler)
   // shared
@@ -149,7 +152,11 @@ struct Request {
   bool finished = false;
   ApiError error{0, "", "", ""};  // status 0: none
 
-  ~Request() { clade_sampler_free(sampler); }
+  ~Request() {
+    clade_sampler_free(sampler);
+    for (Choice& c : choices) clade_matcher_free(c.matcher);
+    clade_grammar_free(grammar);
+  }
 };
 using RequestPtr = std::shared_ptr<Request>;
 
@@ -264,6 +271,8 @@ class Server {
   // Draw choice `index`'s next token from logits, or with logits NULL take
   // `greedy` (its row's argmax: r.greedy), and hand out its text.
   void take(Request& r, int index, const float* logits, clade_token greedy = -1);
+  // The row masked by choice c's grammar (a copy; logits when r has none).
+  const float* grammar_mask(Request& r, Choice& c, const float* logits);
 
   // Evaluate r's prompt and start its n sequences; false when the KV budget
   // has no room now (r stays queued), otherwise r is live or finished.
@@ -303,6 +312,8 @@ class Server {
   clade_tree* tree_ = nullptr;
   clade_cache* cache_ = nullptr;
   std::vector<float> logits_, first_;
+  std::vector<float> masked_;         // a row masked by a grammar (take)
+  std::vector<uint32_t> mask_bits_;
   std::vector<clade_token> argmax_;  // a step's greedy tokens (all rows plain greedy)
   std::vector<RequestPtr> live_;  // scheduler only
   std::mutex qmu_;

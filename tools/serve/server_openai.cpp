@@ -69,6 +69,72 @@ std::string Server::content_text(const json& c, size_t i) {
   throw ApiError{400, "'content' must be a string or a list of text parts", param};
 }
 
+// The request's grammar: OpenAI's response_format ({"type": "text"},
+// {"type": "json_object"}: any JSON object, {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"}}), or llama-server's
+// `grammar` (GBNF text) and `json_schema` (a schema object). At most one.
+// NULL when none; a grammar that does not compile is a 400 naming the
+// keyword (the library's message).
+static clade_grammar* request_grammar(const json& j, clade_model* model) {
+  int kind = -1;
+  std::string text, param;
+  bool lenient = false;
+  auto one = [&](const char* p) {
+    if (kind >= 0)
+      throw ApiError{400, "give one of 'response_format', 'grammar' and 'json_schema' ('" + param + "' was given)", p};
+    param = p;
+  };
+  if (j.contains("response_format") && !j["response_format"].is_null()) {
+    const json& rf = j["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      throw ApiError{400, "'response_format' must be an object with a 'type'", "response_format"};
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      one("response_format");
+      kind = CLADE_GRAMMAR_JSON_SCHEMA;
+      text = "{\"type\":\"object\"}";
+    } else if (type == "json_schema") {
+      one("response_format");
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+        throw ApiError{400, "'response_format.json_schema' must be an object", "response_format.json_schema"};
+      const json& js = rf["json_schema"];
+      if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+        throw ApiError{400, "'strict' must be true or false", "response_format.json_schema.strict"};
+      lenient = js.contains("strict") && js["strict"].is_boolean() && !js["strict"].get<bool>();
+      const json schema = js.contains("schema") ? js["schema"] : json::object();
+      if (!schema.is_object() && !schema.is_boolean())
+        throw ApiError{400, "'schema' must be a JSON Schema (an object)", "response_format.json_schema.schema"};
+      kind = CLADE_GRAMMAR_JSON_SCHEMA;
+      text = schema.dump();
+    } else if (type != "text") {
+      throw ApiError{400, "'response_format.type' must be text, json_object or json_schema", "response_format.type"};
+    }
+  }
+  if (j.contains("grammar") && !j["grammar"].is_null()) {
+    one("grammar");
+    if (!j["grammar"].is_string()) throw ApiError{400, "'grammar' must be a string (GBNF)", "grammar"};
+    kind = CLADE_GRAMMAR_GBNF;
+    text = j["grammar"].get<std::string>();
+  }
+  if (j.contains("json_schema") && !j["json_schema"].is_null()) {
+    one("json_schema");
+    if (!j["json_schema"].is_object() && !j["json_schema"].is_boolean())
+      throw ApiError{400, "'json_schema' must be a JSON Schema (an object)", "json_schema"};
+    kind = CLADE_GRAMMAR_JSON_SCHEMA;
+    text = j["json_schema"].dump();
+  }
+  if (kind < 0) return nullptr;
+  clade_grammar_params gp;
+  clade_grammar_params_init(&gp);
+  gp.kind = (clade_grammar_kind)kind;
+  gp.lenient = lenient;
+  gp.jump_forward = 0;  // the server samples each token itself
+  clade_grammar* g = nullptr;
+  if (clade_grammar_create(model, text.data(), text.size(), &gp, &g) != CLADE_OK)
+    throw ApiError{400, std::string("'") + param + "': " + clade_last_error(), param};
+  return g;
+}
+
 RequestPtr Server::parse(const httplib::Request& hreq, bool chat) {
   json j;
   try {
@@ -222,11 +288,13 @@ RequestPtr Server::parse(const httplib::Request& hreq, bool chat) {
                        std::to_string(np) + " tokens is past the context of " + std::to_string(n_ctx_) + " tokens",
                    mt};
   r->max_tokens = (int)max_tokens;
+  r->grammar = request_grammar(j, model_);
   // The sampler checks what is left (a logit bias, the ranges).
   if (clade_sampler_create(&r->sp, &r->sampler) != CLADE_OK)
     throw ApiError{400, std::string("sampler: ") + clade_last_error(), ""};
   r->greedy = r->sp.temperature == 0.0f && bias.empty() && r->sp.presence_penalty == 0.0f &&
-              r->sp.frequency_penalty == 0.0f && r->sp.repeat_penalty == 1.0f && r->logprobs < 0;
+              r->sp.frequency_penalty == 0.0f && r->sp.repeat_penalty == 1.0f && r->logprobs < 0 &&
+              !r->grammar;  // (a grammar's rows are masked: whole rows)
   r->sp.logit_bias = nullptr;  // copied by the sampler
   r->sp.n_logit_bias = 0;
   r->id = next_id_++;

@@ -71,6 +71,19 @@ void Server::end_choice(Request& r, int index, const std::string& why, bool flus
   r.events.push_back(std::move(e));
 }
 
+// A copy of the row with every token the choice's grammar refuses at -inf
+// (its matcher made at its first token).
+const float* Server::grammar_mask(Request& r, Choice& c, const float* logits) {
+  if (!c.matcher && clade_matcher_create(r.grammar, &c.matcher) != CLADE_OK) return logits;
+  const size_t nv = (size_t)info_.n_vocab, words = (nv + 31) / 32;
+  mask_bits_.resize(words);
+  masked_.assign(logits, logits + nv);
+  if (clade_matcher_fill_mask(c.matcher, mask_bits_.data(), words) != CLADE_OK) return logits;
+  for (size_t t = 0; t < nv; t++)
+    if (!(mask_bits_[t / 32] >> (t % 32) & 1u)) masked_[t] = -INFINITY;
+  return masked_.data();
+}
+
 void Server::take(Request& r, int index, const float* logits, clade_token greedy) {
   Choice& c = r.choices[index];
   const int k = std::max(r.logprobs, 0) + (r.logprobs >= 0 ? 1 : 0);
@@ -85,6 +98,7 @@ void Server::take(Request& r, int index, const float* logits, clade_token greedy
     res.top_capacity = (size_t)k;
   }
   res.token = greedy;
+  if (r.grammar && logits) logits = grammar_mask(r, c, logits);  // stage 0: the grammar's mask
   clade_status st = logits ? clade_sample_ex(r.sampler, (uint64_t)index, logits, info_.n_vocab,
                                              c.generated.data(), c.generated.size(), 0, &res)
                     : greedy >= 0 ? CLADE_OK
@@ -97,6 +111,11 @@ void Server::take(Request& r, int index, const float* logits, clade_token greedy
   }
   const clade_token t = res.token;
   if (!r.ignore_eos && clade_token_is_eog(model_, t)) {
+    end_choice(r, index, "stop");
+    return;
+  }
+  if (c.matcher && clade_matcher_accept(c.matcher, &t, 1) != CLADE_OK) {
+    std::fprintf(stderr, "clade serve: request %llu: %s\n", (unsigned long long)r.id, clade_last_error());
     end_choice(r, index, "stop");
     return;
   }
@@ -129,6 +148,10 @@ void Server::take(Request& r, int index, const float* logits, clade_token greedy
   if (cut != std::string::npos) {
     c.text.resize(std::max(cut, c.sent));
     end_choice(r, index, "stop", false);
+    return;
+  }
+  if (c.matcher && clade_matcher_is_complete(c.matcher)) {  // the grammar admits nothing more
+    end_choice(r, index, "stop");
     return;
   }
   if ((int)c.generated.size() >= r.max_tokens) {
