@@ -78,6 +78,10 @@ type GenerateParams struct {
 	// Speculative, if not nil, drafts tokens ahead and verifies them
 	// (clade_generate_speculative); nil: plain decoding (clade_generate).
 	Speculative *SpeculativeParams
+	// Grammars (clade 1.5): Grammars[i] constrains the sequences under
+	// prompt i (nil or missing: unconstrained). Keep them open during the
+	// call.
+	Grammars []*Grammar
 }
 
 // SpeculativeParams are clade_speculative_params: exactly one drafter of
@@ -298,6 +302,14 @@ func (t *Tree) GenerateWithStats(prompts []Prompt, params *GenerateParams,
 	p.attention = C.clade_attention(gp.Attention)
 	p.root = C.clade_node_id(gp.Root)
 	p.first_stream = C.uint64_t(gp.FirstStream)
+	if len(gp.Grammars) > 0 {
+		ga, ng, err := grammarArray(gp.Grammars, alloc)
+		if err != nil {
+			return nil, stats, err
+		}
+		p.grammars, p.n_grammars = (**C.clade_grammar)(unsafe.Pointer(ga)), ng
+		defer runtime.KeepAlive(gp.Grammars)
+	}
 	var state *generateState
 	if f != nil {
 		state = &generateState{f: f}

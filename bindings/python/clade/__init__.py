@@ -55,6 +55,7 @@ from ._base import (ATTENTION_AUTO, ATTENTION_FLAT, ATTENTION_NONE, ATTENTION_SH
 from ._cache import Cache
 from ._generation import (STOP_ALL, STOP_SEQ, Generation, GenerationList, GenerationStats,
                           GenerationStream, Prompt)
+from ._grammar import Grammar, Matcher
 from ._items import AppendItem, AppendResult, ItemNode
 from ._model import Detokenizer, Model, chat_apply, chat_templates
 from ._sampler import SampleResult, Sampler
@@ -65,7 +66,7 @@ __all__ = [
     "CladeError", "CacheFull", "Stopped", "KVBudgetExceeded", "ContextFull", "SessionMismatch",
     "Model", "Tree", "Cache", "Sampler", "SampleResult", "Detokenizer", "generate",
     "Prompt", "Generation", "GenerationList", "GenerationStats", "GenerationStream",
-    "STOP_SEQ", "STOP_ALL",
+    "STOP_SEQ", "STOP_ALL", "Grammar", "Matcher",
     "AppendItem", "AppendResult", "ItemNode",
     "version", "status_string", "set_log", "chat_apply", "chat_templates",
     "KV_F32", "KV_F16", "KV_BF16",

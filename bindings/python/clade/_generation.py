@@ -75,7 +75,7 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
               logprobs=False, ignore_eog=False, max_live=0, special=False,
               attention=ATTENTION_AUTO, root=0, first_stream=0,
               draft=None, draft_model=None, lookup=None, max_draft=8, adaptive=True,
-              tree_width=1):
+              tree_width=1, grammar=None):
     """clade_generate on tree (clade_generate_speculative when draft,
     draft_model or lookup is given); callback(seq, token, piece) -> None,
     STOP_SEQ or STOP_ALL, or None. Returns (GenerationList, stopped)."""
@@ -118,6 +118,21 @@ def _generate(tree, prompts, callback, max_new_tokens=128, samples=1, stop=(), s
     gp.special = 1 if special else 0
     gp.root = root
     gp.first_stream = first_stream
+    if grammar is not None:
+        # One Grammar (or JSON Schema dict) for every prompt, or a list: one
+        # per prompt (None: unconstrained).
+        from ._grammar import _need_grammar, grammar_of
+        _need_grammar()
+        per = list(grammar) if isinstance(grammar, (list, tuple)) else [grammar] * len(prompts)
+        if len(per) > len(prompts):
+            raise ValueError("grammar: %d grammars for %d prompts" % (len(per), len(prompts)))
+        gs = [grammar_of(tree.model, g) for g in per]
+        keep.append(gs)
+        garr = (ctypes.c_void_p * max(len(gs), 1))(
+            *[ctypes.cast(g._get(), ctypes.c_void_p) if g is not None else None for g in gs])
+        keep.append(garr)
+        gp.grammars = ctypes.cast(garr, ctypes.POINTER(ctypes.c_void_p))
+        gp.n_grammars = len(gs)
     err = [None]  # an exception the callback raised
     if callback is not None:
         def thunk(user, seq, token, text, n):

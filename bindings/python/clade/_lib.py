@@ -80,11 +80,11 @@ LIBRARY_PATH, lib = _load()
 # ---- version --------------------------------------------------------------
 
 CLADE_VERSION_MAJOR = 1
-CLADE_VERSION_MINOR = 4
+CLADE_VERSION_MINOR = 5
 CLADE_VERSION_PATCH = 0
 CLADE_VERSION_NUMBER = (CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100
                         + CLADE_VERSION_PATCH)
-CLADE_VERSION_STRING = "1.4.0"
+CLADE_VERSION_STRING = "1.5.0"
 CLADE_ABI_MAJOR = 1
 
 
@@ -664,6 +664,8 @@ class clade_generate_params(Structure):
         ("root", clade_node_id),
         ("first_stream", c_uint64),
         ("top_logprobs", c_int32),  # clade 1.2
+        ("grammars", POINTER(c_void_p)),  # clade 1.5: const clade_grammar *const *
+        ("n_grammars", c_size_t),
     ]
 
 
