@@ -54,9 +54,9 @@ namespace Clade
     public static class Native
     {
         public const string Library = "clade";
-        public const int VersionMajor = 1, VersionMinor = 4, VersionPatch = 0;
+        public const int VersionMajor = 1, VersionMinor = 5, VersionPatch = 0;
         public const int VersionNumber = VersionMajor * 10000 + VersionMinor * 100 + VersionPatch;
-        public const string VersionString = "1.4.0";
+        public const string VersionString = "1.5.0";
         public const int AbiMajor = 1;
 
         public const uint CLADE_TOKENIZE_ADD_SPECIAL = 1, CLADE_TOKENIZE_PARSE_SPECIAL = 2;
@@ -216,6 +216,8 @@ namespace Clade
             public int logprobs, special, root;
             public ulong first_stream;
             public int top_logprobs;
+            public IntPtr grammars;      // clade 1.5: const clade_grammar *const *
+            public UIntPtr n_grammars;   // (clade_generate_params_init fills them)
         }
 
         [StructLayout(LayoutKind.Sequential)]

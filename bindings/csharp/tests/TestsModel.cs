@@ -29,7 +29,7 @@ namespace CladeTests
                 { typeof(Native.clade_node_info), 32 }, { typeof(Native.clade_cache_params), 24 },
                 { typeof(Native.clade_batch), 72 }, { typeof(Native.clade_logit_bias), 8 },
                 { typeof(Native.clade_sampler_params), 72 }, { typeof(Native.clade_sample_result), 48 },
-                { typeof(Native.clade_prompt), 24 }, { typeof(Native.clade_generate_params), 112 },
+                { typeof(Native.clade_prompt), 24 }, { typeof(Native.clade_generate_params), 128 },
                 { typeof(Native.clade_draft_request), 80 }, { typeof(Native.clade_speculative_params), 56 },
                 { typeof(Native.clade_generation_stats), 72 },
             };
@@ -39,7 +39,7 @@ namespace CladeTests
             // the library's *_init fills exactly what our structs hold
             var p = new Native.clade_generate_params();
             Native.clade_generate_params_init(ref p);
-            A.Eq(112UL, (ulong)p.size, "clade_generate_params_init's size");
+            A.Eq(128UL, (ulong)p.size, "clade_generate_params_init's size");
             A.Eq(128, p.max_new_tokens, "default max_new_tokens");
         }
 

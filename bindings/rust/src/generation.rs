@@ -65,6 +65,9 @@ pub struct GenerateParams {
     pub root: NodeId,
     /// Sequence i draws on stream first_stream + i.
     pub first_stream: u64,
+    /// (clade 1.5) grammars[i] constrains the sequences under prompt i
+    /// (None or missing: unconstrained).
+    pub grammars: Vec<Option<std::sync::Arc<crate::Grammar>>>,
 }
 
 impl Default for GenerateParams {
@@ -84,6 +87,7 @@ impl Default for GenerateParams {
             attention: Attention::Auto,
             root: p.root,
             first_stream: p.first_stream,
+            grammars: Vec::new(),
         }
     }
 }
@@ -292,6 +296,13 @@ impl Tree {
         gp.special = params.special as i32;
         gp.root = params.root;
         gp.first_stream = params.first_stream;
+        let grammar_ptrs: Vec<*const c_void> = params.grammars.iter()
+            .map(|g| g.as_ref().map_or(std::ptr::null(), |g| g.as_ptr()))
+            .collect();
+        if !grammar_ptrs.is_empty() {
+            gp.grammars = grammar_ptrs.as_ptr();
+            gp.n_grammars = grammar_ptrs.len();
+        }
         let mut draft_slot = None;
         let sp = spec.map(|spec| {
             let mut c = unsafe { MaybeUninit::<sys::clade_speculative_params>::zeroed().assume_init() };

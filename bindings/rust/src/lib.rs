@@ -70,6 +70,7 @@ pub mod sys;
 mod cache;
 mod error;
 mod generation;
+mod grammar;
 mod log;
 mod model;
 mod sampler;
@@ -79,6 +80,7 @@ mod tree;
 pub use cache::{Cache, CacheParams};
 pub use error::{status_string, Error, ErrorKind, Result};
 pub use generation::{generate, FinishReason, Flow, GenerateParams, Generation, Prompt};
+pub use grammar::{Grammar, GrammarKind, GrammarParams};
 pub use log::{set_log, LogCallback, LogLevel};
 pub use model::{chat_templates, ChatMessage, Detokenizer, Model, ModelInfo, ModelParams,
     SpecialTokens};

@@ -8,11 +8,11 @@ use std::os::raw::{c_char, c_int, c_void};
 // ---- version ---------------------------------------------------------------
 
 pub const CLADE_VERSION_MAJOR: c_int = 1;
-pub const CLADE_VERSION_MINOR: c_int = 4;
+pub const CLADE_VERSION_MINOR: c_int = 5;
 pub const CLADE_VERSION_PATCH: c_int = 0;
 pub const CLADE_VERSION_NUMBER: c_int =
     CLADE_VERSION_MAJOR * 10000 + CLADE_VERSION_MINOR * 100 + CLADE_VERSION_PATCH;
-pub const CLADE_VERSION_STRING: &str = "1.4.0";
+pub const CLADE_VERSION_STRING: &str = "1.5.0";
 /// The shared library's soname is libclade.so.CLADE_ABI_MAJOR.
 pub const CLADE_ABI_MAJOR: c_int = 1;
 
@@ -308,6 +308,8 @@ pub struct clade_generate_params {
     pub root: clade_node_id,
     pub first_stream: u64,
     pub top_logprobs: i32, // clade 1.2
+    pub grammars: *const *const c_void, // clade 1.5: const clade_grammar *const *
+    pub n_grammars: usize,
 }
 
 pub type clade_finish_reason = c_int;
@@ -798,7 +800,7 @@ mod layout {
         assert_eq!(size_of::<clade_sample_result>(), 48);
         assert_eq!(size_of::<clade_logit_bias>(), 8);
         assert_eq!(size_of::<clade_prompt>(), 24);
-        assert_eq!(size_of::<clade_generate_params>(), 112);
+        assert_eq!(size_of::<clade_generate_params>(), 128); // 112 before clade 1.5 (grammars)
         assert_eq!(size_of::<clade_draft_request>(), 80);
         assert_eq!(size_of::<clade_speculative_params>(), 56);
         assert_eq!(size_of::<clade_generation_stats>(), 72);
