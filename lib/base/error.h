@@ -1,5 +1,5 @@
 // Internal error type: thrown inside the core, caught at the C boundary
-// (lib/api.cpp), turned into a clade_status plus a per-thread message.
+// (lib/api/), turned into a clade_status plus a per-thread message.
 #pragma once
 
 #include <stdexcept>

@@ -1,3 +1,4 @@
+// The library's log: the user's callback and its level (base/log.h).
 #include "base/log.h"
 
 #include <atomic>

@@ -1,3 +1,5 @@
+// Large streamed buffers and file mappings, on huge pages where the kernel
+// allows (base/pages.h).
 #include "base/pages.h"
 
 #include <sys/mman.h>

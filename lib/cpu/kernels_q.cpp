@@ -1,3 +1,5 @@
+// The CPU's quantized dot products and row decoders (Q8_0, Q4_0, K-quants),
+// with the SIMD bodies in kernels_q_simd.inc (cpu/kernels_q.h).
 #include "cpu/kernels_q.h"
 
 #include <algorithm>

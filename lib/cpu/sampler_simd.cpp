@@ -1,3 +1,5 @@
+// The sampler's row scans (max, exp and split, find above) with AVX-512,
+// AVX2 and portable paths giving the same bits (cpu/sampler_simd.h).
 #include "cpu/sampler_simd.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// The CPU backend's thread pool: one set of workers, parallel-for over
+// ranges (cpu/threadpool.h).
 #include "cpu/threadpool.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,3 +1,5 @@
+// The forward pass: a pass built piece by piece (Forward::add), its plan
+// and tables uploaded once, then every layer's operations on the backend.
 #include "engine/forward.h"
 
 #include <algorithm>

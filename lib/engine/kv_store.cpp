@@ -1,3 +1,5 @@
+// KV storage of one span in backend memory, and the tree's KV budget
+// (engine/kv_store.h).
 #include "engine/kv_store.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The model: configuration from GGUF metadata, weights uploaded to the
+// backend, the tokenizer (engine/model.h).
 #include "engine/model.h"
 
 #include <algorithm>

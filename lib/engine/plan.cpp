@@ -1,3 +1,5 @@
+// The attention plan of a pass: shared or flat per span by the cost model,
+// own spans as tails, the merge list (engine/plan.h).
 #include "engine/plan.h"
 
 #include <algorithm>

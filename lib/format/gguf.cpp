@@ -1,3 +1,5 @@
+// GGUF files: reading and validating (mapped or read into memory), and the
+// writer the tools use (format/gguf.h).
 #include "format/gguf.h"
 #include "base/pages.h"
 

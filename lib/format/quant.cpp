@@ -1,3 +1,5 @@
+// Quantized block formats: sizes, dequantization and quantization of rows
+// (format/quant.h).
 #include "format/quant.h"
 
 #include <algorithm>

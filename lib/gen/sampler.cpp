@@ -1,3 +1,5 @@
+// The sampler: the stages of clade.h's pipeline over a row of logits,
+// seeded streams, log-probabilities and top alternatives (gen/sampler.h).
 #include "gen/sampler.h"
 
 #include <algorithm>

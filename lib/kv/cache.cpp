@@ -1,3 +1,5 @@
+// Unique caches: sequences under tree nodes, their own KV, and decode steps
+// cut into passes (kv/cache.h).
 #include "kv/cache.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Packed prefill: clade_tree_append_batch's items packed into passes by
+// first-fit decreasing, evaluated together, committed at once.
 #include "kv/prefill.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Sessions: a tree's or a cache's KV and tokens saved to a file and loaded
+// back, checked (kv/session.h).
 #include "kv/session.h"
 
 #include <cerrno>

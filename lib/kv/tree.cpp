@@ -1,3 +1,5 @@
+// The shared-cache tree: nodes, references, appends, cached prefixes and
+// their eviction (kv/tree.h).
 #include "kv/tree.h"
 
 #include <algorithm>

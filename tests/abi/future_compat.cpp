@@ -7,7 +7,7 @@
 // callers built against the grown header.
 //
 // This library is compiled with -Dclade_X_init=clade_X_init_current for
-// each *_init, so lib/api.cpp's definitions come out under that name and
+// each *_init, so lib/api/'s definitions come out under that name and
 // both exported versions are defined here (glibc's way: every definition
 // of a versioned name carries its version explicitly).
 #define CLADE_EXPERIMENTAL

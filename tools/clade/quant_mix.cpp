@@ -1,3 +1,5 @@
+// Per-tensor quantization mixes (Q4_K_M-style) for `clade quantize` and
+// the random models.
 #include "quant_mix.h"
 
 #include <cctype>
