@@ -43,8 +43,17 @@ The package's modules: _lib (the ctypes mirror of the header), _base
 (constants, errors, logging, the handle base class), _model (Model,
 Detokenizer, chat templates), _tree (Tree), _items (append_batch's items),
 _cache (Cache), _sampler (Sampler), _generation (generate's prompts,
-results, drafters and GenerationStream) and _simple (clade.generate). This
-file re-exports their public names.
+results, drafters and GenerationStream), _grammar (Grammar, Matcher:
+structured output, clade 1.5) and _simple (clade.generate). This file
+re-exports their public names.
+
+Structured output (clade 1.5): Tree.generate(grammar=...) takes a JSON
+Schema dict, a clade.Grammar (gbnf=, json_schema=, regex= or json=True),
+or a list of them, one per prompt:
+
+    res = tree.generate([ids], grammar={"type": "object", "properties": {
+        "name": {"type": "string"}}, "required": ["name"]})
+    json.loads(res[0].text)
 """
 
 from . import _lib  # noqa: F401 (clade._lib: the raw API)
