@@ -14,6 +14,8 @@
 // - Greedy with jump-forward off equals the same grammar decoded one token
 //   at a time by the caller (clade_matcher masks, clade_decode, argmax),
 //   and speculative greedy equals plain greedy.
+// - Streaming with jump-forward (and a stop string): the pieces make the
+//   text, every token is streamed once, one final call per sequence.
 // - Errors: a schema keyword that cannot be enforced and a bad GBNF give
 //   CLADE_E_INVALID_ARG naming the keyword / line:column; token trees with
 //   a grammar are CLADE_E_UNSUPPORTED; the matcher's accept is all or
@@ -290,6 +292,73 @@ void test_schema(const Ctx& c, const Schema& s) {
   clade_grammar_free(off);
 }
 
+// Streaming with jump-forward: each sequence's pieces (forced tokens
+// included, each streamed with its token) make exactly its text, the
+// callback sees every output token once, and a stop string cuts the text
+// and is never streamed.
+struct Streamed {
+  std::vector<std::string> text;
+  std::vector<Tokens> tokens;
+  std::vector<int> finals;
+};
+
+int32_t on_piece(void* user, size_t seq, clade_token token, const char* text, size_t len) {
+  Streamed& s = *(Streamed*)user;
+  s.text[seq].append(text, len);
+  if (token >= 0) s.tokens[seq].push_back(token);
+  else s.finals[seq]++;
+  return CLADE_GENERATE_CONTINUE;
+}
+
+void test_streaming(const Ctx& c) {
+  clade_grammar* g = make_grammar(c.model, kSchemas[0], true);
+  if (!g) return;
+  clade_tree* tree = nullptr;
+  CHECK_OK(clade_tree_create(c.model, nullptr, &tree));
+  Tokens whole = c.prefix;
+  whole.insert(whole.end(), c.suffix.begin(), c.suffix.end());
+  clade_prompt pr = {whole.data(), whole.size(), -1};
+  clade_sampler_params sp;
+  clade_sampler_params_init(&sp);
+  sp.temperature = 1.0f;
+  sp.seed = 9;
+  for (int with_stop = 0; with_stop < 2; with_stop++) {
+    const char* stop[1] = {"\"age\":1"};
+    Streamed st;
+    st.text.assign(16, std::string());
+    st.tokens.assign(16, Tokens());
+    st.finals.assign(16, 0);
+    clade_generate_params p;
+    clade_generate_params_init(&p);
+    p.max_new_tokens = c.max_new;
+    p.n_samples = 16;
+    p.sampler = &sp;
+    p.callback = on_piece;
+    p.user = &st;
+    p.grammars = (const clade_grammar* const*)&g;
+    p.n_grammars = 1;
+    if (with_stop) {
+      p.stop_strings = stop;
+      p.n_stop_strings = 1;
+    }
+    clade_generation* gen = nullptr;
+    CHECK_OK(clade_generate(tree, &pr, 1, &p, &gen));
+    if (!gen) continue;
+    for (size_t i = 0; i < 16; i++) {
+      size_t len = 0;
+      const char* t = clade_generation_text(gen, i, &len);
+      const std::string text(t ? t : "", len);
+      CHECK_MSG(st.text[i] == text, "%s: streamed %s, text %s", c.name.c_str(), st.text[i].c_str(), text.c_str());
+      CHECK(st.tokens[i] == tokens_of(gen, i));
+      CHECK(st.finals[i] == 1);
+      if (with_stop) CHECK(text.find(stop[0]) == std::string::npos);
+    }
+    clade_generation_free(gen);
+  }
+  clade_tree_free(tree);
+  clade_grammar_free(g);
+}
+
 void test_errors(const Ctx& c) {
   clade_grammar_params gp;
   clade_grammar_params_init(&gp);
@@ -411,6 +480,7 @@ int main() {
     c.prefix.assign(t.begin(), t.begin() + (long)n - 4);
     c.suffix.assign(t.begin() + (long)n - 4, t.begin() + (long)n);
     test_errors(c);
+    test_streaming(c);
     for (const Schema& s : kSchemas) {
       if (!c.full && std::strcmp(s.name, "flat") && std::strcmp(s.name, "nested") && std::strcmp(s.name, "recursive"))
         continue;
