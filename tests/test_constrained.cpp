@@ -16,10 +16,14 @@
 //   and speculative greedy equals plain greedy.
 // - Streaming with jump-forward (and a stop string): the pieces make the
 //   text, every token is streamed once, one final call per sequence.
+// - clade_generate_params_init's three symbol versions (1.0, 1.2, 1.5) each
+//   write exactly their release's size.
 // - Errors: a schema keyword that cannot be enforced and a bad GBNF give
 //   CLADE_E_INVALID_ARG naming the keyword / line:column; token trees with
 //   a grammar are CLADE_E_UNSUPPORTED; the matcher's accept is all or
 //   nothing, rollback and forced text.
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -421,9 +425,39 @@ void test_errors(const Ctx& c) {
   clade_grammar_free(g);
 }
 
+// clade_generate_params grew twice (1.2, 1.5): its init has three symbol
+// versions, each writing exactly its release's size (a binary built
+// against 1.0 or 1.2 must not be overrun by the 1.5 fields).
+void test_init_versions() {
+  struct {
+    const char* node;
+    size_t size;
+  } const want[] = {{"CLADE_1", 104}, {"CLADE_1.2", 112}, {"CLADE_1.5", sizeof(clade_generate_params)}};
+  CHECK(sizeof(clade_generate_params) == 128 || sizeof(void*) != 8);
+  if (!dlvsym(RTLD_DEFAULT, "clade_generate_params_init", "CLADE_1.5")) {
+    std::printf("clade_generate_params_init has no symbol versions here (a static link?): not checked\n");
+    return;
+  }
+  for (const auto& w : want) {
+    void* f = dlvsym(RTLD_DEFAULT, "clade_generate_params_init", w.node);
+    CHECK_MSG(f != nullptr, "no clade_generate_params_init@%s", w.node);
+    if (!f || sizeof(void*) != 8) continue;
+    unsigned char buf[256];
+    std::memset(buf, 0xAB, sizeof buf);
+    reinterpret_cast<void (*)(clade_generate_params*)>(f)(reinterpret_cast<clade_generate_params*>(buf));
+    size_t size = 0;
+    std::memcpy(&size, buf, sizeof size);
+    CHECK_MSG(size == w.size, "clade_generate_params_init@%s: size %zu", w.node, size);
+    bool untouched = true;
+    for (size_t k = w.size; k < sizeof buf; k++) untouched = untouched && buf[k] == 0xAB;
+    CHECK_MSG(untouched, "clade_generate_params_init@%s wrote past %zu bytes", w.node, w.size);
+  }
+}
+
 }  // namespace
 
 int main() {
+  test_init_versions();
   const char* vdir = std::getenv("CLADE_VOCAB_DIR");
   const std::string vocab = std::string(vdir ? vdir : "tests/data/vocab") + "/ggml-vocab-llama-spm.gguf";
   const std::string path = "test_constrained_random.gguf";
