@@ -69,6 +69,33 @@ std::string Server::content_text(const json& c, size_t i) {
   throw ApiError{400, "'content' must be a string or a list of text parts", param};
 }
 
+// The library caches compiled grammars only while a handle holds them, and
+// a request's handle goes with the request: the server keeps a handle of
+// each of the last kKeptGrammars distinct grammars, so that a schema sent
+// again is not compiled again (a second create then costs milliseconds).
+static constexpr size_t kKeptGrammars = 16;
+
+static void keep_grammar(clade_model* model, const std::string& key, const std::string& text,
+                         const clade_grammar_params& gp) {
+  static std::mutex mu;
+  static std::deque<std::pair<std::string, clade_grammar*>> kept;  // most recent last
+  std::lock_guard<std::mutex> lk(mu);
+  for (auto it = kept.begin(); it != kept.end(); ++it)
+    if (it->first == key) {
+      auto item = *it;
+      kept.erase(it);
+      kept.push_back(item);
+      return;
+    }
+  clade_grammar* g = nullptr;
+  if (clade_grammar_create(model, text.data(), text.size(), &gp, &g) != CLADE_OK) return;
+  kept.emplace_back(key, g);
+  if (kept.size() > kKeptGrammars) {
+    clade_grammar_free(kept.front().second);
+    kept.pop_front();
+  }
+}
+
 // The request's grammar: OpenAI's response_format ({"type": "text"},
 // {"type": "json_object"}: any JSON object, {"type": "json_schema",
 // "json_schema": {"name", "schema", "strict"}}), or llama-server's
@@ -132,6 +159,7 @@ static clade_grammar* request_grammar(const json& j, clade_model* model) {
   clade_grammar* g = nullptr;
   if (clade_grammar_create(model, text.data(), text.size(), &gp, &g) != CLADE_OK)
     throw ApiError{400, std::string("'") + param + "': " + clade_last_error(), param};
+  keep_grammar(model, std::to_string(kind) + (lenient ? "l:" : ":") + text, text, gp);
   return g;
 }
 
