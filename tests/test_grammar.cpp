@@ -4,7 +4,6 @@
 // offsets, the Matcher's history and rollback, UTF-8 characters split
 // across steps, and forced bytes (jump-forward).
 // usage: test_grammar [tests/data/grammars]
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -12,24 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "gen/grammar.h"
 
 using namespace clade::grammar;
 
-static int g_checks = 0, g_failures = 0;
-
-static void check(bool ok, const char* file, int line, const char* fmt, ...) {
-  g_checks++;
-  if (ok) return;
-  g_failures++;
-  std::printf("FAIL %s:%d: ", file, line);
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::printf("\n");
-}
-#define CHECK(cond, ...) check((cond), __FILE__, __LINE__, __VA_ARGS__)
 
 static std::string g_dir = "tests/data/grammars";
 
@@ -43,7 +29,7 @@ static std::string read_file(const std::string& path) {
 static std::shared_ptr<const Grammar> parse_ok(const std::string& text) {
   std::string err;
   auto g = parse_gbnf(text, err);
-  CHECK(g != nullptr, "grammar refused: %s\n%s", err.c_str(), text.c_str());
+  CHECK_MSG(g != nullptr, "grammar refused: %s\n%s", err.c_str(), text.c_str());
   return g;
 }
 
@@ -89,8 +75,8 @@ static void test_errors() {
   for (const Case& c : cases) {
     std::string err;
     auto g = parse_gbnf(c.text, err);
-    CHECK(!g, "accepted: %s", c.text);
-    CHECK(err.rfind(c.want, 0) == 0, "grammar %s\n  error: %s\n  want:  %s", c.text, err.c_str(), c.want);
+    CHECK_MSG(!g, "accepted: %s", c.text);
+    CHECK_MSG(err.rfind(c.want, 0) == 0, "grammar %s\n  error: %s\n  want:  %s", c.text, err.c_str(), c.want);
   }
   // newlines inside parentheses and after '|', comments, CRLF
   parse_ok("root ::= (\n  \"a\" # one\n  | \"b\"\n) |\n  \"c\"\r\n# end\r\n");
@@ -98,7 +84,7 @@ static void test_errors() {
   parse_ok("root ::= \"\" | [] x\nx ::= [^]");
   // accepted grammars keep working after an error elsewhere: fresh parser
   std::string err;
-  CHECK(parse_gbnf("root ::= \"ok\"", err) && err.empty(), "err not cleared: %s", err.c_str());
+  CHECK_MSG(parse_gbnf("root ::= \"ok\"", err) && err.empty(), "err not cleared: %s", err.c_str());
 }
 
 // ------------------------------------------------------------------ verdicts
@@ -131,7 +117,7 @@ static const char* verdict(const Grammar& g, const std::string& s) {
 
 static void test_verdicts() {
   const std::string text = read_file(g_dir + "/verdicts.txt");
-  CHECK(!text.empty(), "no %s/verdicts.txt", g_dir.c_str());
+  CHECK_MSG(!text.empty(), "no %s/verdicts.txt", g_dir.c_str());
   std::istringstream in(text);
   std::string line, gname;
   std::shared_ptr<const Grammar> g;
@@ -149,7 +135,7 @@ static void test_verdicts() {
     const std::string raw = line.substr(sp + 1);
     const std::string s = raw == "(empty)" ? "" : unescape(raw);
     const char* got = verdict(*g, s);
-    CHECK(want == got, "%s: \"%s\": llama.cpp says %s, we say %s", gname.c_str(), raw.c_str(), want.c_str(), got);
+    CHECK_MSG(want == got, "%s: \"%s\": llama.cpp says %s, we say %s", gname.c_str(), raw.c_str(), want.c_str(), got);
     by_kind[want == "accept" ? 0 : want == "prefix" ? 1 : 2]++;
     n++;
     // the same verdict byte by byte through a Matcher
@@ -157,11 +143,11 @@ static void test_verdicts() {
     bool alive = true;
     for (char c : s) alive = alive && m.accept_bytes(std::string(1, c));
     const char* got2 = !alive ? "reject" : m.can_end() ? "accept" : "prefix";
-    CHECK(want == got2, "%s: \"%s\": byte by byte %s, llama.cpp %s", gname.c_str(), raw.c_str(), got2, want.c_str());
+    CHECK_MSG(want == got2, "%s: \"%s\": byte by byte %s, llama.cpp %s", gname.c_str(), raw.c_str(), got2, want.c_str());
   }
   std::printf("  verdicts: %d strings (%d accept, %d prefix, %d reject) as llama.cpp\n", n, by_kind[0], by_kind[1],
               by_kind[2]);
-  CHECK(n >= 100, "only %d verdicts", n);
+  CHECK_MSG(n >= 100, "only %d verdicts", n);
 }
 
 static void test_all_grammars_parse() {
@@ -169,13 +155,13 @@ static void test_all_grammars_parse() {
                          "any_json", "feat_repeat", "feat_escapes", "feat_recursion", "feat_edge", "feat_compat"};
   for (const char* n : names) {
     const std::string text = read_file(g_dir + "/" + n + ".gbnf");
-    CHECK(!text.empty(), "missing %s.gbnf", n);
+    CHECK_MSG(!text.empty(), "missing %s.gbnf", n);
     auto g = parse_ok(text);
     if (!g) continue;
     // the dump parses again to the same language on a few strings
     std::string err;
     auto g2 = parse_gbnf(g->dump(), err);
-    CHECK(g2 != nullptr, "%s: dump does not parse: %s\n%s", n, err.c_str(), g->dump().c_str());
+    CHECK_MSG(g2 != nullptr, "%s: dump does not parse: %s\n%s", n, err.c_str(), g->dump().c_str());
   }
 }
 
@@ -184,50 +170,50 @@ static void test_all_grammars_parse() {
 static void test_prefix_offsets() {
   auto g = parse_ok("root ::= \"ab\" [0-9]+ \"é\"");
   size_t at = 99;
-  CHECK(accepts_prefix(*g, "ab12", &at), "prefix ab12");
-  CHECK(!accepts_prefix(*g, "abx", &at) && at == 2, "abx fails at %zu", at);
-  CHECK(!accepts_prefix(*g, "ab1\xC3\xA8", &at) && at == 4, "è refused at its 2nd byte, got %zu", at);
-  CHECK(accepts_prefix(*g, "ab1\xC3", &at), "a lead byte that é completes");
-  CHECK(!accepts_prefix(*g, "ab1\xC4", &at) && at == 3, "a lead byte nothing completes: %zu", at);
-  CHECK(!accepts_prefix(*g, "ab1\x80", &at) && at == 3, "stray continuation byte: %zu", at);
-  CHECK(!accepts_prefix(*g, "ab1\xC0\x80", &at) && at == 3, "overlong lead: %zu", at);
-  CHECK(accepts(*g, "ab7\xC3\xA9") && !accepts(*g, "ab7\xC3"), "whole strings");
+  CHECK_MSG(accepts_prefix(*g, "ab12", &at), "prefix ab12");
+  CHECK_MSG(!accepts_prefix(*g, "abx", &at) && at == 2, "abx fails at %zu", at);
+  CHECK_MSG(!accepts_prefix(*g, "ab1\xC3\xA8", &at) && at == 4, "è refused at its 2nd byte, got %zu", at);
+  CHECK_MSG(accepts_prefix(*g, "ab1\xC3", &at), "a lead byte that é completes");
+  CHECK_MSG(!accepts_prefix(*g, "ab1\xC4", &at) && at == 3, "a lead byte nothing completes: %zu", at);
+  CHECK_MSG(!accepts_prefix(*g, "ab1\x80", &at) && at == 3, "stray continuation byte: %zu", at);
+  CHECK_MSG(!accepts_prefix(*g, "ab1\xC0\x80", &at) && at == 3, "overlong lead: %zu", at);
+  CHECK_MSG(accepts(*g, "ab7\xC3\xA9") && !accepts(*g, "ab7\xC3"), "whole strings");
   auto any = parse_ok("root ::= .*");
-  CHECK(!accepts_prefix(*any, "\xED\xA0\x80", &at), "surrogate refused");
-  CHECK(!accepts_prefix(*any, "\xE0\x80\x80", &at), "overlong 3-byte refused");
-  CHECK(!accepts_prefix(*any, "\xF4\x90\x80\x80", &at), "beyond U+10FFFF refused");
-  CHECK(accepts(*any, "\xF0\x9F\x98\x80") && accepts(*any, ""), "emoji, empty");
+  CHECK_MSG(!accepts_prefix(*any, "\xED\xA0\x80", &at), "surrogate refused");
+  CHECK_MSG(!accepts_prefix(*any, "\xE0\x80\x80", &at), "overlong 3-byte refused");
+  CHECK_MSG(!accepts_prefix(*any, "\xF4\x90\x80\x80", &at), "beyond U+10FFFF refused");
+  CHECK_MSG(accepts(*any, "\xF0\x9F\x98\x80") && accepts(*any, ""), "emoji, empty");
 }
 
 static void test_matcher() {
   auto g = parse_ok(read_file(g_dir + "/json.gbnf"));
   if (!g) return;
   Matcher m(g);
-  CHECK(!m.can_end() && m.history_size() == 0, "start");
-  CHECK(m.accept_bytes("{\"a\""), "step 1");
-  CHECK(m.accept_bytes(":"), "step 2");
+  CHECK_MSG(!m.can_end() && m.history_size() == 0, "start");
+  CHECK_MSG(m.accept_bytes("{\"a\""), "step 1");
+  CHECK_MSG(m.accept_bytes(":"), "step 2");
   const State mid = m.state();
-  CHECK(m.accept_bytes("[1,"), "step 3");
-  CHECK(!m.accept_bytes("]"), "] after , refused");
-  CHECK(m.history_size() == 3, "refused steps keep no history: %zu", m.history_size());
-  CHECK(m.accept_bytes("2]}"), "step 4");
-  CHECK(m.can_end(), "complete object may end");
-  CHECK(!m.is_complete(), "json.gbnf's ws may still follow");
-  CHECK(m.rollback(2) && m.state() == mid, "rollback 2 gives the state after step 2");
-  CHECK(!m.rollback(5), "rollback past the start refused");
-  CHECK(m.accept_bytes("\"s\"}") && m.can_end(), "another continuation after rollback");
+  CHECK_MSG(m.accept_bytes("[1,"), "step 3");
+  CHECK_MSG(!m.accept_bytes("]"), "] after , refused");
+  CHECK_MSG(m.history_size() == 3, "refused steps keep no history: %zu", m.history_size());
+  CHECK_MSG(m.accept_bytes("2]}"), "step 4");
+  CHECK_MSG(m.can_end(), "complete object may end");
+  CHECK_MSG(!m.is_complete(), "json.gbnf's ws may still follow");
+  CHECK_MSG(m.rollback(2) && m.state() == mid, "rollback 2 gives the state after step 2");
+  CHECK_MSG(!m.rollback(5), "rollback past the start refused");
+  CHECK_MSG(m.accept_bytes("\"s\"}") && m.can_end(), "another continuation after rollback");
   m.set_max_history(1);
-  CHECK(m.history_size() == 1 && !m.rollback(2) && m.rollback(1) && m.state() == mid, "bounded history");
+  CHECK_MSG(m.history_size() == 1 && !m.rollback(2) && m.rollback(1) && m.state() == mid, "bounded history");
   m.reset();
-  CHECK(m.history_size() == 0 && !m.can_end() && m.accept_bytes("{}"), "reset");
+  CHECK_MSG(m.history_size() == 0 && !m.can_end() && m.accept_bytes("{}"), "reset");
   // is_complete: nothing may follow
   auto lit = parse_ok("root ::= \"ab\"");
   Matcher ml(lit);
-  CHECK(ml.accept_bytes("ab") && ml.is_complete() && ml.can_end(), "literal complete");
-  CHECK(!ml.accept_bytes("c"), "nothing after completion");
+  CHECK_MSG(ml.accept_bytes("ab") && ml.is_complete() && ml.can_end(), "literal complete");
+  CHECK_MSG(!ml.accept_bytes("c"), "nothing after completion");
   // empty step
-  CHECK(ml.accept_bytes(""), "empty step accepted");
-  CHECK(ml.rollback(2) && !ml.can_end(), "undo both");
+  CHECK_MSG(ml.accept_bytes(""), "empty step accepted");
+  CHECK_MSG(ml.rollback(2) && !ml.can_end(), "undo both");
 }
 
 static void test_utf8_splits() {
@@ -238,41 +224,41 @@ static void test_utf8_splits() {
   for (size_t cut = 0; cut <= s.size(); cut++) {
     Matcher m(g);
     bool ok = m.accept_bytes(s.substr(0, cut)) && m.accept_bytes(s.substr(cut));
-    CHECK(ok && m.can_end(), "split at %zu", cut);
+    CHECK_MSG(ok && m.can_end(), "split at %zu", cut);
     // cut in the middle of a character: cannot end there
     if (cut > 0 && cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) {
       Matcher m2(g);
-      CHECK(m2.accept_bytes(s.substr(0, cut)) && !m2.can_end() && m2.state().partial_left > 0,
+      CHECK_MSG(m2.accept_bytes(s.substr(0, cut)) && !m2.can_end() && m2.state().partial_left > 0,
             "partial character pending at %zu", cut);
-      CHECK(!m2.accept_bytes("a"), "ASCII inside a character refused at %zu", cut);
-      CHECK(m2.rollback(1) && m2.state().partial_left == 0, "rollback clears the partial character");
+      CHECK_MSG(!m2.accept_bytes("a"), "ASCII inside a character refused at %zu", cut);
+      CHECK_MSG(m2.rollback(1) && m2.state().partial_left == 0, "rollback clears the partial character");
     }
   }
   Matcher m(g);
-  CHECK(m.accept_bytes("\xE3") && !m.accept_bytes("\xE3"), "lead byte then lead byte refused");
-  CHECK(!m.accept_bytes("\x81\xFF"), "0xFF refused");
-  CHECK(m.accept_bytes("\x81") && m.accept_bytes("\x93") && m.can_end(), "ん in three steps");
+  CHECK_MSG(m.accept_bytes("\xE3") && !m.accept_bytes("\xE3"), "lead byte then lead byte refused");
+  CHECK_MSG(!m.accept_bytes("\x81\xFF"), "0xFF refused");
+  CHECK_MSG(m.accept_bytes("\x81") && m.accept_bytes("\x93") && m.can_end(), "ん in three steps");
 }
 
 static void test_forced() {
   auto g = parse_ok("root ::= \"{\\\"name\\\": \\\"\" [a-z]+ \"\\\", \\\"é\\\": \" (\"true\" | \"trip\")");
   if (!g) return;
   Matcher m(g);
-  CHECK(forced_bytes(m) == "{\"name\": \"", "forced start: %s", forced_bytes(m).c_str());
-  CHECK(m.accept_bytes("{\"name\": \"ab"), "name");
-  CHECK(forced_bytes(m).empty(), "a choice: more letters or the quote");
-  CHECK(m.accept_bytes("\""), "quote");
-  CHECK(forced_bytes(m) == ", \"\xC3\xA9\": tr", "after the quote: %s", forced_bytes(m).c_str());
-  CHECK(forced_bytes(m, 3) == ", \"", "max_bytes 3 cuts before é");
-  CHECK(forced_bytes(m, 4) == ", \"", "max_bytes 4 keeps é whole: %s", forced_bytes(m, 4).c_str());
-  CHECK(m.accept_bytes(", \"\xC3"), "half of é");
-  CHECK(forced_bytes(m) == "\xA9\": tr", "the rest of é: %s", forced_bytes(m).c_str());
-  CHECK(m.accept_bytes("\xA9\": tru") && forced_bytes(m) == "e", "e");
-  CHECK(m.accept_bytes("e") && forced_bytes(m).empty() && m.is_complete(), "complete");
+  CHECK_MSG(forced_bytes(m) == "{\"name\": \"", "forced start: %s", forced_bytes(m).c_str());
+  CHECK_MSG(m.accept_bytes("{\"name\": \"ab"), "name");
+  CHECK_MSG(forced_bytes(m).empty(), "a choice: more letters or the quote");
+  CHECK_MSG(m.accept_bytes("\""), "quote");
+  CHECK_MSG(forced_bytes(m) == ", \"\xC3\xA9\": tr", "after the quote: %s", forced_bytes(m).c_str());
+  CHECK_MSG(forced_bytes(m, 3) == ", \"", "max_bytes 3 cuts before é");
+  CHECK_MSG(forced_bytes(m, 4) == ", \"", "max_bytes 4 keeps é whole: %s", forced_bytes(m, 4).c_str());
+  CHECK_MSG(m.accept_bytes(", \"\xC3"), "half of é");
+  CHECK_MSG(forced_bytes(m) == "\xA9\": tr", "the rest of é: %s", forced_bytes(m).c_str());
+  CHECK_MSG(m.accept_bytes("\xA9\": tru") && forced_bytes(m) == "e", "e");
+  CHECK_MSG(m.accept_bytes("e") && forced_bytes(m).empty() && m.is_complete(), "complete");
   auto opt = parse_ok("root ::= \"a\" \"b\"?");
   Matcher mo(opt);
-  CHECK(forced_bytes(mo) == "a", "a");
-  CHECK(mo.accept_bytes("a") && forced_bytes(mo).empty(), "b or end: a choice");
+  CHECK_MSG(forced_bytes(mo) == "a", "a");
+  CHECK_MSG(mo.accept_bytes("a") && forced_bytes(mo).empty(), "b or end: a choice");
 }
 
 static void test_deep_nesting() {
@@ -280,9 +266,9 @@ static void test_deep_nesting() {
   if (!g) return;
   std::string s(20000, '[');
   size_t at = 0;
-  CHECK(!accepts_prefix(*g, s, &at) && at > 1000 && at < 20000, "nesting beyond the depth limit refused at %zu", at);
+  CHECK_MSG(!accepts_prefix(*g, s, &at) && at > 1000 && at < 20000, "nesting beyond the depth limit refused at %zu", at);
   std::string t = std::string(500, '[') + std::string(500, ']');
-  CHECK(accepts(*g, t), "500 nested arrays");
+  CHECK_MSG(accepts(*g, t), "500 nested arrays");
 }
 
 int main(int argc, char** argv) {
@@ -295,6 +281,5 @@ int main(int argc, char** argv) {
   test_utf8_splits();
   test_forced();
   test_deep_nesting();
-  std::printf("test_grammar: %d checks, %d failures\n", g_checks, g_failures);
-  return g_failures ? 1 : 0;
+  return check_exit();
 }

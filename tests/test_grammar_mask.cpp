@@ -6,7 +6,6 @@
 // end-of-generation tokens, the compile cache, byte tokens and leading-space
 // tokens.
 // usage: test_grammar_mask [grammars dir] [vocab dir]   (env CLADE_VOCAB_DIR)
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,25 +17,12 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "check.h"
 #include "gen/grammar.h"
 #include "text/tokenizer.h"
 
 using namespace clade::grammar;
 
-static int g_checks = 0, g_failures = 0;
-
-static void check(bool ok, const char* file, int line, const char* fmt, ...) {
-  g_checks++;
-  if (ok) return;
-  g_failures++;
-  std::printf("FAIL %s:%d: ", file, line);
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::printf("\n");
-}
-#define CHECK(cond, ...) check((cond), __FILE__, __LINE__, __VA_ARGS__)
 
 static std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -76,12 +62,11 @@ static std::vector<int32_t> compare(const CompiledGrammar& cg, const Matcher& m,
     if (s) allowed.push_back(static_cast<int32_t>(t));
     if (f != s && shown < 5 && *n_bad < 20) {
       shown++;
-      CHECK(false, "%s after \"%s\": token %zu \"%s\": fast %d, brute force %d", what, show(text).c_str(), t,
+      CHECK_MSG(false, "%s after \"%s\": token %zu \"%s\": fast %d, brute force %d", what, show(text).c_str(), t,
             show(cg.vocab().tokens[t]).c_str(), f, s);
     }
   }
   if (shown) (*n_bad)++;
-  g_checks++;
   return allowed;
 }
 
@@ -89,7 +74,7 @@ static void test_grammar_vocab(const std::string& gname, const std::shared_ptr<c
                                const char* vname, const std::vector<std::string>& samples, int walks, int steps) {
   std::string err;
   auto g = parse_gbnf(read_file(g_dir + "/" + gname), err);
-  CHECK(g != nullptr, "%s: %s", gname.c_str(), err.c_str());
+  CHECK_MSG(g != nullptr, "%s: %s", gname.c_str(), err.c_str());
   if (!g) return;
   auto cg = compile_cached(g, v);
   const std::string what = gname + "/" + vname;
@@ -104,13 +89,13 @@ static void test_grammar_vocab(const std::string& gname, const std::shared_ptr<c
       n_states++;
       if (allowed.empty()) break;
       const int32_t t = allowed[rng() % allowed.size()];
-      CHECK(m.accept_token(t), "%s: allowed token %d refused by accept_token", what.c_str(), t);
+      CHECK_MSG(m.accept_token(t), "%s: allowed token %d refused by accept_token", what.c_str(), t);
       if (!cg->is_eog(t)) text += v->tokens[static_cast<size_t>(t)];
     }
   }
   // prefixes of valid sentences cut at random bytes
   for (const std::string& s : samples) {
-    CHECK(accepts(*g, s), "%s: sample not accepted: %s", gname.c_str(), show(s).c_str());
+    CHECK_MSG(accepts(*g, s), "%s: sample not accepted: %s", gname.c_str(), show(s).c_str());
     for (int k = 0; k < 6; k++) {
       const size_t cut = k == 0 ? s.size() : rng() % (s.size() + 1);
       Matcher m(cg);
@@ -120,7 +105,7 @@ static void test_grammar_vocab(const std::string& gname, const std::shared_ptr<c
       if (cut == s.size()) {
         bool eog_ok = false;
         for (int32_t e : v->eog) eog_ok = eog_ok || std::find(allowed.begin(), allowed.end(), e) != allowed.end();
-        CHECK(eog_ok == m.can_end(), "%s: end-of-generation allowed %d, can_end %d", what.c_str(), eog_ok, m.can_end());
+        CHECK_MSG(eog_ok == m.can_end(), "%s: end-of-generation allowed %d, can_end %d", what.c_str(), eog_ok, m.can_end());
       }
     }
   }
@@ -136,22 +121,22 @@ static std::shared_ptr<const Vocabulary> load_vocab(const std::string& path,
     if (!tok_out) return nullptr;
     return vocabulary_from_tokenizer(*tok_out);
   } catch (const std::exception& e) {
-    CHECK(false, "%s: %s", path.c_str(), e.what());
+    CHECK_MSG(false, "%s: %s", path.c_str(), e.what());
     return nullptr;
   }
 }
 
 static void test_vocab_shapes(const Vocabulary& v, const clade::Tokenizer& tok, bool spm) {
   // special tokens are empty, eog listed
-  CHECK(v.tokens[static_cast<size_t>(tok.bos)].empty(), "BOS has no bytes");
-  CHECK(!v.eog.empty(), "eog tokens listed");
+  CHECK_MSG(v.tokens[static_cast<size_t>(tok.bos)].empty(), "BOS has no bytes");
+  CHECK_MSG(!v.eog.empty(), "eog tokens listed");
   if (spm) {
-    CHECK(v.tokens[13] == "\n", "SPM byte token <0x0A> is one byte");
-    CHECK(v.tokens[15043] == " Hello", "SPM's leading ▁ is a space");
+    CHECK_MSG(v.tokens[13] == "\n", "SPM byte token <0x0A> is one byte");
+    CHECK_MSG(v.tokens[15043] == " Hello", "SPM's leading ▁ is a space");
     int bytes = 0;
     for (int32_t id = 0; id < tok.n_vocab(); id++)
       if (tok.token_type(id) == 6) bytes += v.tokens[static_cast<size_t>(id)].size() == 1;
-    CHECK(bytes == 256, "256 byte tokens of one byte each, got %d", bytes);
+    CHECK_MSG(bytes == 256, "256 byte tokens of one byte each, got %d", bytes);
   }
 }
 
@@ -160,22 +145,22 @@ static void test_eog_and_cache(const std::shared_ptr<const Vocabulary>& v) {
   auto g = parse_gbnf("root ::= \"ab\" | \"abc\"", err);
   auto cg = compile_cached(g, v);
   auto g2 = parse_gbnf("root ::= \"ab\" | \"abc\"", err);
-  CHECK(compile_cached(g2, v) == cg, "same text and vocabulary: cached");
+  CHECK_MSG(compile_cached(g2, v) == cg, "same text and vocabulary: cached");
   auto g3 = parse_gbnf("root ::= \"ab\" | \"abd\"", err);
-  CHECK(compile_cached(g3, v) != cg, "other text: compiled anew");
+  CHECK_MSG(compile_cached(g3, v) != cg, "other text: compiled anew");
   Matcher m(cg);
-  CHECK(!m.accept_token(v->eog[0]), "eog refused before the end");
-  CHECK(m.accept_bytes("ab") && m.can_end(), "ab");
+  CHECK_MSG(!m.accept_token(v->eog[0]), "eog refused before the end");
+  CHECK_MSG(m.accept_bytes("ab") && m.can_end(), "ab");
   std::vector<uint32_t> mask(cg->mask_words());
   cg->fill_mask(m, mask.data());
-  CHECK(bit(mask, static_cast<size_t>(v->eog[0])), "eog allowed where the grammar can end");
-  CHECK(m.accept_token(v->eog[0]) && m.is_terminated(), "eog accepted");
+  CHECK_MSG(bit(mask, static_cast<size_t>(v->eog[0])), "eog allowed where the grammar can end");
+  CHECK_MSG(m.accept_token(v->eog[0]) && m.is_terminated(), "eog accepted");
   cg->fill_mask(m, mask.data());
   bool any = false;
   for (uint32_t w : mask) any = any || w;
-  CHECK(!any, "nothing after eog");
-  CHECK(m.rollback(1) && !m.is_terminated(), "rollback of eog");
-  CHECK(!m.accept_token(-1) && !m.accept_token(static_cast<int32_t>(v->tokens.size())), "bad ids refused");
+  CHECK_MSG(!any, "nothing after eog");
+  CHECK_MSG(m.rollback(1) && !m.is_terminated(), "rollback of eog");
+  CHECK_MSG(!m.accept_token(-1) && !m.accept_token(static_cast<int32_t>(v->tokens.size())), "bad ids refused");
 }
 
 // One compiled grammar shared by 4 threads, each with its own matcher
@@ -193,7 +178,7 @@ static void test_threads(const std::shared_ptr<const Vocabulary>& v, const std::
       if (!m.accept_token(id)) break;
     }
   }
-  CHECK(want.size() == ids.size(), "the sequence is accepted (%zu of %zu)", want.size(), ids.size());
+  CHECK_MSG(want.size() == ids.size(), "the sequence is accepted (%zu of %zu)", want.size(), ids.size());
   std::vector<int> bad(4, 0);
   std::vector<std::thread> th;
   for (int t = 0; t < 4; t++)
@@ -209,7 +194,7 @@ static void test_threads(const std::shared_ptr<const Vocabulary>& v, const std::
       }
     });
   for (auto& x : th) x.join();
-  for (int t = 0; t < 4; t++) CHECK(bad[static_cast<size_t>(t)] == 0, "thread %d: %d masks differ", t, bad[static_cast<size_t>(t)]);
+  for (int t = 0; t < 4; t++) CHECK_MSG(bad[static_cast<size_t>(t)] == 0, "thread %d: %d masks differ", t, bad[static_cast<size_t>(t)]);
 }
 
 // Rollback by tokens: masks after rolling back equal those first seen.
@@ -222,14 +207,14 @@ static void test_rollback_masks(const std::shared_ptr<const Vocabulary>& v, cons
   for (int32_t id : ids) {
     seen.emplace_back(cg->mask_words());
     cg->fill_mask(m, seen.back().data());
-    CHECK(m.accept_token(id), "token %d of the sequence", id);
+    CHECK_MSG(m.accept_token(id), "token %d of the sequence", id);
   }
   std::vector<uint32_t> mask(cg->mask_words());
   for (size_t back = 1; back <= ids.size(); back += 3) {
     Matcher r = m;  // copies share the stack pool
-    CHECK(r.rollback(back), "rollback %zu", back);
+    CHECK_MSG(r.rollback(back), "rollback %zu", back);
     cg->fill_mask(r, mask.data());
-    CHECK(mask == seen[ids.size() - back], "mask after rollback %zu", back);
+    CHECK_MSG(mask == seen[ids.size() - back], "mask after rollback %zu", back);
   }
 }
 
@@ -253,7 +238,7 @@ int main(int argc, char** argv) {
     const char* vname = spm ? "spm" : "bpe";
     std::unique_ptr<clade::Tokenizer> tok;
     auto v = load_vocab(vdir + "/" + name, tok);
-    CHECK(v != nullptr, "vocabulary %s/%s", vdir.c_str(), name);
+    CHECK_MSG(v != nullptr, "vocabulary %s/%s", vdir.c_str(), name);
     if (!v) continue;
     test_vocab_shapes(*v, *tok, spm);
     tok->add_space_prefix = false;
@@ -269,6 +254,5 @@ int main(int argc, char** argv) {
     test_grammar_vocab("list.gbnf", v, vname, {"- a\n- 日本\n"}, 2, 15);
     test_grammar_vocab("feat_escapes.gbnf", v, vname, {"A\xC3\xA9\xF0\x9F\x98\x80\t\\\"\n[d.x"}, 2, 10);
   }
-  std::printf("test_grammar_mask: %d checks, %d failures\n", g_checks, g_failures);
-  return g_failures ? 1 : 0;
+  return check_exit();
 }
