@@ -422,7 +422,24 @@ void test_errors(const Ctx& c) {
     clade_generation* gen = run(c, g, false, true, 2, CLADE_E_UNSUPPORTED, 2);
     CHECK(gen == nullptr);
   }
-  clade_grammar_free(g);
+
+  // NULL handles and a token outside the vocabulary: statuses, and the
+  // matcher usable after; a matcher keeps its grammar alive.
+  clade_grammar_free(nullptr);
+  clade_matcher_free(nullptr);
+  CHECK(clade_matcher_create(nullptr, &m) == CLADE_E_INVALID_ARG);
+  CHECK(clade_matcher_create(g, nullptr) == CLADE_E_INVALID_ARG);
+  CHECK(clade_matcher_accept(nullptr, ok.data(), 1) == CLADE_E_INVALID_ARG);
+  CHECK(clade_matcher_fill_mask(nullptr, bits.data(), bits.size()) == CLADE_E_INVALID_ARG);
+  clade_matcher* m2 = nullptr;
+  CHECK_OK(clade_matcher_create(g, &m2));
+  const clade_token outside[1] = {(clade_token)c.n_vocab};
+  CHECK(clade_matcher_accept(m2, outside, 1) != CLADE_OK);
+  clade_grammar_free(g);  // m2 keeps it
+  CHECK_OK(clade_matcher_forced_text(m2, buf, sizeof buf, &n));
+  CHECK(std::string(buf, n) == "{\"key\": ");
+  CHECK_OK(clade_matcher_fill_mask(m2, bits.data(), bits.size()));
+  clade_matcher_free(m2);
 }
 
 // clade_generate_params grew twice (1.2, 1.5): its init has three symbol

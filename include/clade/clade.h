@@ -1060,12 +1060,15 @@ CLADE_API clade_status clade_grammar_create(const clade_model *model,
                                             const char *text, size_t len,
                                             const clade_grammar_params *params,
                                             clade_grammar **out);
+/* Matchers made from the grammar keep it alive; a generation uses it only
+   during the call. Accepts NULL. */
 CLADE_API void clade_grammar_free(clade_grammar *grammar);
 
 /* A grammar's state for a caller's own loop: tokens in, the mask of the
    next token out. It keeps its grammar alive (free either first). */
 CLADE_API clade_status clade_matcher_create(const clade_grammar *grammar,
                                             clade_matcher **out);
+/* Accepts NULL. */
 CLADE_API void clade_matcher_free(clade_matcher *matcher);
 /* Take n tokens, all or nothing: CLADE_E_INVALID_ARG (and no change) when
    the grammar refuses one of them, naming which. An end-of-generation
