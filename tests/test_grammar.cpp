@@ -271,6 +271,21 @@ static void test_deep_nesting() {
   CHECK_MSG(accepts(*g, t), "500 nested arrays");
 }
 
+// The parser's helper rules (groups, repetitions) must not take a name a
+// user rule is given later, and the dump must stay parseable.
+static void test_helper_names() {
+  const char* text =
+      "root ::= (\"a\" | \"b\")+ root-1 root-2 root-3\n"
+      "root-1 ::= \"x\"\nroot-2 ::= \"y\"?\nroot-3 ::= [0-9]{2}\n";
+  auto g = parse_ok(text);
+  if (!g) return;
+  CHECK_MSG(accepts(*g, "abaxy12") && accepts(*g, "bx34") && !accepts(*g, "ax1"), "user rules root-N kept apart");
+  std::string err;
+  auto g2 = parse_gbnf(g->dump(), err);
+  CHECK_MSG(g2 != nullptr, "dump does not parse: %s\n%s", err.c_str(), g->dump().c_str());
+  if (g2) CHECK_MSG(accepts(*g2, "abaxy12") && !accepts(*g2, "ax1"), "the dump accepts the same");
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) g_dir = argv[1];
   test_errors();
@@ -281,5 +296,6 @@ int main(int argc, char** argv) {
   test_utf8_splits();
   test_forced();
   test_deep_nesting();
+  test_helper_names();
   return check_exit();
 }

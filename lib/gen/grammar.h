@@ -46,7 +46,7 @@ struct Elem {
 struct Grammar {
   std::vector<Elem> elems;            // all rules back to back
   std::vector<uint32_t> rule_start;   // rule id -> index of its first element
-  std::vector<std::string> rule_names;  // generated helper rules get "name-N"
+  std::vector<std::string> rule_names;  // generated helper rules get "name_N"
   uint32_t root = 0;                  // rule id of `root`
   uint64_t text_hash = 0;             // hash of the GBNF text (cache key)
   // Whether elems[i] starts a character element (Char/CharNot/CharAny).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "gen/grammar.h"
@@ -94,7 +95,8 @@ class Parser {
 
   uint32_t new_helper(const std::string& base, size_t pos) {
     for (size_t n = names_.size();; n++) {
-      std::string name = base + "-" + std::to_string(n);
+      // '_' is not a rule-name character: no user rule can be spelled so
+      std::string name = base + "_" + std::to_string(n);
       if (!ids_.count(name)) {
         const uint32_t id = symbol(name, pos);
         helper_[id] = true;
@@ -536,9 +538,21 @@ static void dump_char(std::string& o, uint32_t cp) {
 }
 
 std::string Grammar::dump() const {
+  // Helper rules ("name_N") are written with legal names that no other
+  // rule has ("name-N", then "name-N-h"... where that is taken).
+  std::vector<std::string> out_names(rule_names);
+  std::set<std::string> taken;
+  for (const std::string& n : rule_names)
+    if (n.find('_') == std::string::npos) taken.insert(n);
+  for (std::string& n : out_names) {
+    if (n.find('_') == std::string::npos) continue;
+    std::replace(n.begin(), n.end(), '_', '-');
+    while (taken.count(n)) n += "-h";
+    taken.insert(n);
+  }
   std::string o;
   for (size_t r = 0; r < rule_start.size(); r++) {
-    o += rule_names[r] + " ::=";
+    o += out_names[r] + " ::=";
     bool empty_alt = true;  // an empty alternative is written "" (a newline may follow '|')
     for (uint32_t i = rule_start[r];;) {
       const Elem& e = elems[i];
@@ -552,7 +566,7 @@ std::string Grammar::dump() const {
         i++;
         continue;
       } else if (e.op == Op::Ref) {
-        o += " " + rule_names[e.value];
+        o += " " + out_names[e.value];
         i++;
       } else if (e.op == Op::CharAny) {
         o += " .";
