@@ -87,6 +87,11 @@ void objects() {
 void strings() {
   judge(R"({"type":"string","minLength":2,"maxLength":3})", {R"("ab")", R"("abc")", R"("éé")", R"("😀😀😀")", R"("\n\"")"},
         {R"("a")", R"("abcd")", R"("😀")", "12"});
+  // \u escapes: code points and surrogate pairs, never a lone surrogate
+  judge(R"({"type":"string"})", {R"("\u00e9")", R"("\uD83D\uDE00")", R"("\uffff\uD7FF")", R"("\ue000")"},
+        {R"("\uD800")", R"("\udc00")", R"("\uD83Dx")", R"("\uDE00\uD83D")", R"("\uD83D\u0041")"});
+  judge(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":{"type":"integer"}})",
+        {R"({"a":1,"\u00e9":2})", R"({"\uD83D\uDE00":3})"}, {R"({"\ud800":1})"});
   // large counts (split below the parser's repetition limit)
   {
     auto g = compile(R"({"type":"string","minLength":2500,"maxLength":5000})");

@@ -129,6 +129,10 @@ struct JsonRules {
   std::string value_name, object_name, array_name;  // set by value()
 };
 
+// The rule of a JSON "\\u" escape after its backslash: a code point that
+// is not a surrogate, or a surrogate pair.
+std::string uescape(Rules& rules);
+
 // A JSON string (quotes included) that is none of `known` in canonical
 // form (a trie over their escaped text); jchar: the JSON character rule.
 std::string other_key(Rules& rules, const std::string& jchar, const std::vector<std::string>& known);

@@ -257,8 +257,15 @@ std::string JsonRules::ws() {
   return rules.add("ws", "[ \\t\\n\\r]*");
 }
 
+std::string uescape(Rules& rules) {
+  // "u" then 4 hex digits that are not a surrogate, or a high surrogate
+  // followed by "\\u" and a low one (a lone surrogate is not text)
+  return rules.add("uesc", R"("u" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | )"
+                           R"([dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}))");
+}
+
 std::string JsonRules::jchar() {
-  return rules.add("char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
+  return rules.add("char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | " + uescape(rules) + ")");
 }
 
 std::string JsonRules::string() { return rules.add("string", "\"\\\"\" " + jchar() + "* \"\\\"\""); }
@@ -339,7 +346,7 @@ std::string other_key(Rules& rules, const std::string& jc, const std::vector<std
     std::string esc_chars;
     for (char e : std::string("\"\\/bfnrt"))
       if (esc_excl.find(e) == std::string::npos) esc_chars += e == '"' ? "\\\"" : e == '\\' ? "\\\\" : std::string(1, e);
-    std::string esc = "\"\\\\\" (" + (esc_chars.empty() ? "" : "[" + esc_chars + "] | ") + "\"u\" [0-9a-fA-F]{4})";
+    std::string esc = "\"\\\\\" (" + (esc_chars.empty() ? "" : "[" + esc_chars + "] | ") + uescape(rules) + ")";
     alts.push_back("(" + other + " | " + esc + ") " + jc + "*");
     for (auto& kv : node.kids) alts.push_back(gbnf_literal(kv.first) + " " + rule(kv.second));
     std::string body;
