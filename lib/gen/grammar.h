@@ -119,6 +119,9 @@ class StackPool {
   // Mask cache (grammar_mask.cpp): per stack id, the uncertain tokens it
   // accepts; valid for the compiled grammar `cache_owner`.
   const void* cache_owner = nullptr;
+  // Unique per pool made in this process (the mask walks' memo of state
+  // transitions is valid for one pool only).
+  const uint64_t serial;
   std::vector<int32_t> cache_index;           // stack id -> offset in cache_data, -1 none
   std::vector<uint32_t> cache_data;           // [count, ids...]
 

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "gen/grammar.h"
 #include "text/tokenizer.h"
@@ -217,10 +219,55 @@ struct CompiledGrammar::Impl {
   }
   std::vector<uint8_t> eog;
 
+  // The walks' states, interned, and the byte transitions found between
+  // them: a trie walk advances each state by each byte once, however many
+  // tokens share that step (a state of a string's characters meets most
+  // bytes at every depth). Valid for the pool it was filled from.
+  struct Memo {
+    static constexpr int32_t kUnknown = -2, kRefused = -1;
+    static constexpr size_t kMaxStates = 8192;  // then it starts over
+    uint64_t pool_serial = 0;
+    std::vector<State> states;
+    std::vector<uint8_t> at_bottom;  // partial_left == 0 and kBottom among the stacks
+    std::vector<int32_t> next;       // [state][256]
+    std::unordered_map<std::string, int32_t> ids;
+    std::string key;
+    void reset(uint64_t serial) {
+      pool_serial = serial;
+      states.clear();
+      at_bottom.clear();
+      next.clear();
+      ids.clear();
+    }
+    int32_t intern(const State& st) {
+      key.assign(reinterpret_cast<const char*>(st.stacks.data()), st.stacks.size() * sizeof(uint32_t));
+      const uint32_t tail[2] = {st.partial_cp, static_cast<uint32_t>(st.partial_left) << 8 | st.partial_len};
+      key.append(reinterpret_cast<const char*>(tail), sizeof tail);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      const int32_t id = static_cast<int32_t>(states.size());
+      ids.emplace(key, id);
+      states.push_back(st);
+      at_bottom.push_back(st.partial_left == 0 && has_bottom(st));
+      next.resize(next.size() + 256, kUnknown);
+      return id;
+    }
+    // State id's successor by byte b (kRefused when refused).
+    int32_t step(StackPool& pool, int32_t id, uint8_t b) {
+      int32_t& slot = next[static_cast<size_t>(id) * 256 + b];
+      if (slot != kUnknown) return slot;
+      State nx = states[static_cast<size_t>(id)];
+      const int32_t r = pool.advance_byte(nx, b) ? intern(nx) : kRefused;
+      next[static_cast<size_t>(id) * 256 + b] = r;  // (intern may have moved `slot`)
+      return r;
+    }
+  };
+
   struct Walk {
-    std::vector<State> states;    // states[d]: before the byte at depth d
+    std::vector<int32_t> ids;     // ids[d]: the state before the byte at depth d
     std::vector<uint8_t> bottom;  // bottom[d]: the stack below could take over before depth d
     std::vector<uint8_t> at;      // at[d]: kBottom in states[d], no partial character
+    Memo memo;
   };
   // Walks trie t from `start`, calling out(token id, verdict) for accepted
   // tokens and, with track (a start state over kBottom), for uncertain ones:
@@ -231,30 +278,32 @@ struct CompiledGrammar::Impl {
   template <class Out>
   static void walk(StackPool& pool, const State& start, const Trie& t, bool track, const std::bitset<256>* follow,
                    Walk& w, Out&& out) {
-    if (w.states.size() < t.max_len + 1) {
-      w.states.resize(t.max_len + 1);
+    if (w.ids.size() < t.max_len + 1) {
+      w.ids.resize(t.max_len + 1);
       w.bottom.resize(t.max_len + 1);
       w.at.resize(t.max_len + 1);
     }
-    w.states[0] = start;
+    Memo& M = w.memo;
+    if (M.pool_serial != pool.serial || M.states.size() > Memo::kMaxStates) M.reset(pool.serial);
+    w.ids[0] = M.intern(start);
     w.bottom[0] = 0;
-    w.at[0] = track && start.partial_left == 0 && has_bottom(start);
+    w.at[0] = track && M.at_bottom[static_cast<size_t>(w.ids[0])];
     const size_t n = t.nodes.size();
     for (size_t i = 0; i < n;) {
       const Trie::Node& nd = t.nodes[i];
       const size_t d = nd.depth;
       // the stack below could take this byte over here
       const bool here = w.at[d] && (!follow || follow->test(nd.byte));
-      State& nx = w.states[d + 1];
-      nx = w.states[d];
-      if (!pool.advance_byte(nx, nd.byte)) {
+      const int32_t nx = M.step(pool, w.ids[d], nd.byte);
+      if (nx == Memo::kRefused) {
         if (w.bottom[d] || here)
           for (uint32_t k = nd.tok_off, e = t.toks_end(nd.end); k < e; k++) out(t.toks[k], kUncertain);
         i = nd.end;
         continue;
       }
+      w.ids[d + 1] = nx;
       w.bottom[d + 1] = w.bottom[d] || here;
-      w.at[d + 1] = track && nx.partial_left == 0 && has_bottom(nx);
+      w.at[d + 1] = track && M.at_bottom[static_cast<size_t>(nx)];
       // every byte taken (a pending partial character has a completion
       // among the real stacks: advance_byte checked it)
       for (uint32_t k = nd.tok_off; k < nd.tok_off + nd.n_tok; k++) out(t.toks[k], kAccept);

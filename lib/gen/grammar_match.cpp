@@ -3,6 +3,7 @@
 // characters held), the per-sequence Matcher with its history, whole-string
 // and prefix acceptance, and jump-forward (forced_bytes).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "gen/grammar.h"
@@ -49,7 +50,11 @@ void put_utf8(std::string& o, uint32_t cp) {
 
 // ------------------------------------------------------------------ StackPool
 
-StackPool::StackPool(const Grammar& g) : g_(g) {
+namespace {
+std::atomic<uint64_t> g_pool_serial{1};
+}
+
+StackPool::StackPool(const Grammar& g) : serial(g_pool_serial.fetch_add(1)), g_(g) {
   nodes_.push_back({UINT32_MAX, UINT32_MAX, 0, UINT32_MAX, 0, 0});  // kEmpty
   nodes_.push_back({UINT32_MAX, UINT32_MAX, 0, UINT32_MAX, 0, 0});  // kBottom
   keys_.assign(1024, 0);
