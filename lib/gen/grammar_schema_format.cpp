@@ -4,6 +4,8 @@
 // email (dot-atom or quoted local part; host name, IPv4 or IPv6 literal
 // domain) and ipv4 (dotted decimal, no leading zeros).
 #include <cstdio>
+#include <functional>
+#include <map>
 
 #include "gen/grammar_schema.h"
 
@@ -28,24 +30,39 @@ std::string date(Rules& r) {
   return r.add("date", "[0-9]{4} \"-\" " + md + " | " + leap + " \"-02-29\"");
 }
 
-// 23:59:60 UTC in every local time and offset.
+// 23:59:60 UTC in every local time and offset. Written as a trie over the
+// local time's digits (each local time has its own offsets), so that a
+// matcher keeps a few stacks here rather than one per alternative.
 std::string leap_second(Rules& r) {
   const std::string sec = r.add("leap-sec", "\":60\" (\".\" [0-9]+)?");
-  std::string body;
-  auto alt = [&](int lh, int lm, char sign, int oh, int om) {
-    body += (body.empty() ? "" : " | ") + std::string("\"") + two(lh) + ":" + two(lm) + "\" " + sec + " \"" + sign + two(oh) +
-            ":" + two(om) + "\"";
+  std::map<std::string, std::string> offsets;  // local "HH:MM" -> its offsets' alternatives
+  auto add = [&](int local, const std::string& off) {
+    std::string& o = offsets[two(local / 60) + ":" + two(local % 60)];
+    o += (o.empty() ? "" : " | ") + off;
   };
-  body = "\"23:59\" " + sec + " [Zz]";
+  add(23 * 60 + 59, "[Zz]");
   for (int oh = 0; oh < 24; oh++)
     for (int om = 0; om < 60; om++) {
       // +oh:om: local = 23:59 + offset; -oh:om: local = 23:59 - offset.
-      int plus = (23 * 60 + 59 + oh * 60 + om) % (24 * 60);
-      alt(plus / 60, plus % 60, '+', oh, om);
-      int minus = 23 * 60 + 59 - oh * 60 - om;
-      alt(minus / 60, minus % 60, '-', oh, om);
+      add((23 * 60 + 59 + oh * 60 + om) % (24 * 60), "\"+" + two(oh) + ":" + two(om) + "\"");
+      add(23 * 60 + 59 - oh * 60 - om, "\"-" + two(oh) + ":" + two(om) + "\"");
     }
-  return r.add("leap-time", body);
+  // the trie over the five characters of the local times (map order: each
+  // prefix's keys are contiguous)
+  std::function<std::string(const std::string&)> node = [&](const std::string& prefix) -> std::string {
+    if (prefix.size() == 5) return sec + " (" + offsets[prefix] + ")";
+    std::string body;
+    std::string last;
+    for (auto it = offsets.lower_bound(prefix); it != offsets.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+         ++it) {
+      const std::string next = it->first.substr(0, prefix.size() + 1);
+      if (next == last) continue;
+      last = next;
+      body += (body.empty() ? "" : " | ") + std::string("\"") + next.back() + "\" " + node(next);
+    }
+    return "(" + body + ")";
+  };
+  return r.add("leap-time", node(""));
 }
 
 std::string time(Rules& r) {
