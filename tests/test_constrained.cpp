@@ -13,7 +13,8 @@
 //   with jump-forward, plain and with the draft model.
 // - Greedy with jump-forward off equals the same grammar decoded one token
 //   at a time by the caller (clade_matcher masks, clade_decode, argmax),
-//   and speculative greedy equals plain greedy.
+//   and speculative greedy equals plain greedy; steps whose top-k takes
+//   the masks give the tokens that whole masked rows give.
 // - Streaming with jump-forward (and a stop string): the pieces make the
 //   text, every token is streamed once, one final call per sequence.
 // - clade_generate_params_init's three symbol versions (1.0, 1.2, 1.5) each
@@ -127,6 +128,8 @@ Tokens tokens_of(clade_generation* gen, size_t i) {
   return Tokens(t, t + n);
 }
 
+int32_t g_top_k = 0;  // the sampler's top-k in run()
+
 // Runs one configuration; batch 64: 8 leaves under the prefix, 8 samples
 // each; batch 1: prefix + suffix as one prompt.
 clade_generation* run(const Ctx& c, clade_grammar* g, bool batch64, bool greedy, int spec /*0 none, 1 lookup, 2 draft*/,
@@ -157,7 +160,7 @@ clade_generation* run(const Ctx& c, clade_grammar* g, bool batch64, bool greedy,
   clade_sampler_params sp;
   clade_sampler_params_init(&sp);
   sp.temperature = greedy ? 0.0f : 0.9f;
-  sp.top_k = 0;
+  sp.top_k = g_top_k;
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
   sp.seed = 7;
@@ -284,6 +287,33 @@ void test_schema(const Ctx& c, const Schema& s) {
       clade_generation_free(gb);
     }
   }
+  clade_grammar_free(on);
+  clade_grammar_free(off);
+}
+
+// Masks taken into the decode step's top-k (Backend::topk_masks: greedy
+// as top 1, top-k sampling as top k) give the tokens that masking whole
+// rows and sampling them gives (CLADE_SAMPLE_WHOLE_ROWS=1), at batch 64
+// with jump-forward on and off.
+void test_masked_topk(const Ctx& c, const Schema& s) {
+  clade_grammar* on = make_grammar(c.model, s, true);
+  clade_grammar* off = make_grammar(c.model, s, false);
+  for (int greedy = 0; greedy < 2 && on && off; greedy++)
+    for (int jump = 0; jump < 2; jump++) {
+      g_top_k = greedy ? 0 : 40;
+      std::vector<Tokens> got[2];
+      for (int whole = 0; whole < 2; whole++) {
+        if (whole) setenv("CLADE_SAMPLE_WHOLE_ROWS", "1", 1);
+        clade_generation* gb = run(c, jump ? on : off, true, greedy != 0, 0);
+        unsetenv("CLADE_SAMPLE_WHOLE_ROWS");
+        if (!gb) continue;
+        for (size_t i = 0; i < clade_generation_count(gb); i++) got[whole].push_back(tokens_of(gb, i));
+        clade_generation_free(gb);
+      }
+      CHECK_MSG(got[0].size() == 64 && got[0] == got[1], "%s/%s: %s%s: masked top-k steps differ from whole rows",
+                c.name.c_str(), s.name, greedy ? "greedy" : "top-k 40", jump ? ", jump-forward" : "");
+    }
+  g_top_k = 0;
   clade_grammar_free(on);
   clade_grammar_free(off);
 }
@@ -524,6 +554,7 @@ int main() {
     c.suffix.assign(t.begin() + (long)n - 4, t.begin() + (long)n);
     test_errors(c);
     test_streaming(c);
+    test_masked_topk(c, kSchemas[0]);
     for (const Schema& s : kSchemas) {
       if (!c.full && std::strcmp(s.name, "flat") && std::strcmp(s.name, "nested") && std::strcmp(s.name, "recursive"))
         continue;

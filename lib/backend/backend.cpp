@@ -31,6 +31,10 @@ void Backend::rope_qk(float* q, int32_t n_heads, float* k, int32_t kv_heads, int
   if (k && kv_heads > 0) rope(k, n, kv_heads, pos, p);
 }
 
+void Backend::topk_masked(const float*, int64_t, int64_t, int32_t, const uint32_t*, const uint8_t*, int32_t*, float*) {
+  fail(CLADE_E_UNSUPPORTED, std::string(name()) + ": topk with token masks");
+}
+
 Backend::Peaks Backend::measure_peaks() {
   fail(CLADE_E_UNSUPPORTED, std::string(name()) + ": no device of its own to measure");
 }

@@ -225,6 +225,14 @@ class Backend {
   // top_k_rows itself.
   virtual void topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) = 0;
   virtual int32_t topk_max() const { return INT32_MAX; }
+  // topk after a token mask (structured output's, the sampler's first
+  // stage): row r where row_masked[r] is nonzero as if the elements whose
+  // bit is clear in masks [n][(dim + 31) / 32] (host memory; bit t % 32 of
+  // word t / 32) were -inf, other rows as topk. Asked only of a backend
+  // whose topk_masks() is true; the others' masked steps read whole rows.
+  virtual bool topk_masks() const { return false; }
+  virtual void topk_masked(const float* x, int64_t n, int64_t dim, int32_t k, const uint32_t* masks,
+                           const uint8_t* row_masked, int32_t* idx, float* val);
   // rotate x [n][n_heads][head_dim] in place; pos [n] and p.inv_freq in
   // backend memory (uploaded once per pass and once per model)
   virtual void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) = 0;

@@ -125,6 +125,9 @@ class CpuBackend final : public Backend {
   void swiglu(float* gate, const float* up, int64_t n) override;
   void argmax(const float* x, int64_t n, int64_t dim, int32_t* out) override;
   void topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val) override;
+  bool topk_masks() const override { return true; }
+  void topk_masked(const float* x, int64_t n, int64_t dim, int32_t k, const uint32_t* masks, const uint8_t* row_masked,
+                   int32_t* idx, float* val) override;
   void rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) override;
   void kv_write(void* kv_dst, clade_kv_type type, int32_t capacity, int32_t kv_heads, int32_t head_dim, int32_t start,
                 const float* k, const float* v, int64_t n) override;
@@ -441,6 +444,18 @@ void CpuBackend::topk(const float* x, int64_t n, int64_t dim, int32_t k, int32_t
   if (k < 1 || k > dim)
     fail(CLADE_E_INVALID_ARG, "cpu: topk: k " + std::to_string(k) + " of rows of " + std::to_string(dim));
   parallel_rows(n, 1, [&](int64_t a, int64_t b) { top_k_rows(x + a * dim, b - a, dim, k, idx + a * k, val + a * k); });
+}
+
+void CpuBackend::topk_masked(const float* x, int64_t n, int64_t dim, int32_t k, const uint32_t* masks,
+                             const uint8_t* row_masked, int32_t* idx, float* val) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dim > INT32_MAX) fail(CLADE_E_UNSUPPORTED, "cpu: topk: rows of over 2^31 elements");
+  if (k < 1 || k > dim)
+    fail(CLADE_E_INVALID_ARG, "cpu: topk: k " + std::to_string(k) + " of rows of " + std::to_string(dim));
+  const size_t words = (size_t)(dim + 31) / 32;
+  parallel_rows(n, 1, [&](int64_t a, int64_t b) {
+    top_k_rows_masked(x + a * dim, b - a, dim, k, masks + (size_t)a * words, row_masked + a, idx + a * k, val + a * k);
+  });
 }
 
 void CpuBackend::rope(float* x, int64_t n, int32_t n_heads, const int32_t* pos, const RopeParams& p) {

@@ -62,4 +62,32 @@ void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx,
   }
 }
 
+void top_k_rows_masked(const float* x, int64_t n, int64_t dim, int32_t k, const uint32_t* masks,
+                       const uint8_t* row_masked, int32_t* idx, float* val) {
+  const size_t words = (size_t)(dim + 31) / 32;
+  thread_local std::vector<float> row;  // a masked row (grown once)
+  for (int64_t r = 0; r < n; r++) {
+    const float* l = x + r * dim;
+    if (!row_masked[r]) {
+      top_k_rows(l, 1, dim, k, idx + r * k, val + r * k);
+      continue;
+    }
+    // the row with its refused elements at -inf, then the plain top-k of
+    // it: the same candidates, in the same order, as masking the whole row
+    // and selecting from it (what the sampler's mask stage does)
+    row.resize((size_t)dim);
+    const uint32_t* m = masks + (size_t)r * words;
+    for (size_t w = 0; w < words; w++) {
+      const size_t a = w * 32, b = std::min((size_t)dim, a + 32);
+      const uint32_t bits = m[w];
+      if (bits == 0xFFFFFFFFu && b - a == 32) {
+        std::memcpy(row.data() + a, l + a, 32 * sizeof(float));
+      } else {
+        for (size_t t = a; t < b; t++) row[t] = (bits >> (t - a) & 1u) ? l[t] : -INFINITY;
+      }
+    }
+    top_k_rows(row.data(), 1, dim, k, idx + r * k, val + r * k);
+  }
+}
+
 }  // namespace clade

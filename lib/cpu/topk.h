@@ -39,4 +39,11 @@ void heap_top_k(const smp::Kernels& K, const float* l, int32_t n, size_t k, bool
 // own floats. What Backend::topk gives, and SampleRow::cand_* takes.
 void top_k_rows(const float* x, int64_t n, int64_t dim, int32_t k, int32_t* idx, float* val);
 
+// top_k_rows after a mask: row r where row_masked[r] is nonzero as if its
+// elements whose bit is clear in masks [n][(dim + 31) / 32] (bit t % 32 of
+// word t / 32) were -inf; other rows as top_k_rows. Structured output's
+// token masks (the sampler's first stage) applied where the logits are.
+void top_k_rows_masked(const float* x, int64_t n, int64_t dim, int32_t k, const uint32_t* masks,
+                       const uint8_t* row_masked, int32_t* idx, float* val);
+
 }  // namespace clade

@@ -189,7 +189,7 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
                         (const void*)v, (const void*)attn, (const void*)gate, (const void*)up, (const void*)tok,
                         (const void*)pos, (const void*)rope_.inv_freq, (const void*)gathered, (const void*)logits,
                         (const void*)greedy, (const void*)top_tok, (const void*)pbegin, (const void*)prows,
-                        (const void*)part_o, (const void*)part_lse})
+                        (const void*)part_o, (const void*)part_lse, (const void*)out.top.masks})
     key.add(p);
   for (int64_t h : {T, (int64_t)mode, nl, plan.n_out_rows, (int64_t)top_k}) key.add((uint64_t)h);
   if (gathered)
@@ -235,7 +235,10 @@ void Forward::run(const int32_t* tokens, clade_attention mode, clade_kv_type sha
     const Weight* out_w = &m_.output;
     if (greedy) be_.norm_matmul_argmax(sel, m_.output_norm, nl, dim, c.norm_eps, xn, m_.output, logits, greedy);
     else be_.norm_matmul_many(sel, m_.output_norm, nl, dim, c.norm_eps, xn, &out_w, 1, &logits);
-    if (top_tok) be_.topk(logits, nl, c.n_vocab, top_k, top_tok, top_val);
+    if (top_tok && out.top.masks)
+      be_.topk_masked(logits, nl, c.n_vocab, top_k, out.top.masks, out.top.row_masked, top_tok, top_val);
+    else if (top_tok)
+      be_.topk(logits, nl, c.n_vocab, top_k, top_tok, top_val);
   };
   if (abort.fn && abort.fn(abort.user)) fail(CLADE_STOPPED, "stopped by the abort callback");
   const Backend::PassMode pm = be_.pass_begin(*work_, key.h);

@@ -24,10 +24,15 @@ struct AbortHook {
 
 // k > 0: each logits row's k highest logits and their tokens, most first
 // (Backend::topk), [rows][k] each, in host memory.
+// With masks (Backend::topk_masks()), row r where row_masked[r] is
+// nonzero is taken after its token mask: masks [rows][(n_vocab + 31) / 32]
+// in host memory, bit t % 32 of word t / 32 set where token t is allowed.
 struct TopK {
   int32_t k = 0;
   int32_t* tokens = nullptr;
   float* logits = nullptr;
+  const uint32_t* masks = nullptr;
+  const uint8_t* row_masked = nullptr;
 };
 
 // What a pass gives back of its logits rows, in host memory (each part

@@ -2,6 +2,7 @@
 // vocabulary, and the per-call constraint state (constrain.h).
 #include "gen/constrain.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +119,26 @@ void Constraint::attach(size_t i, const clade_grammar* g) {
     for (auto& f : forcers_) have = have || f.first == g->cg.get();
     if (!have) forcers_.emplace_back(g->cg.get(), std::unique_ptr<ForcedTokenizer>(new ForcedTokenizer(*tok_, g->cg->vocab())));
   }
+}
+
+size_t Constraint::mask_bits(size_t i, uint32_t* bits) {
+  grammar::Matcher& m = *seqs_[i].m;
+  const grammar::CompiledGrammar& cg = *m.compiled();
+  const size_t words = ((size_t)n_vocab_ + 31) / 32, cw = cg.mask_words();
+  if (cw == words) {
+    cg.fill_mask(m, bits);
+  } else {  // the grammar's vocabulary and the rows differ in width
+    bits_.assign(cw, 0);
+    cg.fill_mask(m, bits_.data());
+    std::memset(bits, 0, words * sizeof(uint32_t));
+    std::memcpy(bits, bits_.data(), std::min(cw, words) * sizeof(uint32_t));
+  }
+  const size_t nv = std::min((size_t)n_vocab_, cg.n_vocab());
+  if (nv % 32) bits[nv / 32] &= (1u << (nv % 32)) - 1;
+  for (size_t w = (nv + 31) / 32; w < words; w++) bits[w] = 0;
+  size_t allowed = 0;
+  for (size_t w = 0; w < words; w++) allowed += (size_t)__builtin_popcount(bits[w]);
+  return allowed;
 }
 
 size_t Constraint::mask_row(size_t i, float* row) {

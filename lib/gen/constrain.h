@@ -76,6 +76,10 @@ class Constraint {
   // Disallowed tokens of sequence i's next token set to -inf in row
   // (n_vocab floats). Returns the number of tokens left allowed.
   size_t mask_row(size_t i, float* row);
+  // Sequence i's next-token mask into bits [(n_vocab + 31) / 32] (bit
+  // t % 32 of word t / 32 set where token t is allowed). Returns the number
+  // of allowed tokens.
+  size_t mask_bits(size_t i, uint32_t* bits);
   // Advance sequence i's matcher by token; false when the grammar refuses.
   bool accept(size_t i, int32_t token);
   // No continuation is possible (or an end-of-generation token was taken).

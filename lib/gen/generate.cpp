@@ -348,6 +348,12 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   RowDist dist;
   std::vector<float> logits;
   std::vector<int32_t> argmax;
+  // Token masks taken into the step's top-k (Backend::topk_masks):
+  // [rows][mask_words], and which rows are masked.
+  const bool masks_in_topk = model.backend->topk_masks() && !(whole_rows && std::strcmp(whole_rows, "1") == 0);
+  const size_t mask_words = ((size_t)n_vocab + 31) / 32;
+  std::vector<uint32_t> step_masks;
+  std::vector<uint8_t> row_masked;
   std::vector<int32_t> cand_tok;  // the rows' top-k candidates (step_topk)
   std::vector<float> cand_logit;
   bool said_topk = false;  // (logged at the first such step)
@@ -497,20 +503,40 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       counts.push_back(np + n_draft[r]);
       n_rows += any_draft ? (size_t)(np + n_draft[r]) : 1;
     }
-    // Constrained sequences are masked: their steps read whole rows.
+    // Constrained sequences are masked. Where the backend takes the masks
+    // into its top-k (Backend::topk_masks), a step without drafts that
+    // would read each row's argmax or top-k reads the masked rows' top-k
+    // (k 1 for greedy) instead: the same tokens as masking whole rows and
+    // sampling them. Otherwise constrained steps read whole rows.
     bool constrained = false;
     for (size_t r = 0; r < live.size() && !constrained; r++) constrained = con.active(live[r]);
+    const bool masked_top = constrained && !any_draft && masks_in_topk && (step_argmax || step_topk > 0);
+    const bool greedy_masked = masked_top && step_argmax;
     const bool by_argmax = step_argmax && !any_draft && !constrained;
-    const bool by_topk = step_topk > 0 && !any_draft && !constrained;
+    const bool by_topk = (step_topk > 0 && !any_draft && !constrained) || masked_top;
+    const int32_t top_k = greedy_masked ? 1 : step_topk;
     if (!by_argmax && !by_topk) logits.resize(n_rows * (size_t)n_vocab);
-    argmax.resize(by_argmax ? n_rows : 0);
+    argmax.resize(by_argmax || greedy_masked ? n_rows : 0);
     TopK top;
     if (by_topk) {
-      cand_tok.resize(n_rows * (size_t)step_topk);
-      cand_logit.resize(n_rows * (size_t)step_topk);
-      top.k = step_topk;
+      cand_tok.resize(n_rows * (size_t)top_k);
+      cand_logit.resize(n_rows * (size_t)top_k);
+      top.k = top_k;
       top.tokens = cand_tok.data();
       top.logits = cand_logit.data();
+    }
+    if (masked_top) {
+      step_masks.resize(n_rows * mask_words);
+      row_masked.assign(n_rows, 0);
+      for (size_t r = 0; r < live.size(); r++) {
+        if (!con.active(live[r])) continue;
+        row_masked[r] = 1;
+        if (con.mask_bits(live[r], step_masks.data() + r * mask_words) == 0)
+          fail(CLADE_E_INTERNAL, "clade_generate: sequence " + std::to_string(live[r]) +
+                                     "'s grammar allows no token of the vocabulary here");
+      }
+      top.masks = step_masks.data();
+      top.row_masked = row_masked.data();
     }
     clade_batch b;
     std::memset(&b, 0, sizeof b);
@@ -544,7 +570,15 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
     const uint64_t taken_before = taken;
 
     still.clear();
-    if (by_argmax) {
+    if (greedy_masked)  // each row's top 1 after its mask: its masked argmax
+      for (size_t r = 0; r < live.size(); r++) {
+        const float v = cand_logit[r];
+        if (std::isnan(v))
+          fail(CLADE_E_INVALID_ARG, "clade_generate: sequence " + std::to_string(live[r]) +
+                                        "'s logits hold a NaN (no token can be drawn)");
+        argmax[r] = v > -INFINITY ? cand_tok[r] : -1;
+      }
+    if (by_argmax || greedy_masked) {
       // What sample_rows gives a plain greedy row: the argmax, probability 1.
       for (size_t r = 0; r < live.size(); r++)
         if (argmax[r] < 0)
@@ -563,13 +597,13 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
       for (size_t r = 0; r < live.size(); r++) {
         const SeqState& s = st[live[r]];
         rows[r].stream = p.first_stream + live[r];
-        if (con.active(live[r]) && con.mask_row(live[r], logits.data() + r * (size_t)n_vocab) == 0)
+        if (!masked_top && con.active(live[r]) && con.mask_row(live[r], logits.data() + r * (size_t)n_vocab) == 0)
           fail(CLADE_E_INTERNAL, "clade_generate: sequence " + std::to_string(live[r]) +
                                      "'s grammar allows no token of the vocabulary here");
         if (by_topk) {
-          rows[r].cand_tokens = cand_tok.data() + r * (size_t)step_topk;
-          rows[r].cand_logits = cand_logit.data() + r * (size_t)step_topk;
-          rows[r].n_cand = (size_t)step_topk;
+          rows[r].cand_tokens = cand_tok.data() + r * (size_t)top_k;
+          rows[r].cand_logits = cand_logit.data() + r * (size_t)top_k;
+          rows[r].n_cand = (size_t)top_k;
         } else {
           rows[r].logits = logits.data() + r * (size_t)n_vocab;
         }

@@ -265,6 +265,9 @@ clade_status Cache::check_step(const clade_batch& b, const int32_t* parents, con
     if (top->k < 0 || top->k > most)
       fail(CLADE_E_INVALID_ARG, "decode: top-k of " + std::to_string(top->k) + ": 1 to " + std::to_string(most));
     if (!top->tokens || !top->logits) fail(CLADE_E_INVALID_ARG, "decode: top-k's tokens or logits is NULL");
+    if (top->masks && (!top->row_masked || !tree.model.backend->topk_masks()))
+      fail(CLADE_E_INVALID_ARG, top->row_masked ? "decode: this backend takes no token masks in its top-k"
+                                                : "decode: top-k's masks without row_masked");
   }
   *rows = *total_new = 0;
   struct Clear {  // seen_ back to all zero however this ends
@@ -461,8 +464,13 @@ void Cache::run_passes(const clade_batch& b, const TopK* top) {
     LogitsOut out;
     out.logits = b.logits ? b.logits + first_row * (size_t)n_vocab : nullptr;
     out.argmax = b.argmax ? b.argmax + first_row : nullptr;
-    if (top && top->k)
+    if (top && top->k) {
       out.top = {top->k, top->tokens + first_row * (size_t)top->k, top->logits + first_row * (size_t)top->k};
+      if (top->masks) {
+        out.top.masks = top->masks + first_row * (size_t)((n_vocab + 31) / 32);
+        out.top.row_masked = top->row_masked + first_row;
+      }
+    }
     out_row += fwd_.run_pass(attention, tree.kv_type, out, tree.abort);
   }
 }
