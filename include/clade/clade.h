@@ -1015,13 +1015,15 @@ CLADE_API clade_status clade_sampler_forget(clade_sampler *sampler,
    sequence's rows are masked (sampling stage 0), each token taken
    advances its matcher, an end-of-generation token is allowed only where
    the grammar may end, and the sequence finishes (CLADE_FINISH_STOP_TOKEN)
-   as soon as the grammar admits no continuation. Steps with constrained
-   sequences read whole rows (never clade_batch.argmax or top-k). Stop
-   tokens and stop strings still apply. Speculative decoding: drafts are
-   cut before the first token the grammar refuses, each verified row is
-   masked for the state after the accepted tokens before it, and the
-   accepted path advances the matcher; token trees (tree_width > 1) with a
-   grammar are CLADE_E_UNSUPPORTED.
+   as soon as the grammar admits no continuation. On the CPU backend a
+   step without drafts takes the masks into the step's top-k (greedy: top
+   1), which gives the tokens whole masked rows give; elsewhere constrained
+   steps read whole rows. Stop tokens and stop strings still apply.
+   Speculative decoding: a draft (chain or token tree) keeps the first
+   token the grammar refuses on each path, as a candidate verification
+   rejects (the rule's residual keeps sampling exact), and loses what lies
+   below it; each verified row is masked for the state after the accepted
+   tokens before it, and the accepted path advances the matcher.
    Jump-forward (jump_forward, default on; the environment variable
    CLADE_GRAMMAR_NO_JUMP=1 turns it off everywhere): where the grammar
    admits exactly one continuation (an object's next key, punctuation, a

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "gen/grammar_schema.h"
+#include "gen/speculative.h"
 #include "text/tokenizer.h"
 
 namespace clade {
@@ -213,6 +214,55 @@ size_t Constraint::valid_prefix(size_t i, const int32_t* toks, size_t n) {
   while (k < n && !m.is_terminated() && m.accept_token(toks[k])) k++;
   m.rollback(k);
   return k;
+}
+
+size_t Constraint::cut_draft(size_t i, DraftSeq& d) {
+  grammar::Matcher& m = *seqs_[i].m;
+  const size_t n = d.tokens.size();
+  const bool chain = d.parents.empty();
+  auto parent = [&](size_t j) -> int32_t { return chain ? (int32_t)j - 1 : d.parents[j]; };
+  // ok[j]: the grammar takes node j's whole path; keep[j]: its parent's
+  std::vector<uint8_t> ok(n, 0), keep(n, 0);
+  std::vector<int32_t> path;
+  for (size_t j = 0; j < n; j++) {
+    const int32_t par = parent(j);
+    if (par >= 0 && !ok[(size_t)par]) continue;
+    keep[j] = 1;
+    path.clear();
+    for (int32_t q = (int32_t)j; q >= 0; q = parent((size_t)q)) path.push_back(d.tokens[(size_t)q]);
+    size_t k = 0;
+    while (k < path.size() && !m.is_terminated() && m.accept_token(path[path.size() - 1 - k])) k++;
+    m.rollback(k);
+    ok[j] = k == path.size();
+  }
+  std::vector<int32_t> idx(n, -1);
+  size_t kept = 0;
+  for (size_t j = 0; j < n; j++)
+    if (keep[j]) idx[j] = (int32_t)kept++;
+  if (kept == n) return n;
+  std::vector<int32_t> tokens, parents;
+  std::vector<std::vector<int32_t>> q_tokens;
+  std::vector<std::vector<double>> q_probs;
+  bool q_run = true;  // q stays a prefix of the nodes
+  for (size_t j = 0; j < n; j++) {
+    if (!keep[j]) continue;
+    tokens.push_back(d.tokens[j]);
+    if (!chain) parents.push_back(d.parents[j] < 0 ? -1 : idx[(size_t)d.parents[j]]);
+    q_run = q_run && j < d.q_tokens.size();
+    if (q_run) {
+      q_tokens.push_back(std::move(d.q_tokens[j]));
+      q_probs.push_back(std::move(d.q_probs[j]));
+    }
+  }
+  std::vector<int32_t> draws;
+  for (int32_t j : d.draws)
+    if (keep[(size_t)j]) draws.push_back(idx[(size_t)j]);
+  d.tokens.swap(tokens);
+  d.parents.swap(parents);
+  d.q_tokens.swap(q_tokens);
+  d.q_probs.swap(q_probs);
+  d.draws.swap(draws);
+  return kept;
 }
 
 void Constraint::release(size_t i) {

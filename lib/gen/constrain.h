@@ -19,6 +19,7 @@
 
 namespace clade {
 class Tokenizer;
+struct DraftSeq;
 }
 
 // The C handle (clade.h, "grammars"): immutable once made.
@@ -93,6 +94,13 @@ class Constraint {
   // How many leading tokens of a draft chain the grammar takes (the matcher
   // is left as it was).
   size_t valid_prefix(size_t i, const int32_t* toks, size_t n);
+  // Cuts sequence i's draft (a chain or a token tree) below the tokens its
+  // grammar refuses: a refused token stays, as a candidate verification
+  // rejects (speculative sampling's rule must see every draw: its residual
+  // after a rejection is what keeps the output exact), and its descendants
+  // go. Parents, draws and q are renumbered; the matcher is left as it was.
+  // Returns the tokens kept.
+  size_t cut_draft(size_t i, DraftSeq& d);
   // Sequence i has ended: its matcher goes.
   void release(size_t i);
 

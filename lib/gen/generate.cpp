@@ -136,9 +136,6 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
                                     "] was made for another vocabulary (" + std::to_string(g->cg->n_vocab()) +
                                     " tokens) than this model's");
   }
-  if (any_grammar && spec && spec->tree_width > 1)
-    fail(CLADE_E_UNSUPPORTED, "clade_generate_speculative: token trees (tree_width " +
-                                  std::to_string(spec->tree_width) + ") with grammars are not supported");
   Node* root = tree.get(p.root);
 
   // The prompt tree and its leaves.
@@ -458,16 +455,8 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           if (dreq[r].max <= 0) continue;
           DraftSeq& d = dreq[r];
           n_draft[r] = (int32_t)d.tokens.size();
-          if (con.active(d.index) && n_draft[r] > 0) {  // cut where the grammar refuses (chains only)
-            n_draft[r] = (int32_t)con.valid_prefix(d.index, d.tokens.data(), d.tokens.size());
-            d.tokens.resize((size_t)n_draft[r]);
-            if (d.q_tokens.size() > d.tokens.size()) {
-              d.q_tokens.resize(d.tokens.size());
-              d.q_probs.resize(d.tokens.size());
-            }
-            d.parents.clear();
-            d.draws.clear();
-          }
+          if (con.active(d.index) && n_draft[r] > 0)  // cut below the tokens the grammar refuses
+            n_draft[r] = (int32_t)con.cut_draft(d.index, d);
           if (d.parents.empty())  // a chain
             for (int32_t j = 0; j < n_draft[r]; j++) d.parents.push_back(j - 1);
         }
@@ -683,7 +672,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
           if (which >= 0) {
             accepted++;
             cur = cand_node[(size_t)which];
-            path.push_back(1 + cur);
+            path.push_back(cur);
           }
           if (take(i, t, lp, pos, dist.tokens.data(), top_lp.data(), n_top)) {
             ended = true;
@@ -715,15 +704,18 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
         if (ended) continue;
         if (nd > 0) {  // the accepted draft tokens, for a drafter that learns
           acc_nodes.clear();
-          for (int32_t q : path) acc_nodes.push_back(q - 1);
+          for (int32_t q : path) acc_nodes.push_back(q);
           drafter->verified(d, acc_nodes.data(), acc_nodes.size());
         }
         bool prefix = true;  // the kept path is the first slots: a truncation
-        for (size_t q = 0; q < path.size(); q++) prefix = prefix && path[q] == (int32_t)q + 1;
+        for (size_t q = 0; q < path.size(); q++) prefix = prefix && path[q] == (int32_t)q;
         if (prefix) {
           cache.truncate(s.seq, lens[r] + np + accepted);
         } else {
-          path.insert(path.begin(), 0);  // the pending token's slot (one: no grammar with trees)
+          // the pending tokens' slots (more than one after a jump-forward),
+          // then the accepted drafts' (after them)
+          for (int32_t& q : path) q += np;
+          for (int32_t q = np - 1; q >= 0; q--) path.insert(path.begin(), q);
           cache.keep(s.seq, lens[r], path.data(), path.size());
         }
         still.push_back(i);
