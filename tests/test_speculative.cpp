@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "check.h"
+#include "engine/model.h"
+#include "gen/speculative.h"
 #include "clade/clade.h"
 #include "random_model.h"
 
@@ -484,6 +486,85 @@ void test_garbage(const std::string& dir) {
 
 }  // namespace
 
+// The adaptive controller (SpecCost::choose) on made-up measures: plain
+// first; an untried length when the formula predicts a gain; a length
+// whose first measure beats plain is measured again before it counts; it
+// counts only above plain by the margin; a loser of a draft model is not
+// tried again. SpecCostMemo carries the step costs to the next call on
+// the same model and drafter (and a draft model's outcomes), and nothing
+// to another drafter's.
+void test_controller(const std::string& dir) {
+  using clade::SpecCost;
+  const std::vector<double> sure(1, 0.9), none(1, 0.0);
+  auto plain = [](SpecCost& c) {
+    c.add_target(1, 1e-3);
+    c.add_target(2, 1.1e-3);
+    for (int i = 0; i < 2; i++) c.add_outcome(1, 0, 1.0, 1e-3);
+  };
+  {
+    SpecCost c;
+    CHECK(c.choose(sure, 4, true) == 0);  // nothing measured: plain
+    plain(c);
+    CHECK(c.choose(sure, 4, true) == 1);  // predicted 1.9 / 1.1 ms against 1 / 1 ms: try 1
+    c.add_draft(1, 1, 0.2e-3);
+    c.add_outcome(1, 1, 1.5, 1.3e-3);       // 1.15 a ms: beats plain once
+    CHECK(c.choose(none, 4, true) == 1);  // measured again before it counts
+    c.add_outcome(1, 1, 1.5, 1.3e-3);
+    CHECK(c.choose(none, 4, true) == 1);  // twice, above the margin: the best
+  }
+  {
+    SpecCost c;
+    plain(c);
+    c.add_outcome(1, 1, 1.01, 1e-3);  // within the margin: not worth it
+    c.add_outcome(1, 1, 1.01, 1e-3);
+    int drafted = 0;
+    for (int i = 0; i < 40; i++) drafted += c.choose(none, 1, true) != 0;
+    CHECK_MSG(drafted == 0, "a length inside the margin drafted %d of 40 steps", drafted);
+  }
+  {
+    SpecCost c;
+    plain(c);
+    c.add_outcome(1, 1, 0.8, 1e-3);  // a loser, measured once
+    int drafted = 0;
+    for (int i = 0; i < 300; i++) drafted += c.choose(none, 1, true) != 0;
+    CHECK_MSG(drafted == 0, "a losing draft-model length drafted %d of 300 steps", drafted);
+    CHECK_MSG(c.choose(sure, 8, true) == 0, "a draft model tried longer after its shorter length lost");
+  }
+  // Carried across calls: per model, per drafter.
+  auto m = clade::Model::load(write_model(dir, "memo.gguf", 300, 32, 41), clade::make_cpu_backend(1), false);
+  auto dm = clade::Model::load(write_model(dir, "memo-draft.gguf", 300, 32, 42), clade::make_cpu_backend(1), false);
+  clade::SpecConfig lookup3, lookup2, draft;
+  lookup3.lookup_ngram = 3;
+  lookup2.lookup_ngram = 2;
+  draft.draft_model = dm.get();
+  for (const clade::SpecConfig* c : {&lookup3, &draft}) {
+    SpecCost cost;
+    clade::SpecCostMemo memo(*m, *c, cost);
+    plain(cost);
+    cost.add_outcome(1, 1, 0.8, 1e-3);  // k = 1 lost
+    cost.add_outcome(1, 1, 0.8, 1e-3);
+  }
+  {
+    SpecCost c;
+    clade::SpecCostMemo memo(*m, draft, c);
+    c.add_outcome(1, 0, 1.0, 1e-3);  // (plain measured in this call too)
+    c.add_outcome(1, 0, 1.0, 1e-3);
+    CHECK_MSG(c.knows_target(1) && c.choose(sure, 1, true) == 0, "a draft model's loser of the last call");
+  }
+  {
+    SpecCost c;
+    clade::SpecCostMemo memo(*m, lookup3, c);
+    c.add_outcome(1, 0, 1.0, 1e-3);
+    c.add_outcome(1, 0, 1.0, 1e-3);
+    CHECK_MSG(c.knows_target(1) && c.choose(sure, 1, false) == 1, "prompt lookup measures its own outcomes");
+  }
+  {
+    SpecCost c;
+    clade::SpecCostMemo memo(*m, lookup2, c);
+    CHECK_MSG(!c.knows_target(1), "another drafter's measures");
+  }
+}
+
 int main() {
   clade_set_log(nullptr, nullptr, CLADE_LOG_ERROR);
   const std::string dir = temp_dir();
@@ -491,5 +572,6 @@ int main() {
   test_greedy(dir);
   test_garbage(dir);
   test_sampling(dir);
+  test_controller(dir);
   return check_exit();
 }

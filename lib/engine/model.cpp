@@ -3,6 +3,7 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <unordered_set>
 
@@ -271,6 +272,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, std::unique_ptr<Back
   loader.rope_frequencies();
   loader.check_all_used();
   return m;
+}
+
+uint64_t Model::next_serial() {
+  static std::atomic<uint64_t> n{1};
+  return n.fetch_add(1);
 }
 
 Model::~Model() {

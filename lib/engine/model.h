@@ -2,7 +2,10 @@
 // into the mapping, or uploaded to the backend), tokenizer.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -70,7 +73,16 @@ class Model {
 
   RopeParams rope() const;
 
+  // A number no other model of this process has (keys of memos, below).
+  const uint64_t serial = next_serial();
+  // What the layers above keep per model across calls (the speculative
+  // controller's step costs and outcomes, gen/speculative.h), by key;
+  // opaque here. Lock memo_mu to read or write.
+  mutable std::mutex memo_mu;
+  mutable std::map<std::string, std::shared_ptr<void>> memos;
+
  private:
+  static uint64_t next_serial();
   struct Loader;  // load's weight reading (model.cpp)
   std::vector<void*> owned_;  // backend buffers made at load (f32 norms ...)
 };

@@ -205,6 +205,9 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   const int32_t step_topk =
       sparse_k <= model.backend->topk_max() && !(whole_rows && std::strcmp(whole_rows, "1") == 0) ? sparse_k : 0;
   SpecCost cost;
+  // (what earlier calls on this model measured with this drafter, kept for the next)
+  std::unique_ptr<SpecCostMemo> cost_memo;
+  if (spec && spec->adaptive) cost_memo.reset(new SpecCostMemo(model, *spec, cost));
   clade_generation_stats& stats = out.stats;
   uint64_t taken = 0;  // tokens drawn so far (the cost model's outcomes)
 

@@ -756,12 +756,19 @@ int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool 
   auto it0 = out_.find(std::make_pair(b, 0));
   if (it0 == out_.end() || it0->second.n < 2 || !knows_target(b)) return 0;  // measure plain steps first
   auto rate = [](const Outcome& o) { return o.seconds > 0 ? o.tokens / o.seconds : 0.0; };
-  // The best measured length at this batch.
+  // The best measured length at this batch: a drafting one only when
+  // measured twice and above plain by kMargin; one measured once that
+  // beats plain is measured again now.
+  const double plain_rate = rate(it0->second);
   int32_t best = 0, best_spec = -1;
-  double best_rate = rate(it0->second), best_spec_rate = 0;
+  double best_rate = plain_rate * kMargin, best_spec_rate = 0;
   for (auto e = out_.lower_bound(std::make_pair(b, 1)); e != out_.end() && e->first.first == b; ++e) {
     if (e->first.second > k_max) break;
     const double r = rate(e->second);
+    if (e->second.n < 2) {
+      if (r > plain_rate) return e->first.second;
+      continue;
+    }
     if (r > best_rate) {
       best_rate = r;
       best = e->first.second;
@@ -771,11 +778,19 @@ int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool 
       best_spec = e->first.second;
     }
   }
+  if (best == 0) best_rate = plain_rate;
   // An untried length the formula says beats it (the smallest first),
   // within twice the tokens of the largest step measured.
+  // A draft model whose shorter length lost is not tried longer (its
+  // acceptance does not grow with the length, its cost does, and each try
+  // first catches the draft model up with the text).
   const size_t known_max = t_.rbegin()->first;
+  int32_t lost_below = INT32_MAX;
+  if (per_token_draft)
+    for (auto e = out_.lower_bound(std::make_pair(b, 1)); e != out_.end() && e->first.first == b; ++e)
+      if (rate(e->second) < plain_rate) lost_below = std::min(lost_below, e->first.second);
   for (int32_t k = 1;; k = std::min(2 * k, k_max)) {
-    if (b * (size_t)(k + 1) > 2 * known_max) break;
+    if (b * (size_t)(k + 1) > 2 * known_max || k > lost_below) break;
     if (!out_.count(std::make_pair(b, k)) && predicted_rate(alphas, k, per_token_draft) > 1.1 * best_rate) return k;
     if (k == k_max) break;
   }
@@ -795,6 +810,34 @@ int32_t SpecCost::choose(const std::vector<double>& alphas, int32_t k_max, bool 
     return 0;
   }
   return best;
+}
+
+// ---- carried across calls ----
+
+void SpecCost::carry_from(const SpecCost& earlier, bool outcomes) {
+  t_ = earlier.t_;
+  d_ = earlier.d_;
+  if (outcomes) out_ = earlier.out_;
+}
+
+SpecCostMemo::SpecCostMemo(const Model& target, const SpecConfig& c, SpecCost& cost) : m_(target), cost_(cost) {
+  if (c.draft) return;  // a caller's drafter: nothing known of it
+  key_ = "spec-cost/" + (c.draft_model ? "model-" + std::to_string(c.draft_model->serial)
+                                       : "lookup-" + std::to_string(c.lookup_ngram)) +
+         "/width-" + std::to_string(c.tree_width) + "/max-" + std::to_string(c.max_draft);
+  std::lock_guard<std::mutex> lock(m_.memo_mu);
+  auto it = m_.memos.find(key_);
+  if (it != m_.memos.end()) cost_.carry_from(*std::static_pointer_cast<SpecCost>(it->second), c.draft_model != nullptr);
+}
+
+SpecCostMemo::~SpecCostMemo() {
+  if (key_.empty()) return;
+  try {
+    auto kept = std::make_shared<SpecCost>(cost_);
+    std::lock_guard<std::mutex> lock(m_.memo_mu);
+    m_.memos[key_] = std::move(kept);
+  } catch (...) {  // (out of memory: the next call measures afresh)
+  }
 }
 
 }  // namespace clade

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -111,7 +112,8 @@ int32_t accept_candidates(const RowDist& p, const Candidate* cands, size_t n, bo
 // A draw from p with the stream's next number (greedy: its first token).
 int32_t draw_from(const RowDist& p, bool greedy, Sampler& sampler, uint64_t stream);
 
-// Step costs measured during the call: target steps by total tokens,
+// Step costs measured during the call (and carried across calls by
+// SpecCostMemo): target steps by total tokens,
 // draft work by batch size; the draft length that maximises predicted
 // tokens per second.
 class SpecCost {
@@ -141,7 +143,19 @@ class SpecCost {
   // moves with the text, unless drafting costs per token (a draft model
   // falls behind while unused and would have to catch up); and while
   // drafting wins, a plain step now and then (after 8, 16, .. 256).
+  //
+  // A drafting length counts as the best only once measured twice and
+  // above plain's rate by kMargin (a step's timing is noisy: one lucky
+  // step must not switch a batch to a length that loses); a length whose
+  // first measure beats plain is measured again at once. A draft model is
+  // not tried at a length above one that lost.
   int32_t choose(const std::vector<double>& alphas, int32_t k_max, bool per_token_draft);
+  static constexpr double kMargin = 1.03;
+  // What a later call starts from (SpecCostMemo): the step costs, and with
+  // outcomes the rates each length gave (a draft model's acceptance is the
+  // pair's; prompt lookup's depends on the text, so its calls each measure
+  // their own). The probing schedule starts afresh.
+  void carry_from(const SpecCost& earlier, bool outcomes);
 
  private:
   struct Outcome {
@@ -152,6 +166,25 @@ class SpecCost {
   uint64_t steps_ = 0, next_probe_ = 16, probe_gap_ = 16, next_plain_ = 8, plain_gap_ = 8;
   std::map<size_t, double> t_;                      // EMA seconds by total tokens
   std::map<std::pair<size_t, int32_t>, double> d_;  // EMA seconds of drafting by (batch, k)
+};
+
+// The controller's measurements carried across calls: kept per target
+// model (Model::memos) under a key naming the drafter (the draft model,
+// prompt lookup's n, the tree width, the draft limit). The constructor
+// starts cost from them (SpecCost::carry_from; outcomes for a draft model
+// only), the destructor stores cost back, however the call ends. A
+// caller's own drafter (clade_draft_fn) carries nothing.
+class SpecCostMemo {
+ public:
+  SpecCostMemo(const Model& target, const SpecConfig& c, SpecCost& cost);
+  ~SpecCostMemo();
+  SpecCostMemo(const SpecCostMemo&) = delete;
+  SpecCostMemo& operator=(const SpecCostMemo&) = delete;
+
+ private:
+  const Model& m_;
+  std::string key_;
+  SpecCost& cost_;
 };
 
 }  // namespace clade
