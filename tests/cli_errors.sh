@@ -154,6 +154,25 @@ done
 "$cli" generate --help | grep -- '-n N (32)' >/dev/null || fail "generate --help shows no default for -n"
 "$cli" bench decode --help | grep -- '--mode shared,flat,noattn (flat)' >/dev/null || fail "bench decode --help: --mode's default"
 "$cli" chat --help | grep -- '--temp T (0.8; 0 greedy)' >/dev/null || fail "chat --help: --temp's default"
+"$cli" serve --help | grep -- '--drain-timeout S (30)' >/dev/null || fail "serve --help: --drain-timeout's default"
+"$cli" serve --help | grep -- '--max-queue N (0: none)' >/dev/null || fail "serve --help: --max-queue's default"
+# serve's limits, refused before the model loads (where serve is built)
+if [[ "$("$cli" serve 2>&1)" == *"-m FILE is required"* ]]; then
+  serve_refuses() {  # MESSAGE ARGUMENTS...
+    local want=$1 out rc
+    shift
+    out=$("$cli" serve -m "$M" "$@" 2> "$dir/err" < /dev/null); rc=$?
+    [ $rc -eq 2 ] && [ "$(cat "$dir/err")" == "$want" ] && [ -z "$out" ] ||
+      fail "clade serve $*: exit $rc, stderr '$(cat "$dir/err")', want '$want'"
+    checked=$((checked + 1))
+  }
+  serve_refuses "clade: --max-n must be 0 (as --parallel) to 4 (--parallel)" --parallel 4 --max-n 5
+  serve_refuses "clade: --max-queue must be 0 (no limit) or more" --max-queue -1
+  serve_refuses "clade: --max-prompt-tokens must be 0 (the context) or more" --max-prompt-tokens -2
+  serve_refuses "clade: --max-tokens-limit must be 0 (the context) or more" --max-tokens-limit -1
+  serve_refuses "clade: --drain-timeout must be 0 to 86400 seconds" --drain-timeout -1
+  serve_refuses "clade: bad number 'soon' for --drain-timeout" --drain-timeout soon
+fi
 # groups and the whole usage
 for g in model bench grammar; do
   out=$("$cli" $g --help) && [[ "$out" == "usage: clade $g "* ]] || fail "clade $g --help: $out"

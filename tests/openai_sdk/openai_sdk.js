@@ -1,6 +1,9 @@
 // The OpenAI SDK against clade serve (run by test_openai_sdk.sh): schema
 // valid JSON through response_format, whole and streamed; a bad schema is
-// a BadRequestError naming the keyword. Exits 1 on a failure.
+// a BadRequestError naming the keyword; logprobs with top_logprobs (the
+// model's distribution, not the sampler's truncated one: 3 alternatives at
+// temperature 0); n past the server's limit is a BadRequestError with the
+// limit as its code. Exits 1 on a failure.
 const OpenAI = require("openai");
 const client = new OpenAI({ baseURL: process.env.CLADE_URL + "/v1", apiKey: "none" });
 const schema = {
@@ -54,8 +57,25 @@ function valid(text) {
   } catch (e) {
     check(e instanceof OpenAI.BadRequestError && /uniqueItems/.test(e.message), "bad schema: " + e);
   }
+  const lp = await client.chat.completions.create({ model: "m", messages, max_tokens: 8, temperature: 0,
+                                                    logprobs: true, top_logprobs: 3 });
+  const content = lp.choices[0].logprobs?.content ?? [];
+  check(content.length > 0 && content.every((t) => {
+    const top = t.top_logprobs;
+    return top.length === 3 && top[0].token === t.token && top[0].logprob === t.logprob && t.logprob < 0 &&
+      top[0].logprob >= top[1].logprob && top[1].logprob >= top[2].logprob &&
+      top.reduce((s, a) => s + Math.exp(a.logprob), 0) <= 1 + 1e-6;
+  }), "top_logprobs 3 at temperature 0: " + JSON.stringify(content.slice(0, 2)));
+  try {
+    await client.chat.completions.create({ model: "m", messages, max_tokens: 2, n: 9 });
+    check(false, "n 9 on a server of 4 sequences was accepted");
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.param === "n" && e.code === "n_too_large" &&
+          /--max-n/.test(e.message), "n past the limit: " + e);
+  }
   if (failures) process.exit(1);
-  console.log("ok: the OpenAI SDK got schema-valid JSON (" + finished + " of 3 finished, and the stream)");
+  console.log("ok: the OpenAI SDK got schema-valid JSON (" + finished + " of 3 finished, and the stream), " +
+              content.length + " tokens' top_logprobs and a limit's error");
 })().catch((e) => {
   console.log("FAIL: " + (e.stack || e));
   process.exit(1);

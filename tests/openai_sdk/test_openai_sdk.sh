@@ -3,7 +3,9 @@
 # with response_format json_schema (issue 43): the SDK's chat completion
 # (n 3) and its streamed form give JSON that holds the schema's keys and
 # ranges (checked in node), and a schema keyword clade cannot enforce
-# comes back as the SDK's BadRequestError (400) naming it.
+# comes back as the SDK's BadRequestError (400) naming it; logprobs with
+# top_logprobs come back in the SDK's shape (issue 44), and n past the
+# server's limit is a BadRequestError with param and code.
 # The SDK is installed with npm into a cache folder outside the
 # repository (CLADE_OPENAI_SDK_DIR, default ~/.cache/clade-openai-sdk) on
 # the first run; without node, or with npm unable to fetch it (offline),

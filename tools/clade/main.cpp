@@ -82,11 +82,17 @@ std::vector<std::pair<std::string, std::string>> usage_blocks() {
        "  serve -m FILE [--host 127.0.0.1] [--port 8080 (0: any free)] [--parallel N (8)] [--ctx N]\n"
        "           [--kv-budget BYTES (2G)] [--api-key KEY] [--template NAME] [--alias NAME] [--threads T]\n"
        "           [--http-threads N] [--max-body BYTES (1M)] [--max-tokens N (256)] [--admit-tokens N (4096)]\n"
+       "           [--max-queue N (0: none)] [--max-prompt-tokens N (0: the context)] [--max-n N (--parallel)]\n"
+       "           [--max-tokens-limit N (0: the context)] [--drain-timeout S (30)]\n"
        "           [--backend cpu|cuda (cpu)] [--no-mmap] [--verbose]\n"
        "      an OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions (stream: true for\n"
        "      server-sent events), GET /v1/models, /health, /metrics (Prometheus); requests join the running\n"
        "      batch at step boundaries (at most --admit-tokens new prompt tokens evaluated per boundary); prompts\n"
-       "      reuse the tree's cached prefixes (docs/server.md)\n"},
+       "      reuse the tree's cached prefixes. --api-key: 401 without Authorization: Bearer KEY; a full queue\n"
+       "      (--max-queue) answers 429 with Retry-After; a request past --max-prompt-tokens, --max-n or\n"
+       "      --max-tokens-limit gets a 400 naming it (past --max-body: 413); SIGTERM drains (new requests 503,\n"
+       "      running ones finish or are cancelled after --drain-timeout S), SIGINT stops at once\n"
+       "      (docs/server.md)\n"},
       {"tokenize",
        "  tokenize -m FILE [--no-bos] [--special] [--pieces] (--file PATH | TEXT)\n"
        "      the token ids (--pieces: their texts) of TEXT, one argument (quote it), or of a file\n"},

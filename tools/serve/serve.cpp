@@ -10,9 +10,11 @@ namespace {
 using serve::Server;
 using serve::Options;
 
-
-volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal = 0, g_signals = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signals = g_signals + 1;
+}
 
 uint64_t parse_bytes(const std::string& s, const std::string& flag) {
   char* end = nullptr;
@@ -62,6 +64,16 @@ int cmd_serve(Args& a) {
       o.default_max_tokens = (int)to_long(a.next(f), f);
     else if (f == "--admit-tokens")
       o.admit_tokens = (int)to_long(a.next(f), f);
+    else if (f == "--max-queue")
+      o.max_queue = (int)to_long(a.next(f), f);
+    else if (f == "--max-prompt-tokens")
+      o.max_prompt_tokens = (int)to_long(a.next(f), f);
+    else if (f == "--max-n")
+      o.max_n = (int)to_long(a.next(f), f);
+    else if (f == "--max-tokens-limit")
+      o.max_tokens_limit = (int)to_long(a.next(f), f);
+    else if (f == "--drain-timeout")
+      o.drain_timeout = to_double(a.next(f), f);
     else if (f == "--verbose")
       o.verbose = true;
     else if (f == "--backend")
@@ -80,10 +92,22 @@ int cmd_serve(Args& a) {
   if (o.max_body < 1024) Args::die("--max-body must be at least 1K");
   if (o.default_max_tokens < 1) Args::die("--max-tokens must be at least 1");
   if (o.admit_tokens < 1) Args::die("--admit-tokens must be at least 1");
+  if (o.max_queue < 0) Args::die("--max-queue must be 0 (no limit) or more");
+  if (o.max_prompt_tokens < 0) Args::die("--max-prompt-tokens must be 0 (the context) or more");
+  if (o.max_n < 0 || o.max_n > o.parallel)
+    Args::die("--max-n must be 0 (as --parallel) to " + std::to_string(o.parallel) + " (--parallel)");
+  if (o.max_n == 0) o.max_n = o.parallel;
+  if (o.max_tokens_limit < 0) Args::die("--max-tokens-limit must be 0 (the context) or more");
+  if (o.max_tokens_limit > 0 && o.default_max_tokens > o.max_tokens_limit)
+    o.default_max_tokens = o.max_tokens_limit;  // the default within the limit
+  if (!(o.drain_timeout >= 0 && o.drain_timeout <= 86400)) Args::die("--drain-timeout must be 0 to 86400 seconds");
 
   // SIGINT and SIGTERM set a flag (threads that libraries start before
   // main, such as OpenBLAS's, could take a blocked signal's default
-  // action); a watcher thread sees it and stops the server cleanly.
+  // action); a watcher thread sees it and stops the server cleanly:
+  // SIGTERM after draining (running and queued requests finish, for at most
+  // --drain-timeout seconds, new ones get 503), SIGINT or a second signal
+  // at once.
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -102,12 +126,17 @@ int cmd_serve(Args& a) {
     Server s(o, m);
     s.init();
     std::atomic<bool> over{false};
-    std::thread waiter([&s, &over] {
+    const double drain_timeout = o.drain_timeout;
+    std::thread waiter([&s, &over, drain_timeout] {
       while (!over && !g_signal) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (g_signal) {
-        std::fprintf(stderr, "clade serve: %s, stopping\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
-        s.stop();
+      if (!g_signal) return;
+      if (g_signal == SIGTERM && drain_timeout > 0) {
+        std::fprintf(stderr, "clade serve: SIGTERM, draining (at most %g s; a second signal stops at once)\n",
+                     drain_timeout);
+        s.drain(drain_timeout, [] { return g_signals > 1; });
       }
+      std::fprintf(stderr, "clade serve: %s, stopping\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM");
+      s.stop();
     });
     rc = s.run();
     over = true;

@@ -15,8 +15,16 @@
 // (cpp-httplib's pool) validate and tokenize a request (the tokenizer and
 // templates are thread-safe on the model), queue it, and wait on its
 // condition variable for pieces (streamed as server-sent events) or for its
-// end. A streaming client that goes away makes the next write fail: the
-// request is marked cancelled and its sequences leave at the next step.
+// end. A streaming client that goes away makes the next write fail, and a
+// waiting handler without stream finds its connection closed (it looks
+// every 100 ms): the request is marked cancelled and leaves the queue, or
+// its sequences the batch, at the next step. Limits (--max-queue,
+// --max-prompt-tokens, --max-n, --max-tokens-limit) are checked by the
+// handler before queueing. The scheduler fills /metrics' histograms (time
+// to first token, queue time, inter-token time) and computes
+// log-probabilities from each row itself (OpenAI's meaning: the model's
+// distribution, not the sampler's truncated one). SIGTERM drains (new
+// requests 503, queued and running ones finish, up to --drain-timeout).
 //
 // Prefix reuse. With CLADE_TREE_PREFIX_CACHE the tree keeps the nodes of
 // finished requests (least recently used evicted under the KV budget) and
@@ -44,6 +52,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -77,10 +86,12 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 // Serialize with invalid UTF-8 (a lone byte token) replaced, never thrown.
 inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// A 4xx/5xx answer: {"error": {"message", "type", "param", "code"}}.
+// A 4xx/5xx answer: {"error": {"message", "type", "param", "code"}}; code
+// names a limit the request went past (null when empty; 401s say
+// invalid_api_key).
 struct ApiError {
   int status;
-  std::string message, param, type = "invalid_request_error";
+  std::string message, param, type = "invalid_request_error", code = "";
 };
 
 inline void send_error(httplib::Response& res, const ApiError& e) {
@@ -88,12 +99,16 @@ inline void send_error(httplib::Response& res, const ApiError& e) {
              {{"message", e.message},
               {"type", e.type},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.status == 401 ? json("invalid_api_key") : json(nullptr)}}}};
+              {"code", !e.code.empty()   ? json(e.code)
+                       : e.status == 401 ? json("invalid_api_key")
+                                         : json(nullptr)}}}};
   res.status = e.status;
   res.set_content(dump(j), "application/json");
 }
 
-// One token's log-probability and its row's most likely alternatives.
+// One token's log-probability and its row's most likely alternatives: the
+// log-softmax of the model's row (masked by the request's grammar when it
+// has one), not of what the sampler's truncation kept.
 struct TokenLogprob {
   std::string piece;
   float logprob = 0;
@@ -122,6 +137,7 @@ struct Choice {
   std::string finish;
   bool done = false;
   clade_matcher* matcher = nullptr;  // the request's grammar's state (freed with the request)
+  Clock::time_point last_token;      // when its last token was sampled (inter-token times)
 };
 
 struct Request {
@@ -136,7 +152,8 @@ struct Request {
   bool greedy = false;
   clade_sampler_params sp{};
   std::vector<std::string> stops;
-  Clock::time_point arrived = Clock::now();
+  Clock::time_point arrived = Clock::now();  // parsing began (time to first token from here)
+  Clock::time_point queued;                  // queued by the handler (queue time from here)
   // scheduler-owned while running; the handler reads them once `finished`
   std::vector<Choice> choices;
   clade_sampler* sampler = nullptr;
@@ -167,15 +184,46 @@ struct Options {
   size_t max_body = 1 << 20;
   int default_max_tokens = 256;
   int admit_tokens = 4096;  // prompt tokens evaluated per step boundary, about
+  // Limits on a request (each a 400 naming its flag): 0 is none beyond
+  // the context (max_n: --parallel).
+  int max_queue = 0;          // requests waiting for slots; more get 429
+  int max_prompt_tokens = 0;  // prompt tokens
+  int max_n = 0;              // n
+  int max_tokens_limit = 0;   // max_tokens
+  double drain_timeout = 30;  // SIGTERM: seconds running requests get to finish
   bool verbose = false, map_file = true;
   clade_backend backend = CLADE_BACKEND_CPU;
 };
 
+// A Prometheus histogram of seconds: observed on the scheduler thread,
+// written out by /metrics (one lock: the buckets, sum and count of one
+// moment).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double seconds);
+  // NAME_bucket{le="..."} (cumulative, then le="+Inf"), NAME_sum, NAME_count.
+  std::string text(const char* name, const char* help);
+
+ private:
+  std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; the last: above every bound
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
 struct Metrics {
   std::atomic<uint64_t> requests{0}, chat{0}, completions{0}, rejected{0}, cancelled{0}, finished{0};
+  std::atomic<uint64_t> queue_full{0}, gone{0};
   std::atomic<uint64_t> prompt_tokens{0}, reused_tokens{0}, decode_tokens{0}, steps{0};
   std::atomic<uint64_t> live_seqs{0}, running{0}, kv_used{0}, cached_nodes{0}, cached_bytes{0}, evictions{0};
   std::atomic<uint64_t> prefill_us{0}, decode_us{0};
+  // arrival to the first sampled token; queued to admitted; between two
+  // tokens of one choice
+  Histogram ttft{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram queue_time{{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+  Histogram inter_token{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
 };
 
 // Per routing key: requests and prompt tokens evaluated and reused, for
@@ -208,6 +256,12 @@ class Server {
   // answers are written (up to 5 s), then the listener stops: httplib cuts
   // chunked responses still being written once it stops.
   void stop();
+
+  // SIGTERM: new requests answer 503 from now on while those in flight
+  // (running and queued) finish, for at most timeout seconds or until
+  // interrupted() (a second signal); stop() then ends what is left.
+  // Returns the requests still in flight.
+  int drain(double timeout, const std::function<bool()>& interrupted);
 
  private:
   static const char* prefix_cache_name();
@@ -267,6 +321,12 @@ class Server {
   // flush: the detokenizer's held bytes join the text (not after a stop
   // string cut it).
   void end_choice(Request& r, int index, const std::string& why, bool flush = true);
+
+  // OpenAI's log-probabilities of a row: its log-softmax (one log-sum-exp
+  // over the row), the chosen token's and the k most likely tokens' (ties:
+  // lower id first; -inf ones left out), plus the chosen one when it is
+  // not among them and with_chosen (the completions shape).
+  TokenLogprob row_logprobs(const float* row, clade_token chosen, int k, bool with_chosen);
 
   // Draw choice `index`'s next token from logits, or with logits NULL take
   // `greedy` (its row's argmax: r.greedy), and hand out its text.

@@ -1,9 +1,87 @@
-// `clade serve`: the server's life (init, run, stop), its routes and
-// handlers, the API key check, /metrics, the drain and the embedded pages.
+// `clade serve`: the server's life (init, run, drain, stop), its routes and
+// handlers, the API key check, the queue limit, clients gone away, /metrics
+// and the embedded pages.
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include "server.h"
 
 namespace cli {
 namespace serve {
+
+namespace {
+
+// The socket of req's connection, or -1: httplib 0.11 shows neither the
+// socket nor a closed connection to a handler, so this is the descriptor
+// whose local and peer addresses are the request's (a TCP connection's
+// four are unique while it is open, and the handler's thread holds it open).
+int connection_socket(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end || fd == dirfd(d)) continue;
+    struct stat st;
+    if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer, local;
+    socklen_t pl = sizeof peer, ll = sizeof local;
+    if (getpeername((int)fd, (sockaddr*)&peer, &pl) != 0 || getsockname((int)fd, (sockaddr*)&local, &ll) != 0) continue;
+    char ph[NI_MAXHOST], ps[NI_MAXSERV], lh[NI_MAXHOST], ls[NI_MAXSERV];
+    if (getnameinfo((sockaddr*)&peer, pl, ph, sizeof ph, ps, sizeof ps, NI_NUMERICHOST | NI_NUMERICSERV) != 0 ||
+        getnameinfo((sockaddr*)&local, ll, lh, sizeof lh, ls, sizeof ls, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      continue;
+    if (req.remote_addr == ph && req.remote_port == std::atoi(ps) && req.local_port == std::atoi(ls) &&
+        (req.local_addr.empty() || req.local_addr == lh)) {
+      found = (int)fd;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// Whether the client of a waiting request is still there: its end of the
+// connection is not closed or reset (a read would not give end of file).
+bool connection_alive(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return true;  // nothing to read
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return false;
+  if (!(p.revents & POLLIN)) return true;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
+}  // namespace
+
+void Histogram::observe(double seconds) {
+  std::lock_guard<std::mutex> lk(mu_);
+  counts_[(size_t)(std::lower_bound(bounds_.begin(), bounds_.end(), seconds) - bounds_.begin())]++;
+  sum_ += seconds;
+  count_++;
+}
+
+std::string Histogram::text(const char* name, const char* help) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::string o = std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  char b[256];
+  uint64_t below = 0;
+  for (size_t i = 0; i <= bounds_.size(); i++) {
+    below += counts_[i];
+    if (i < bounds_.size())
+      std::snprintf(b, sizeof b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds_[i], (unsigned long long)below);
+    else
+      std::snprintf(b, sizeof b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)below);
+    o += b;
+  }
+  std::snprintf(b, sizeof b, "%s_sum %.17g\n%s_count %llu\n", name, sum_, name, (unsigned long long)count_);
+  return o + b;
+}
 
 bool Server::init() {
   info_.size = sizeof info_;
@@ -63,11 +141,15 @@ int Server::run() {
   svr.set_write_timeout(30);
   // Answers httplib makes itself (404, 413, 400 for a bad request line)
   // get the JSON error body too.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([&](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 413)
-      send_error(res, {413, "the request body is over the server's limit (--max-body)", "body"});
-    else if (res.status == 404)
+    if (res.status == 413) {
+      const std::string len = req.get_header_value("Content-Length");
+      send_error(res, {413,
+                       "the request body" + (len.empty() ? std::string() : " (" + len + " bytes)") +
+                           " is over the server's limit of " + std::to_string(opt_.max_body) + " bytes (--max-body)",
+                       "body", "invalid_request_error", "request_too_large"});
+    } else if (res.status == 404)
       send_error(res, {404, "no such endpoint: " + req.method + " " + req.path, ""});
     else if (res.status == 405)
       send_error(res, {405, "method not allowed: " + req.method + " " + req.path, ""});
@@ -190,6 +272,23 @@ void Server::stop() {
   if (svr_) svr_->stop();
 }
 
+int Server::drain(double timeout, const std::function<bool()>& interrupted) {
+  draining_ = true;
+  std::fprintf(stderr, "clade serve: draining (%d requests in flight)\n", (int)in_flight_);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  while (in_flight_ > 0 && Clock::now() < deadline && !interrupted())
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int left = in_flight_;
+  if (left > 0 && interrupted())
+    std::fprintf(stderr, "clade serve: drain: %d requests still in flight at a second signal are cancelled\n", left);
+  else if (left > 0)
+    std::fprintf(stderr, "clade serve: drain: %d requests still in flight after %.3g s are cancelled\n", left, timeout);
+  else
+    std::fprintf(stderr, "clade serve: drained\n");
+  return left;
+}
+
 const char* Server::prefix_cache_name() {
 #ifdef CLADE_TREE_PREFIX_CACHE
   return "on";
@@ -201,8 +300,13 @@ const char* Server::prefix_cache_name() {
 bool Server::authorized(const httplib::Request& req, httplib::Response& res) {
   if (opt_.api_key.empty()) return true;
   std::string h = req.get_header_value("Authorization");
-  if (h == "Bearer " + opt_.api_key) return true;
+  // compared in time independent of where the two differ
+  const std::string want = "Bearer " + opt_.api_key;
+  unsigned char diff = h.size() == want.size() ? 0 : 1;
+  for (size_t i = 0; i < want.size(); i++) diff |= (unsigned char)(want[i] ^ (i < h.size() ? h[i] : 0));
+  if (!diff) return true;
   metrics_.rejected++;
+  res.set_header("WWW-Authenticate", "Bearer");
   send_error(res,
              {401, h.empty() ? "missing API key (Authorization: Bearer KEY)" : "invalid API key", "authorization"});
   return false;
@@ -241,14 +345,39 @@ void Server::handle(const httplib::Request& hreq, httplib::Response& res, bool c
       send_error(res, {503, "the server is shutting down", "", "server_error"});
       return;
     }
+    if (opt_.max_queue > 0 && queue_.size() >= (size_t)opt_.max_queue) {
+      metrics_.rejected++;
+      metrics_.queue_full++;
+      res.set_header("Retry-After", "1");
+      send_error(res, {429,
+                       "the server's queue is full: " + std::to_string(queue_.size()) +
+                           " requests waiting for sequence slots (--max-queue " + std::to_string(opt_.max_queue) +
+                           "); retry later",
+                       "", "rate_limit_error", "queue_full"});
+      return;
+    }
+    r->queued = Clock::now();
     queue_.push_back(r);
   }
   qcv_.notify_one();
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(r->id);
   const long created = (long)std::time(nullptr);
   if (!r->stream) {
+    // A client that closes its connection while it waits cancels the
+    // request: it leaves the queue, or its sequences the batch, at the
+    // scheduler's next step boundary. (Checked every 100 ms.)
+    const int sock = connection_socket(hreq);
     std::unique_lock<std::mutex> lk(r->mu);
-    r->cv.wait(lk, [&] { return r->finished; });
+    while (!r->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return r->finished; })) {
+      if (sock < 0 || r->cancelled || connection_alive(sock)) continue;
+      r->cancelled = true;
+      metrics_.gone++;
+      if (opt_.verbose)
+        std::fprintf(stderr, "clade serve: request %llu: the client went away, cancelled\n", (unsigned long long)r->id);
+      lk.unlock();
+      qcv_.notify_one();
+      lk.lock();
+    }
     if (r->error.status) {
       send_error(res, r->error);
       return;
@@ -382,6 +511,13 @@ std::string Server::metrics_text() {
          (double)metrics_.rejected);
   metric("clade_requests_cancelled_total", "counter", "Requests whose client went away before the end.",
          (double)metrics_.cancelled);
+  metric("clade_requests_client_gone_total", "counter",
+         "Requests without stream whose client closed its connection while waiting (then cancelled).",
+         (double)metrics_.gone);
+  metric("clade_requests_queue_full_total", "counter", "Requests answered 429: the queue was full (--max-queue).",
+         (double)metrics_.queue_full);
+  metric("clade_requests_queue_max", "gauge", "The most requests the queue holds (--max-queue; 0: no limit).",
+         (double)opt_.max_queue);
   metric("clade_requests_finished_total", "counter", "Requests that ended (any way).", (double)metrics_.finished);
   metric("clade_requests_queued", "gauge", "Requests waiting for free sequence slots.", (double)queued);
   metric("clade_requests_running", "gauge", "Requests being decoded.", (double)metrics_.running);
@@ -410,7 +546,13 @@ std::string Server::metrics_text() {
          (double)metrics_.evictions);
   metric("clade_requests_in_flight", "gauge", "Completion requests whose answer is not written yet.",
          (double)in_flight_);
-  metric("clade_draining", "gauge", "1 after POST /admin/drain: new requests answer 503.", draining_ ? 1 : 0);
+  metric("clade_draining", "gauge", "1 after POST /admin/drain or SIGTERM: new requests answer 503.",
+         draining_ ? 1 : 0);
+  o += metrics_.ttft.text("clade_time_to_first_token_seconds",
+                          "Seconds from a request's arrival to its first sampled token (prompt evaluated).");
+  o += metrics_.queue_time.text("clade_queue_time_seconds",
+                                "Seconds a request waited in the queue before its prompt's evaluation began.");
+  o += metrics_.inter_token.text("clade_inter_token_seconds", "Seconds between two consecutive tokens of one choice.");
   // Per routing key (X-Clade-Prefix-Key): the first 64 keys each, the
   // rest together as key="_other"; which replica evaluated which prefix.
   std::lock_guard<std::mutex> lk(keys_mu_);

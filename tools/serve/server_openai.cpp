@@ -188,8 +188,12 @@ RequestPtr Server::parse(const httplib::Request& hreq, bool chat) {
   if (has(j, "stream_options") && !j["stream_options"].is_object())
     throw ApiError{400, "'stream_options' must be an object", "stream_options"};
   r->ignore_eos = get_bool(j, "ignore_eos", false);
-  r->n = (int)get_int(j, "n", 1, 1, opt_.parallel);
-  if (has(j, "best_of") && get_int(j, "best_of", 1, 1, opt_.parallel) != r->n)
+  if (has(j, "n") && (j["n"].is_number_integer() || j["n"].is_number_unsigned()) && j["n"] > opt_.max_n)
+    throw ApiError{
+        400, "'n' (" + dump(j["n"]) + ") is over the server's limit of " + std::to_string(opt_.max_n) + " (--max-n)",
+        "n", "invalid_request_error", "n_too_large"};
+  r->n = (int)get_int(j, "n", 1, 1, opt_.max_n);
+  if (has(j, "best_of") && get_int(j, "best_of", 1, 1, opt_.max_n) != r->n)
     throw ApiError{400, "'best_of' other than n is not supported", "best_of"};
   if (get_bool(j, "echo", false)) throw ApiError{400, "'echo' is not supported", "echo"};
 
@@ -315,18 +319,28 @@ RequestPtr Server::parse(const httplib::Request& hreq, bool chat) {
   }
   if (r->prompt.empty()) throw ApiError{400, "the prompt has no tokens", chat ? "messages" : "prompt"};
   const int np = (int)r->prompt.size();
+  if (opt_.max_prompt_tokens > 0 && np > opt_.max_prompt_tokens)
+    throw ApiError{400,
+                   "the prompt has " + std::to_string(np) + " tokens: the server's limit is " +
+                       std::to_string(opt_.max_prompt_tokens) + " (--max-prompt-tokens)",
+                   chat ? "messages" : "prompt", "invalid_request_error", "prompt_too_long"};
   if (np >= n_ctx_)
     throw ApiError{400, "the prompt has " + std::to_string(np) + " tokens: the context is " + std::to_string(n_ctx_),
-                   chat ? "messages" : "prompt"};
+                   chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded"};
   const char* mt = chat && has(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   int64_t max_tokens = get_int(j, mt, -1, -1, INT32_MAX);
   if (max_tokens == 0) throw ApiError{400, std::string("'") + mt + "' must be at least 1", mt};
+  if (opt_.max_tokens_limit > 0 && max_tokens > opt_.max_tokens_limit)
+    throw ApiError{400,
+                   std::string("'") + mt + "' (" + std::to_string(max_tokens) + ") is over the server's limit of " +
+                       std::to_string(opt_.max_tokens_limit) + " (--max-tokens-limit)",
+                   mt, "invalid_request_error", "max_tokens_too_large"};
   if (max_tokens < 0) max_tokens = std::min(opt_.default_max_tokens, n_ctx_ - np);
   if (np + max_tokens > n_ctx_)
     throw ApiError{400,
                    std::string("'") + mt + "' (" + std::to_string(max_tokens) + ") plus the prompt's " +
                        std::to_string(np) + " tokens is past the context of " + std::to_string(n_ctx_) + " tokens",
-                   mt};
+                   mt, "invalid_request_error", "context_length_exceeded"};
   r->max_tokens = (int)max_tokens;
   r->grammar = request_grammar(j, model_);
   // The sampler checks what is left (a logit bias, the ranges).

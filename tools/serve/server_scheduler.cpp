@@ -84,19 +84,44 @@ const float* Server::grammar_mask(Request& r, Choice& c, const float* logits) {
   return masked_.data();
 }
 
+TokenLogprob Server::row_logprobs(const float* row, clade_token chosen, int k, bool with_chosen) {
+  const int nv = info_.n_vocab;
+  float mx = -INFINITY;
+  for (int i = 0; i < nv; i++) mx = std::max(mx, row[i]);  // (NaN rows never get here: the sampler refuses them)
+  double sum = 0;
+  for (int i = 0; i < nv; i++) sum += std::exp((double)row[i] - (double)mx);  // -inf: 0
+  const double lse = (double)mx + std::log(sum);
+  // the k largest, descending (a sorted insertion: k is at most 20)
+  clade_token top[24];
+  int n = 0;
+  k = std::min(k, 20);
+  for (int i = 0; i < nv && k > 0; i++) {
+    const float v = row[i];
+    if (!(v > -INFINITY) || (n == k && !(v > row[top[n - 1]]))) continue;
+    int at = n < k ? n++ : k - 1;
+    while (at > 0 && v > row[top[at - 1]]) {
+      top[at] = top[at - 1];
+      at--;
+    }
+    top[at] = (clade_token)i;
+  }
+  TokenLogprob tl;
+  tl.piece = piece(chosen);
+  tl.logprob = (float)((double)row[chosen] - lse);
+  bool has_chosen = false;
+  for (int a = 0; a < n; a++) {
+    tl.top.push_back({piece(top[a]), (float)((double)row[top[a]] - lse)});
+    has_chosen |= top[a] == chosen;
+  }
+  if (with_chosen && !has_chosen) tl.top.push_back({tl.piece, tl.logprob});
+  return tl;
+}
+
 void Server::take(Request& r, int index, const float* logits, clade_token greedy) {
   Choice& c = r.choices[index];
-  const int k = std::max(r.logprobs, 0) + (r.logprobs >= 0 ? 1 : 0);
-  clade_token top_t[24];
-  float top_lp[24];
   clade_sample_result res;
   std::memset(&res, 0, sizeof res);
   res.size = sizeof res;
-  if (k > 0) {
-    res.top_tokens = top_t;
-    res.top_logprobs = top_lp;
-    res.top_capacity = (size_t)k;
-  }
   res.token = greedy;
   if (r.grammar && logits) logits = grammar_mask(r, c, logits);  // stage 0: the grammar's mask
   clade_status st = logits ? clade_sample_ex(r.sampler, (uint64_t)index, logits, info_.n_vocab,
@@ -119,15 +144,15 @@ void Server::take(Request& r, int index, const float* logits, clade_token greedy
     end_choice(r, index, "stop");
     return;
   }
+  const auto now = Clock::now();
+  if (!c.generated.empty()) metrics_.inter_token.observe(std::chrono::duration<double>(now - c.last_token).count());
+  c.last_token = now;
   c.generated.push_back(t);
   metrics_.decode_tokens++;
-  if (r.logprobs >= 0) {
-    TokenLogprob tl;
-    tl.piece = piece(t);
-    tl.logprob = res.logprob;
-    for (size_t a = 0; a < res.n_top && (int)a < r.logprobs; a++) tl.top.push_back({piece(top_t[a]), top_lp[a]});
+  if (r.logprobs >= 0 && logits) {  // (r.logprobs >= 0 is never r.greedy: logits is its row)
+    TokenLogprob tl = row_logprobs(logits, t, r.logprobs, !r.chat);
     c.pending_lp.push_back(tl);
-    c.all_lp.push_back(tl);
+    c.all_lp.push_back(std::move(tl));
   }
   const char* text;
   size_t len;
@@ -191,6 +216,7 @@ bool Server::admit(const RequestPtr& r) {
     finish_request(r, &e);
     return true;
   }
+  metrics_.queue_time.observe(std::chrono::duration<double>(t0 - r->queued).count());
   metrics_.prefill_us += (uint64_t)(seconds_since(t0) * 1e6);
   metrics_.prompt_tokens += r->prompt.size() - reused;
   metrics_.reused_tokens += reused;
@@ -213,6 +239,7 @@ bool Server::admit(const RequestPtr& r) {
   }
   clade_tree_release(tree_, node);  // the sequences hold it now
   for (int i = 0; i < r->n; i++) take(*r, i, first_.data());
+  metrics_.ttft.observe(seconds_since(r->arrived));
   r->cv.notify_all();
   if (opt_.verbose)
     std::fprintf(stderr, "clade serve: request %llu: %zu prompt tokens (%zu reused), n %d, max_tokens %d\n",
