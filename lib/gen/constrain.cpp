@@ -143,25 +143,15 @@ size_t Constraint::mask_bits(size_t i, uint32_t* bits) {
 }
 
 size_t Constraint::mask_row(size_t i, float* row) {
-  grammar::Matcher& m = *seqs_[i].m;
-  const grammar::CompiledGrammar& cg = *m.compiled();
-  bits_.assign(cg.mask_words(), 0);
-  cg.fill_mask(m, bits_.data());
-  const size_t nv = std::min((size_t)n_vocab_, cg.n_vocab());
-  size_t allowed = 0;
-  for (size_t w = 0; w * 32 < nv; w++) {
-    const uint32_t b = bits_[w];
-    const size_t end = std::min(nv, w * 32 + 32);
-    if (b == 0) {
-      for (size_t t = w * 32; t < end; t++) row[t] = -INFINITY;
-      continue;
-    }
-    for (size_t t = w * 32; t < end; t++) {
-      if (b >> (t & 31) & 1u) allowed++;
-      else row[t] = -INFINITY;
-    }
+  row_bits_.resize(((size_t)n_vocab_ + 31) / 32);
+  const size_t allowed = mask_bits(i, row_bits_.data());
+  for (size_t w = 0; w < row_bits_.size(); w++) {
+    const uint32_t bits = row_bits_[w];
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min((size_t)n_vocab_, w * 32 + 32);
+    for (size_t t = w * 32; t < end; t++)
+      if (!(bits >> (t & 31) & 1u)) row[t] = -INFINITY;
   }
-  for (size_t t = nv; t < (size_t)n_vocab_; t++) row[t] = -INFINITY;
   return allowed;
 }
 
@@ -206,14 +196,6 @@ void Constraint::forced(size_t i, size_t max_tokens, std::vector<int32_t>& out) 
       out.clear();
       return;
     }
-}
-
-size_t Constraint::valid_prefix(size_t i, const int32_t* toks, size_t n) {
-  grammar::Matcher& m = *seqs_[i].m;
-  size_t k = 0;
-  while (k < n && !m.is_terminated() && m.accept_token(toks[k])) k++;
-  m.rollback(k);
-  return k;
 }
 
 size_t Constraint::cut_draft(size_t i, DraftSeq& d) {

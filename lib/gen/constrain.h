@@ -91,9 +91,6 @@ class Constraint {
   // when jump-forward is off, or when the forced text does not tokenize
   // back to itself.
   void forced(size_t i, size_t max_tokens, std::vector<int32_t>& out);
-  // How many leading tokens of a draft chain the grammar takes (the matcher
-  // is left as it was).
-  size_t valid_prefix(size_t i, const int32_t* toks, size_t n);
   // Cuts sequence i's draft (a chain or a token tree) below the tokens its
   // grammar refuses: a refused token stays, as a candidate verification
   // rejects (speculative sampling's rule must see every draw: its residual
@@ -113,7 +110,8 @@ class Constraint {
   const Tokenizer* tok_;
   std::vector<Seq> seqs_;
   size_t n_active_ = 0;
-  std::vector<uint32_t> bits_;
+  std::vector<uint32_t> bits_;      // mask_bits' scratch (vocabularies of other widths)
+  std::vector<uint32_t> row_bits_;  // mask_row's mask
   // One prototype matcher per grammar (its copies share the stack pool).
   std::vector<std::pair<const clade_grammar*, std::unique_ptr<grammar::Matcher>>> protos_;
   std::vector<std::pair<const grammar::CompiledGrammar*, std::unique_ptr<ForcedTokenizer>>> forcers_;

@@ -201,9 +201,10 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   // CLADE_SAMPLE_WHOLE_ROWS=1 reads the rows instead (a check and a
   // measure of the path).
   const int32_t sparse_k = sampler.sparse_k(n_vocab);
-  const char* whole_rows = std::getenv("CLADE_SAMPLE_WHOLE_ROWS");
+  const char* whole_rows_env = std::getenv("CLADE_SAMPLE_WHOLE_ROWS");
+  const bool whole_rows = whole_rows_env && std::strcmp(whole_rows_env, "1") == 0;
   const int32_t step_topk =
-      sparse_k <= model.backend->topk_max() && !(whole_rows && std::strcmp(whole_rows, "1") == 0) ? sparse_k : 0;
+      sparse_k <= model.backend->topk_max() && !whole_rows ? sparse_k : 0;
   SpecCost cost;
   // (what earlier calls on this model measured with this drafter, kept for the next)
   std::unique_ptr<SpecCostMemo> cost_memo;
@@ -350,7 +351,7 @@ clade_status generate(Tree& tree, const clade_prompt* prompts, size_t n_prompts,
   std::vector<int32_t> argmax;
   // Token masks taken into the step's top-k (Backend::topk_masks):
   // [rows][mask_words], and which rows are masked.
-  const bool masks_in_topk = model.backend->topk_masks() && !(whole_rows && std::strcmp(whole_rows, "1") == 0);
+  const bool masks_in_topk = model.backend->topk_masks() && !whole_rows;
   const size_t mask_words = ((size_t)n_vocab + 31) / 32;
   std::vector<uint32_t> step_masks;
   std::vector<uint8_t> row_masked;
